@@ -1,0 +1,7 @@
+"""``python -m supervisor``."""
+
+from __future__ import annotations
+
+from ._main import entry
+
+entry()

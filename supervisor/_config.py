@@ -1,0 +1,246 @@
+"""Digest configuration: ``supervise.toml``, ``[tool.supervise]`` or the embedded default.
+
+The file is parsed with :mod:`tomllib` and validated by frozen pydantic models that reject
+unknown keys, so a typo is an error naming the file and the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from ._errors import ConfigError
+
+DEFAULT_BUDGET = 120.0
+"""Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
+DEFAULT_GRACE = 1.0
+"""Seconds between SIGTERM and SIGKILL (``grace``; ``SUPERVISE_GRACE`` overrides)."""
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+"""Total bytes a digest may print before its output is cut with a marker."""
+
+CONFIG_FILE = "supervise.toml"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+class StageSpec(_Frozen):
+    """One stage of a digest: a subprocess with its own process group and limits.
+
+    Exactly one of ``run`` (an argv; a string is split like a POSIX shell would, and runs
+    through ``/bin/sh -c`` only with ``shell = true``) or ``builtin`` (a program from
+    ``stages/``) is given. ``timeout`` and ``max_output`` are in seconds and bytes.
+    ``options`` is passed to the stage as JSON in ``SUPERVISE_STAGE_OPTIONS``.
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    run: list[str] | None = None
+    builtin: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
+    args: tuple[str, ...] = ()
+    shell: bool = False
+    title: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0)
+    max_output: int | None = Field(default=None, gt=0)
+    needs: tuple[str, ...] = ()
+    deferred: bool = False
+    reemit: bool = False
+    exclusive: bool = False
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("run", mode="before")
+    @classmethod
+    def _split_run(cls, value: object) -> object:
+        if isinstance(value, str):
+            try:
+                parts = shlex.split(value)
+            except ValueError as err:
+                raise ValueError(f"cannot split {value!r} like a shell would: {err}") from err
+            return parts
+        return value
+
+    @model_validator(mode="after")
+    def _one_program(self) -> StageSpec:
+        if (self.run is None) == (self.builtin is None):
+            raise ValueError("give exactly one of 'run' or 'builtin'")
+        if self.run is not None and not self.run:
+            raise ValueError("'run' is empty")
+        if self.shell and self.run is not None and len(self.run) != 1:
+            # With shell = true the string is the script; keep it whole.
+            object.__setattr__(self, "run", [shlex.join(self.run)])
+        if self.name in self.needs:
+            raise ValueError(f"stage '{self.name}' needs itself")
+        return self
+
+
+class DigestConfig(_Frozen):
+    """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
+
+    ``source`` names where it was read from (a file path or ``<embedded default>``); it is
+    set by :func:`load_config` and not read from the file.
+    """
+
+    budget: float = Field(default=DEFAULT_BUDGET, gt=0)
+    grace: float = Field(default=DEFAULT_GRACE, ge=0)
+    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
+    reemit_budget: int = Field(default=24 * 1024, ge=1024)
+    scope: Literal["primary", "any"] = "primary"
+    gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
+    gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)
+    inline_cap: dict[str, int] = Field(default_factory=dict)
+    stages: tuple[StageSpec, ...] = ()
+    source: str = Field(default="<embedded default>", exclude=True)
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> DigestConfig:
+        names = [s.name for s in self.stages]
+        seen: set[str] = set()
+        for name in names:
+            if name in seen:
+                raise ValueError(f"stage name '{name}' is used twice")
+            seen.add(name)
+        for stage in self.stages:
+            for need in stage.needs:
+                if need not in seen:
+                    raise ValueError(f"stage '{stage.name}' needs unknown stage '{need}'")
+        _check_acyclic(self.stages)
+        return self
+
+
+def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
+    needs = {s.name: s.needs for s in stages}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ValueError("stages need each other in a cycle: " + " -> ".join((*path, name)))
+        if name in done:
+            return
+        for need in needs[name]:
+            visit(need, (*path, name))
+        done.add(name)
+
+    for name in needs:
+        visit(name, ())
+
+
+def _format_error(where: str, err: ValidationError) -> str:
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    msg = first["msg"].removeprefix("Value error, ")
+    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{where}: key '{loc}': {msg}{more}"
+
+
+def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
+    """Validate an already-parsed TOML table into a :class:`DigestConfig`.
+
+    Raises:
+        ConfigError: one line naming ``where``, the key and what is wrong.
+    """
+    try:
+        return DigestConfig.model_validate({**data, "source": where})
+    except ValidationError as err:
+        raise ConfigError(_format_error(where, err)) from None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+
+
+def default_config_text() -> str:
+    """The embedded default digest as TOML text (``supervisor/default.toml``)."""
+    return resources.files("supervisor").joinpath("default.toml").read_text("utf-8")
+
+
+def find_config(project_dir: Path) -> Path | None:
+    """Return the file that configures ``project_dir``, or None for the embedded default.
+
+    ``supervise.toml`` wins; else ``pyproject.toml`` when it has a ``[tool.supervise]`` table.
+    """
+    candidate = project_dir / CONFIG_FILE
+    if candidate.is_file():
+        return candidate
+    pyproject = project_dir / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            text = pyproject.read_text("utf-8", errors="replace")
+        except OSError:
+            return None
+        if "[tool.supervise" in text:
+            return pyproject
+    return None
+
+
+def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+    """Load the digest for ``project_dir`` and apply environment overrides.
+
+    Order: ``explicit`` (``--config``), ``supervise.toml``, ``[tool.supervise]`` in
+    ``pyproject.toml``, the embedded default. ``SUPERVISE_TIMEOUT`` and ``SUPERVISE_GRACE``
+    (seconds) override ``budget`` and ``grace``.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or does not validate; the message
+            is one line naming the file and the key.
+    """
+    path = explicit if explicit is not None else find_config(project_dir)
+    if path is None:
+        config = parse_config(tomllib.loads(default_config_text()), "<embedded default>")
+    elif path.name == "pyproject.toml" and explicit is None:
+        table = _read_toml(path).get("tool", {}).get("supervise")
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: key 'tool.supervise': expected a table")
+        config = parse_config(table, f"{path} [tool.supervise]")
+    else:
+        config = parse_config(_read_toml(path), str(path))
+    return apply_env_overrides(config)
+
+
+def _env_seconds(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment: {name}={raw!r}: expected seconds (a number)") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"environment: {name}={raw!r}: expected a finite number >= 0")
+    return value
+
+
+def apply_env_overrides(config: DigestConfig) -> DigestConfig:
+    """Apply ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds) to ``config``.
+
+    Raises:
+        ConfigError: a variable is set to something that is not a non-negative number.
+    """
+    update: dict[str, float] = {}
+    budget = _env_seconds("SUPERVISE_TIMEOUT")
+    if budget is not None:
+        if budget <= 0:
+            raise ConfigError("environment: SUPERVISE_TIMEOUT must be > 0 seconds")
+        update["budget"] = budget
+    grace = _env_seconds("SUPERVISE_GRACE")
+    if grace is not None:
+        update["grace"] = grace
+    return config.model_copy(update=update) if update else config
+
+
+def embedded_default() -> DigestConfig:
+    """The embedded default digest, without environment overrides."""
+    return parse_config(tomllib.loads(default_config_text()), "<embedded default>")

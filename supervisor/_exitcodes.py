@@ -1,0 +1,18 @@
+"""Named exit codes (pre-commit / pipx style)."""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+"""An expected failure: a check failed, a bad config in a terminal verb."""
+EXIT_USAGE = 2
+"""Bad command-line usage (argparse's convention)."""
+EXIT_UNEXPECTED = 3
+"""An internal error in a terminal verb. Hook verbs never return it (they exit 0)."""
+EXIT_STAND_DOWN = 3
+"""Bridge prerequisite mode only: an intentional stand-down (gate or scope). Never on a
+harness-facing path."""
+EXIT_TIMEOUT = 124
+"""``supervise run``: the command was killed at its budget (like GNU ``timeout``)."""
+EXIT_SIGINT = 130
+EXIT_SIGTERM = 143

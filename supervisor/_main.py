@@ -1,0 +1,75 @@
+"""``supervise`` entry point: one visible dispatch table, one top-level error handler.
+
+Each verb lives in ``supervisor/commands/<verb>.py`` and exposes ``main(argv) -> int``. Only
+the chosen verb's module is imported, so the hook's hot path pays for nothing else.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from ._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE
+
+VERBS: dict[str, str] = {
+    "digest": "run the digest in a terminal (slow hosts, re-runs after a truncation)",
+    "run": "bound any command tree: supervise run [--budget S] -- CMD ARGS",
+    "hook": "session-start hook entry for a harness: supervise hook [HARNESS]",
+    "nudge": "print the one-line nudge for harnesses that can only ask",
+    "status": "show lock owner, completion record, last digest and pending results",
+    "install": "register the hook with a harness: supervise install HARNESS...",
+    "uninstall": "remove our registration from a harness",
+    "doctor": "check registrations, timeouts, state dir and config",
+    "config": "print the effective or the embedded default configuration",
+}
+
+USAGE = "usage: supervise VERB [OPTIONS]  (supervise VERB --help for a verb's options)"
+
+
+def _help() -> str:
+    width = max(len(v) for v in VERBS)
+    lines = [USAGE, "", "verbs:"]
+    lines += [f"  {verb:<{width}}  {text}" for verb, text in VERBS.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``supervise``; return the process exit code (see :mod:`supervisor._exitcodes`)."""
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_help())
+        return EXIT_OK if args else EXIT_USAGE
+    if args[0] == "--version":
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"supervise (watchkeeper) {version('watchkeeper')}")
+        except PackageNotFoundError:
+            print("supervise (watchkeeper) unknown version")
+        return EXIT_OK
+    verb = args[0]
+    if verb not in VERBS:
+        print(f"supervise: unknown verb {verb!r}\n{_help()}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        module = importlib.import_module(f"supervisor.commands.{verb}")
+    except ModuleNotFoundError as err:
+        if err.name != f"supervisor.commands.{verb}":
+            raise
+        print(f"supervise: '{verb}' is not available in this build", file=sys.stderr)
+        return EXIT_FAILURE
+    code: int = module.main(args[1:])
+    return code
+
+
+def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
+    """Console-script wrapper: exit with :func:`main`'s code."""
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except BaseException as err:  # the one top-level handler: one line, no traceback spew
+        print(f"supervise: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        sys.exit(EXIT_UNEXPECTED)

@@ -1,0 +1,95 @@
+"""Shared fixtures: every test is bounded and leaves no process behind.
+
+Each test gets a unique ``WATCHKEEPER_TEST_TOKEN`` in the environment; every process it spawns
+inherits it (stages, deferred runners, fake harnesses). After the test, any live process still
+carrying the token is a leak: it is killed (by pid, processes we started) and the test fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+TOKEN_VAR = "WATCHKEEPER_TEST_TOKEN"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _carriers(token: str) -> list[psutil.Process]:
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get(TOKEN_VAR) == token:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Fail the test if any process it started (directly or not) is still alive after it."""
+    token = uuid.uuid4().hex
+    monkeypatch.setenv(TOKEN_VAR, token)
+    yield token
+    deadline = time.monotonic() + 3.0  # processes on their way out (a kill in flight) get 3 s
+    left = _carriers(token)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    if left:
+        desc = []
+        for p in left:
+            try:
+                desc.append(f"{p.pid} {' '.join(p.cmdline())[:120]}")
+                p.kill()
+            except psutil.Error:
+                pass
+        pytest.fail("test left processes behind: " + "; ".join(desc))
+    # Reap our own zombie children so they do not pile up across tests.
+    for child in psutil.Process().children():
+        try:
+            if child.status() == psutil.STATUS_ZOMBIE:
+                os.waitpid(child.pid, os.WNOHANG)
+        except (psutil.Error, ChildProcessError):
+            pass
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Tests never touch the real $HOME or the user's git config."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "test@example.invalid")
+    for var in ("SUPERVISE_TIMEOUT", "SUPERVISE_GRACE", "SUPERVISE_STATE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    return home
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A fresh git repo with one commit, on branch ``main``."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True)
+    (repo / "README.md").write_text("hello\n")
+    subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "initial"], check=True)
+    return repo
