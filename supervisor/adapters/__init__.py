@@ -1,0 +1,147 @@
+"""Harness adapters: each harness's hook contract and the exact bytes our hook prints for it.
+
+Public door:
+
+- :data:`ADAPTERS`: ``{name: Adapter}`` for the hook-command harnesses (claude, codex, cursor,
+  gemini, qwen, grok).
+- :func:`render`: the exact stdout bytes for a harness (envelope, inline cap).
+- :func:`fit_inline`: cut a digest to an inline cap from the engine's per-stage results.
+- :func:`inline_cap`: a harness's cap, with the config's ``inline_cap`` table applied.
+
+This module is on the hook's hot path: it imports only the adapters' data; JSON and the
+file-writing code load when used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import claude, codex, cursor, gemini, grok, qwen
+from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+
+__all__ = ("ADAPTERS", "Adapter", "HOOK_MARKER", "SHIM_MARKER", "fit_inline", "get",
+           "inline_cap", "is_foreign", "render")
+
+ADAPTERS: dict[str, Adapter] = {
+    a.name: a for a in (claude.ADAPTER, codex.ADAPTER, cursor.ADAPTER, gemini.ADAPTER,
+                        qwen.ADAPTER, grok.ADAPTER)
+}
+"""Registry of hook-command harnesses, by the name used in ``supervise hook NAME``."""
+
+DEFAULT_CAP = 16_000
+"""Inline cap in characters for a harness we have no adapter for (printed as plain text)."""
+
+KINDS = ("digest", "reemit", "nudge", "prompt", "post-tool")
+"""What is being printed: a digest or re-emit (session start; inline cap applies), the nudge
+line, a deferred result delivered by the per-prompt hook, post-tool context (Claude ``Read``)."""
+
+
+def get(harness: str) -> Adapter:
+    """The adapter for ``harness``.
+
+    Raises:
+        KeyError: unknown harness; the message lists the known ones.
+    """
+    try:
+        return ADAPTERS[harness]
+    except KeyError:
+        raise KeyError(f"unknown harness {harness!r} (known: {', '.join(ADAPTERS)})") from None
+
+
+def inline_cap(harness: str, overrides: Mapping[str, int] | None = None) -> int:
+    """``harness``'s inline cap in characters: ``overrides[harness]`` (the config's
+    ``inline_cap`` table) if given, else the adapter's default."""
+    if overrides and harness in overrides:
+        return int(overrides[harness])
+    adapter = ADAPTERS.get(harness)
+    return adapter.inline_cap if adapter else DEFAULT_CAP
+
+
+def is_foreign(harness: str, payload: Mapping[str, object] | None, env: Mapping[str, str]) -> bool:
+    """True when ``harness``'s registration is being run by a different harness.
+
+    Grok loads ``.claude/settings.json`` too (it sets ``GROK_HOOK_EVENT``), and Cursor can load
+    Claude hooks as third-party hooks (its payload has a string ``cursor_version``); the hook
+    should then print nothing, the other harness's own registration does the work.
+    """
+    adapter = ADAPTERS.get(harness)
+    if adapter is None:
+        return False
+    if any(env.get(name) for name in adapter.standdown_env):
+        return True
+    return harness != "cursor" and isinstance((payload or {}).get("cursor_version"), str)
+
+
+def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices: str = "") -> str:
+    """Fit a digest to ``cap`` characters; see :func:`supervisor.adapters._inline.fit_inline`.
+
+    ``parts`` are ``(stage name, stage text)`` in declared order, ``notices`` the banners and
+    notices kept first. Over the cap the whole digest is saved under ``state_dir/digests/`` and
+    each cut stage is replaced by one line naming its size and that file.
+    """
+    total = len(notices) + sum(len(t) + 1 for _, t in parts)
+    if total <= cap:  # fast path: nothing to cut, no file code loaded
+        return "".join(t if t.endswith("\n") else t + "\n" for t in (notices, *(t for _, t in parts)) if t)
+    from ._inline import fit_inline as _fit
+
+    return _fit(parts, cap, state_dir, notices)
+
+
+def _looks_like_json(text: str) -> bool:
+    return text.lstrip()[:1] in ("{", "[")
+
+
+def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
+           cap: int | None = None) -> bytes:
+    """The exact bytes our hook prints on stdout for ``harness``.
+
+    Args:
+        harness: adapter name; an unknown name gets the plain envelope and :data:`DEFAULT_CAP`.
+        text: what the model should see (digest, re-emit, nudge line, deferred result).
+        state_dir: where a digest over the inline cap is saved whole.
+        kind: one of :data:`KINDS`; picks the ``hookEventName`` (``prompt`` -> the harness's
+            per-prompt event, ``post-tool`` -> ``PostToolUse``, else the session event). Every
+            kind but ``nudge`` is held to the inline cap.
+        cap: inline cap in characters (default: :func:`inline_cap` without overrides).
+
+    Returns:
+        ``b""`` for empty or blank text (print nothing). Otherwise, by envelope:
+        ``hook-specific`` (Claude, Codex, Gemini, Qwen): one line of JSON
+        ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``; ``cursor``:
+        ``{"additional_context": T}``; ``plain`` (Grok, unknown): the text, newline-terminated,
+        prefixed by a label line if it would otherwise start like JSON (Codex treats stdout that
+        looks like JSON but does not parse as an error). UTF-8; lone surrogates become U+FFFD.
+
+    Raises:
+        ValueError: unknown ``kind``.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown output kind {kind!r} (one of {', '.join(KINDS)})")
+    if not text.strip():
+        return b""
+    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> '?'
+    limit = cap if cap is not None else inline_cap(harness)
+    if kind != "nudge" and len(text) > limit:
+        from ._inline import fit_inline as _fit, split_sections
+
+        parts, notices = split_sections(text)
+        text = _fit(parts, limit, state_dir, notices)
+    adapter = ADAPTERS.get(harness)
+    envelope = adapter.envelope if adapter else "plain"
+    if envelope == "plain":
+        if _looks_like_json(text):
+            text = "[supervise]\n" + text
+        return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+    import json
+
+    if envelope == "cursor":
+        obj: dict[str, object] = {"additional_context": text}
+    else:
+        assert adapter is not None
+        obj = {"hookSpecificOutput": {"hookEventName": adapter.event_name(kind),
+                                      "additionalContext": text}}
+    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")

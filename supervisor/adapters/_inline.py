@@ -1,0 +1,163 @@
+"""Fit a digest within a harness's inline cap without silently losing anything.
+
+Claude Code replaces hook output over about 10,000 characters with a 2 KB preview (LAB,
+``harnesses.md`` section 1), so each adapter has an inline cap. Over the cap the whole digest
+is written to a file in the state dir, and the inline text keeps, within the cap: a header
+naming the file, the notices and banners, then the stages in declared order; each stage that
+does not fit is replaced by one line naming its size and the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+
+DIGESTS_DIR = "digests"
+"""Sub-folder of the state dir holding whole digests that were over an inline cap."""
+KEEP_DIGESTS = 8
+"""How many saved digests are kept; older ones are removed when a new one is saved."""
+
+_BANNER_RE = re.compile(r"^.*STARTUP TRUNCATED.*$", re.MULTILINE)
+_HEADING_RE = re.compile(r"^## .*$", re.MULTILINE)
+_RULE_RE = re.compile(r"^[=\-─━*#]{8,}\s*$")
+
+
+def _ensure_nl(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
+
+
+def save_full(text: str, state_dir: Path) -> Path:
+    """Write ``text`` to ``<state_dir>/digests/digest-<sha256[:12]>.txt`` atomically.
+
+    The name is content-addressed, so the same digest saved twice is one file and the inline
+    text naming it stays identical. Only the newest :data:`KEEP_DIGESTS` files are kept.
+
+    Returns:
+        The absolute path written.
+
+    Raises:
+        OSError: the state dir cannot be created or written.
+    """
+    folder = state_dir.absolute() / DIGESTS_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    data = text.encode("utf-8", "replace")
+    path = folder / f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".digest-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _prune(folder, keep=path)
+    return path
+
+
+def _prune(folder: Path, keep: Path) -> None:
+    try:
+        files = sorted(folder.glob("digest-*.txt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    except OSError:
+        return
+    for old in files[KEEP_DIGESTS:]:
+        if old != keep:
+            try:
+                old.unlink()
+            except OSError:
+                pass
+
+
+def _cut_line(name: str, size: int, where: str) -> str:
+    return f"[supervise] stage '{name}' ({size:,} characters) is cut from this inline digest: read it in {where}\n"
+
+
+def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices: str = "") -> str:
+    """Return the digest text to print inline, at most ``cap`` characters.
+
+    Args:
+        parts: ``(stage name, stage text)`` in declared order (empty texts are skipped).
+        cap: the harness's inline cap in characters.
+        state_dir: where the whole digest is saved when it is over the cap.
+        notices: notices and banners (read-only notice, truncation banner); kept first.
+
+    Returns:
+        The whole digest unchanged when it fits (notices first, then the parts); otherwise a
+        header naming the saved file, the notices, the stages that fit whole, and one line per
+        cut stage naming its size and the file. Never raises: if the file cannot be written the
+        lines say so and name ``supervise digest`` instead.
+    """
+    parts = [(name, text) for name, text in parts if text]
+    full = "".join(_ensure_nl(t) for t in (notices, *(t for _, t in parts)) if t)
+    if len(full) <= cap:
+        return full
+    try:
+        where = str(save_full(full, state_dir))
+        saved = f"the whole digest is in {where}"
+    except OSError as err:
+        where = "the output of `supervise digest`"
+        saved = f"it could not be saved ({err.strerror or err}); run `supervise digest` to see it all"
+    header = (f"[supervise] This digest is {len(full):,} characters, over the {cap:,}-character "
+              f"inline limit; {saved}. Stages cut below name their size.\n")
+    cuts = [_cut_line(name, len(_ensure_nl(text)), where) for name, text in parts]
+    fixed = len(header) + sum(len(c) for c in cuts)
+    if fixed > cap:
+        # Too many stages to name one per line: one line for all of them.
+        names = ", ".join(name for name, _ in parts)
+        line = f"[supervise] stages cut from this inline digest ({names}): read {where}\n"
+        room = cap - len(header) - len(line)
+        return (header + _ensure_nl(notices)[: max(room, 0)] + line)[:cap]
+    notes = _ensure_nl(notices)
+    if fixed + len(notes) > cap:
+        tail = f"... [notices cut: read {where}]\n"
+        room = max(0, cap - fixed - len(tail))
+        notes = notes[:room] + tail if room else ""
+    out = [header, notes]
+    used = fixed + len(notes)  # every cut line is reserved up front
+    for (name, text), cut in zip(parts, cuts):
+        text = _ensure_nl(text)
+        if used - len(cut) + len(text) <= cap:
+            out.append(text)
+            used += len(text) - len(cut)
+        else:
+            out.append(cut)
+    return "".join(out)
+
+
+def split_sections(text: str) -> tuple[list[tuple[str, str]], str]:
+    """Split a printed digest into ``(parts, notices)`` for :func:`fit_inline`.
+
+    Used when only the digest text is known (not the engine's per-stage results): a section
+    starts at a ``## Title`` line (the stage contract's heading); text before the first heading
+    and a trailing ``STARTUP TRUNCATED`` banner (with the rule line above it) are notices.
+    """
+    notices = []
+    banner = _BANNER_RE.search(text)
+    if banner:
+        start = banner.start()
+        before = text[:start].rstrip("\n").rsplit("\n", 1)
+        if len(before) == 2 and _RULE_RE.match(before[1]):
+            start = len(before[0]) + 1
+        elif len(before) == 1 and _RULE_RE.match(before[0]):
+            start = 0
+        text, banner_text = text[:start], text[start:]
+    else:
+        banner_text = ""
+    heads = list(_HEADING_RE.finditer(text))
+    lead = text[: heads[0].start()] if heads else text
+    parts: list[tuple[str, str]] = []
+    for i, m in enumerate(heads):
+        end = heads[i + 1].start() if i + 1 < len(heads) else len(text)
+        parts.append((m.group(0)[3:].strip() or f"section {i + 1}", text[m.start():end]))
+    if not heads and lead.strip():
+        parts, lead = [("digest", lead)], ""
+    if banner_text.strip():
+        notices.append(_ensure_nl(banner_text))
+    if lead.strip():
+        notices.append(_ensure_nl(lead))
+    return parts, "".join(notices)

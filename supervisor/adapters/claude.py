@@ -1,0 +1,42 @@
+"""Claude Code (observed with 2.1.197; DOC https://code.claude.com/docs/en/hooks#sessionstart).
+
+- Registration: ``.claude/settings.json`` (project) or ``~/.claude/settings.json`` (user),
+  ``{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": C, "timeout": S}]}]}}``;
+  no matcher = every source (startup, resume, clear, compact). Timeout in seconds.
+- Output: exit 0 with ``hookSpecificOutput.additionalContext`` JSON reaches the API as a system
+  message; non-zero exits lose the context. Output over about 10,000 characters is replaced by
+  a 2 KB preview and a file path (LAB: 9,937 chars inlined, 10,137 not), hence the 9,000 cap.
+- ``UserPromptSubmit`` and ``PostToolUse`` take the same envelope with their own event name.
+- Grok and Cursor can load this file too; Grok sets ``GROK_HOOK_EVENT``.
+"""
+
+from __future__ import annotations
+
+from ._base import Adapter
+
+ADAPTER = Adapter(
+    name="claude",
+    title="Claude Code",
+    project_settings=".claude/settings.json",
+    user_settings=".claude/settings.json",
+    shape="groups",
+    session_event="SessionStart",
+    prompt_event="UserPromptSubmit",
+    post_tool_event="PostToolUse",
+    post_tool_matcher="Read",
+    envelope="hook-specific",
+    tier="run",
+    timeout_scale=1,
+    inline_cap=9_000,
+    project_dir_env="CLAUDE_PROJECT_DIR",
+    next_steps=(
+        "Claude Code: nothing else to do; project hooks run without a trust prompt in -p mode, "
+        "and interactive sessions may ask you to approve changed hooks (/hooks).",
+    ),
+    caveats=(
+        "hook output over ~10,000 characters is shown to the model only as a 2 KB preview "
+        "(the inline cap keeps the digest under it)",
+        "a SessionStart text identical to one already in the transcript is not re-injected",
+    ),
+    standdown_env=("GROK_HOOK_EVENT", "GROK_AGENT"),
+)
