@@ -1,0 +1,169 @@
+"""The handoff delivery record: how often an unchanged handoff note was already delivered.
+
+The note itself is never consumed, emptied or truncated by reading it (claude-remember #221:
+read-only and abandoned sessions used to eat the note). Instead a per-machine record in the
+state dir remembers the content fingerprint, the first delivery and a count::
+
+    <state>/memory/handoff.delivered      key=value lines, hand-editable, safe to delete
+    <state>/memory/handoff.lock           flock guarding the read-modify-write
+
+Rules (brief memory.md #6-#8; claude-remember #341/#379 and #842):
+
+- same fingerprint as the record: the note is shown with "already delivered N times since T",
+  N being the deliveries before this one; other sources than ``compact`` store N+1;
+- another fingerprint or no record: count starts again at 1, no note;
+- ``compact`` never writes the record (four compactions after one delivery still say 1): the
+  context lost the note, the note did not become more stale;
+- note missing or blank: the record is removed (at any source);
+- a corrupt or hand-edited record never crashes: a count that is not all digits is 0, leading
+  zeros are decimal (``007`` is 7), unknown keys are ignored;
+- past ``max_redeliveries`` deliveries (0 = no cap) the body is replaced by its path.
+
+Writes are atomic (temp file in the same dir, ``os.replace``) and the whole exchange holds an
+exclusive ``flock``, so concurrent digests neither lose nor double a count.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from collections.abc import Iterator
+
+RECORD_NAME = "handoff.delivered"
+LOCK_NAME = "handoff.lock"
+LOCK_TIMEOUT = 5.0
+"""Seconds to wait for the record lock before going on without the record (never hang)."""
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What to print for the handoff note.
+
+    Attributes:
+        number: which delivery this is for the current content (1 = first).
+        prior: deliveries before this one (0 = none, no note).
+        since: first delivery as stored (local ``YYYY-MM-DD HH:MM``), "" when unknown.
+        problem: a log line when the record could not be used, else "".
+    """
+
+    number: int
+    prior: int
+    since: str
+    problem: str = ""
+
+
+def fingerprint(content: bytes) -> str:
+    """The content fingerprint stored in the record: ``sha256:<hex>``."""
+    return "sha256:" + hashlib.sha256(content).hexdigest()
+
+
+def parse_count(raw: str | None) -> int:
+    """A stored count: all-digit text in base 10 (leading zeros allowed), anything else 0."""
+    raw = (raw or "").strip()
+    return int(raw, 10) if raw.isascii() and raw.isdigit() else 0
+
+
+def read_record(path: Path) -> dict[str, str]:
+    """``key=value`` lines of the record; ``{}`` when missing or unreadable. Never raises."""
+    try:
+        text = path.read_bytes()[:64 * 1024].decode("utf-8", "replace")
+    except OSError:
+        return {}
+    record: dict[str, str] = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, _, value = line.partition("=")
+            record[key.strip()] = value.strip()
+    return record
+
+
+def _write_record(path: Path, fields: dict[str, str]) -> None:
+    body = "# watchkeeper memory stage: handoff delivery record (per machine, safe to delete)\n"
+    body += "".join(f"{k}={v}\n" for k, v in fields.items())
+    fd, tmp = tempfile.mkstemp(prefix=".handoff.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(body)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+@contextmanager
+def _locked(lock_path: Path) -> Iterator[bool]:
+    """Hold an exclusive flock on ``lock_path`` (yields False when it cannot be had in time)."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.01)
+        try:
+            yield True
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _sanitize(value: str) -> str:
+    return " ".join(value.split())[:40]
+
+
+def deliver(state_dir: Path | None, note: Path, content: bytes | None, *, compact: bool) -> Delivery:
+    """Account for one delivery of ``content`` (None or blank = no note) and return what to say.
+
+    ``state_dir`` None means nothing is recorded (every delivery is the first). Never raises:
+    an unusable state dir or a lock held too long gives a first delivery plus a ``problem``.
+    """
+    blank = content is None or not content.strip()
+    if state_dir is None:
+        return Delivery(number=1, prior=0, since="")
+    folder = state_dir / "memory"
+    record_path = folder / RECORD_NAME
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with _locked(folder / LOCK_NAME) as held:
+            if not held:
+                return Delivery(1, 0, "", f"handoff record lock busy > {LOCK_TIMEOUT:g}s; not counted")
+            if blank:
+                record_path.unlink(missing_ok=True)
+                return Delivery(0, 0, "")
+            assert content is not None
+            record = read_record(record_path)
+            fp = fingerprint(content)
+            if record.get("fingerprint") == fp:
+                prior = parse_count(record.get("deliveries"))
+                since = _sanitize(record.get("first_delivered", ""))
+            else:
+                prior, since = 0, ""
+            if compact:
+                # claude-remember #341: a compaction is not a new delivery of the note.
+                return Delivery(number=max(prior, 1), prior=prior, since=since)
+            if not since:
+                since = time.strftime("%Y-%m-%d %H:%M")
+            _write_record(record_path, {
+                "fingerprint": fp,
+                "first_delivered": since,
+                "deliveries": str(prior + 1),
+                "note": str(note),
+            })
+            return Delivery(number=prior + 1, prior=prior, since=since)
+    except OSError as err:
+        return Delivery(1, 0, "", f"handoff record in {folder} unusable: {err}")
