@@ -1,0 +1,46 @@
+"""The truncation banner: what did not finish, what never started, how to re-run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._engine import StageResult
+
+BANNER_PREFIX = "\u25cf STARTUP TRUNCATED".encode()
+_BAR = "\u25cf" + "\u2501" * 71
+
+
+def _fmt_seconds(value: float) -> str:
+    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+
+
+def truncation_banner(budget: float, results: Sequence[StageResult], reason: str | None,
+                      rerun_hint: str | None, started: float, now: float) -> str:
+    """The banner text printed when the budget or a signal ends a digest.
+
+    It names the budget (seconds), each stage that did not finish with its run time and byte
+    count, each stage that never started, and the exact command to re-run with a larger
+    budget (twice the current one). Everything printed above it stays valid.
+    """
+    unfinished = [r for r in results if r.status == "killed"]
+    never = [r for r in results if r.status == "not_started"]
+    why = (f"its {_fmt_seconds(budget)}s budget ran out" if reason in (None, "budget")
+           else f"the supervisor received {reason}")
+    lines = [_BAR,
+             f"\u25cf STARTUP TRUNCATED: the digest stopped after {now - started:.1f}s because "
+             f"{why} (budget {_fmt_seconds(budget)}s).",
+             "\u25cf Everything above is complete up to where each stage stopped."]
+    if unfinished:
+        lines.append("\u25cf Did not finish (killed): " + ", ".join(
+            f"'{r.name}' (ran {r.seconds:.1f}s, {r.bytes} bytes)" for r in unfinished))
+    if never:
+        lines.append("\u25cf Never started: " + ", ".join(f"'{r.name}'" for r in never))
+    if unfinished or never:
+        lines.append("\u25cf Treat what those stages would have shown as UNKNOWN, not as absent.")
+    bigger = _fmt_seconds(max(budget * 2, budget + 30))
+    hint = rerun_hint or "supervise digest"
+    lines.append(f"\u25cf Re-run with a larger budget: {hint} --budget {bigger}")
+    lines.append(_BAR)
+    return "\n".join(lines)

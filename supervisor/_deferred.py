@@ -1,0 +1,292 @@
+"""Deferred stages: detached runners under their own deadline, results delivered exactly once.
+
+A deferred stage (``deferred = true``; network checks and other slow work) never holds up the
+digest. The digest spawns ``python -m supervisor._deferred`` in its own session with all stdio
+on ``/dev/null`` (an inherited stdout would make the harness's capture wait for it: brief,
+supervisor.md §2(d), 2.02 s vs 0.02 s), and never waits. The runner is its own child
+subreaper, applies the same kill rules under its own deadline and writes its result
+atomically to ``<state>/deferred/<stage>/result-<run id>.json``.
+
+Delivery is exactly once: whoever renames a result file to ``delivered-…`` (an atomic
+``rename``) delivers it: the digest that launched it when it is already done, else the next
+prompt hook (:func:`take_undelivered`) or the next digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._config import DigestConfig, StageSpec
+    from ._context import SessionContext
+
+DEFAULT_DEADLINE = 120.0
+"""Seconds a deferred stage may run when it sets no ``timeout``."""
+
+_spawned: set[int] = set()
+
+
+def stage_dir(state_dir: Path, name: str) -> Path:
+    """Where stage ``name``'s deferred records live."""
+    return state_dir / "deferred" / name
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, fsync, rename).
+
+    Raises:
+        OSError: the directory is not writable.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@contextmanager
+def _locked(directory: Path) -> Iterator[None]:
+    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _runner_alive(record: dict[str, Any] | None) -> bool:
+    if not record:
+        return False
+    import psutil
+
+    try:
+        proc = psutil.Process(int(record["pid"]))
+        return (abs(proc.create_time() - float(record["create_time"])) < 0.05
+                and proc.status() != psutil.STATUS_ZOMBIE)
+    except (psutil.Error, KeyError, TypeError, ValueError):
+        return False
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What the digest knows about one deferred stage after launching it."""
+
+    name: str
+    title: str
+    run_id: str | None
+    started: float
+    deadline: float
+    error: str | None = None
+
+
+def launch_all(specs: Sequence[StageSpec], context: SessionContext, config: DigestConfig,
+               run: Any = None) -> list[Launch]:
+    """Start a detached runner for each deferred stage unless one is still running.
+
+    Never raises: a stage that cannot be launched (unwritable state dir, missing program)
+    comes back with ``error`` set, and the digest says so.
+    """
+    from ._engine import stage_argv, stage_env
+
+    launches = []
+    for spec in specs:
+        deadline = spec.timeout or DEFAULT_DEADLINE
+        title = spec.title or spec.name
+        try:
+            directory = stage_dir(context.state_dir, spec.name)
+            directory.mkdir(parents=True, exist_ok=True)
+            with _locked(directory):
+                current = _read_json(directory / "running.json")
+                if _runner_alive(current):
+                    assert current is not None
+                    launches.append(Launch(spec.name, title, str(current.get("run_id")),
+                                           float(current.get("started", time.time())), deadline))
+                    continue
+                run_id = f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+                token = uuid.uuid4().hex
+                argv = stage_argv(spec)
+                cwd = spec.cwd or str(context.project_dir)
+                cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
+                runner = [sys.executable, "-m", "supervisor._deferred", "--dir", str(directory),
+                          "--run-id", run_id, "--name", spec.name, "--deadline", str(deadline),
+                          "--grace", str(config.grace), "--cwd", str(cwd_path),
+                          "--max-output", str(spec.max_output or config.max_output), "--", *argv]
+                devnull = os.devnull
+                pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token), setsid=True,
+                                     file_actions=[(os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
+                                                   (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
+                                                   (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0)])
+                _spawned.add(pid)
+                import psutil
+
+                try:
+                    created = psutil.Process(pid).create_time()
+                except psutil.Error:
+                    created = 0.0
+                now = time.time()
+                write_json_atomic(directory / "running.json", {
+                    "pid": pid, "create_time": created, "run_id": run_id, "started": now,
+                    "deadline": deadline, "name": spec.name, "title": title})
+                launches.append(Launch(spec.name, title, run_id, now, deadline))
+        except Exception as err:  # noqa: BLE001 - reported in the digest, never fatal
+            launches.append(Launch(spec.name, title, None, time.time(), deadline,
+                                   error=f"{type(err).__name__}: {err}"))
+    return launches
+
+
+def spawned_pids() -> set[int]:
+    """Pids of runners this process launched (never killed by the digest's sweeps)."""
+    return set(_spawned)
+
+
+def _claim(path: Path) -> dict[str, Any] | None:
+    """Atomically claim an undelivered result; None when someone else got it first."""
+    target = path.with_name(path.name.replace("result-", "delivered-", 1))
+    try:
+        os.rename(path, target)
+    except OSError:
+        return None
+    data = _read_json(target) or {}
+    for old in path.parent.glob("delivered-*.json"):  # keep only the newest delivered record
+        if old != target:
+            try:
+                old.unlink()
+            except OSError:
+                pass
+    return data
+
+
+def format_result(data: dict[str, Any], *, late: bool) -> str:
+    """The text a delivered result shows: a heading, when it ran, and its output."""
+    name = data.get("name", "?")
+    title = data.get("title") or name
+    status = data.get("status", "?")
+    seconds = float(data.get("seconds", 0.0))
+    when = ""
+    finished = data.get("finished")
+    if isinstance(finished, (int, float)):
+        when = f", finished {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(finished))}"
+    head = (f"## {title} (deferred stage '{name}': {status} in {seconds:.1f}s{when})")
+    note = ("These checks ran AFTER the sections above were composed; they were not part of "
+            "the digest's start." if late else "Ran off the startup path.")
+    output = str(data.get("output", "")).rstrip("\n") or "(no output: nothing to report)"
+    return f"{head}\n{note}\n{output}"
+
+
+def take_undelivered(state_dir: Path) -> list[str]:
+    """Claim every finished, undelivered deferred result; return their texts (oldest first).
+
+    Exactly once across concurrent callers (atomic rename). Fast when there is nothing:
+    one ``listdir`` per deferred stage. Never raises.
+    """
+    texts = []
+    base = state_dir / "deferred"
+    try:
+        stage_dirs = sorted(p for p in base.iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for directory in stage_dirs:
+        for path in sorted(directory.glob("result-*.json")):
+            data = _claim(path)
+            if data is not None:
+                texts.append(format_result(data, late=True))
+    return texts
+
+
+def collect(specs: Sequence[StageSpec], context: SessionContext,
+            launches: Sequence[Launch]) -> list[str]:
+    """Texts the digest shows for its deferred stages, at its end: each finished result not
+    yet delivered (inline), else one ``IN PROGRESS`` line naming what is not yet confirmed."""
+    texts = []
+    for launch in launches:
+        if launch.error is not None:
+            texts.append(f"[supervise] deferred stage '{launch.name}' could not be launched: "
+                         f"{launch.error}")
+            continue
+        directory = stage_dir(context.state_dir, launch.name)
+        delivered_ours = False
+        for path in sorted(directory.glob("result-*.json")):
+            data = _claim(path)
+            if data is None:
+                continue
+            ours = data.get("run_id") == launch.run_id
+            delivered_ours |= ours
+            texts.append(format_result(data, late=not ours))
+        if not delivered_ours:
+            age = time.time() - launch.started
+            texts.append(
+                f"IN PROGRESS: deferred stage '{launch.name}' ({launch.title}) has not finished "
+                f"(running {age:.1f}s of its {launch.deadline:g}s deadline). NOT yet confirmed: "
+                f"{launch.title}. Its result will be delivered once, later (next prompt or next "
+                f"digest); `supervise status` shows it.")
+    return texts
+
+
+# -- the runner -------------------------------------------------------------------------------
+def _runner(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m supervisor._deferred")
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--deadline", required=True, type=float)
+    parser.add_argument("--grace", type=float, default=1.0)
+    parser.add_argument("--cwd", type=Path, default=Path.cwd())
+    parser.add_argument("--max-output", type=int, default=1 << 20)
+    parser.add_argument("command", nargs="+")
+    args = parser.parse_args(argv)
+
+    import anyio
+
+    from . import _tree
+    from ._config import DigestConfig, StageSpec
+    from ._context import SessionContext
+    from ._engine import run_digest
+
+    _tree.enable_subreaper()
+    spec = StageSpec(name=args.name, run=args.command, max_output=args.max_output)
+    config = DigestConfig(budget=args.deadline, grace=args.grace, max_output=args.max_output,
+                          stages=(spec,))
+    context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
+                             source=os.environ.get("SUPERVISE_SOURCE", ""),
+                             mode=os.environ.get("SUPERVISE_MODE", "full"),  # type: ignore[arg-type]
+                             harness=os.environ.get("SUPERVISE_HARNESS", ""),
+                             session_id=os.environ.get("SUPERVISE_SESSION_ID", ""))
+    started = time.time()
+    result = anyio.run(run_digest, config, context)
+    stage = result.stages[0]
+    running = args.dir / "running.json"
+    title = (_read_json(running) or {}).get("title", args.name)
+    write_json_atomic(args.dir / f"result-{args.run_id}.json", {
+        "name": args.name, "title": title, "run_id": args.run_id, "status": stage.status,
+        "exit_code": stage.exit_code, "seconds": round(stage.seconds, 3),
+        "started": started, "finished": time.time(),
+        "output": result.text if result.truncated else stage.output})
+    with _locked(args.dir):
+        if (_read_json(running) or {}).get("run_id") == args.run_id:
+            running.unlink(missing_ok=True)
+    _tree.reap_zombie_children()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_runner())

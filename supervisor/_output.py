@@ -1,0 +1,254 @@
+"""The one output choke point: sinks, UTF-8 hygiene, per-stage and total caps, declared order.
+
+Every byte watchkeeper prints on behalf of a digest goes through :class:`OrderedOutput` into a
+:class:`Sink`. Stages run concurrently; their output comes out in declared order: the first
+unfinished stage streams live, later ones buffer (bounded by their cap) and flush as soon as
+every earlier stage has finished.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import os
+from dataclasses import dataclass, field
+from typing import Protocol, final
+
+CUT_MARKER = "[supervise] OUTPUT CUT"
+
+
+class Sink(Protocol):
+    """Where digest bytes go. ``write`` receives valid UTF-8 and must not raise."""
+
+    def write(self, data: bytes) -> None:
+        """Write ``data`` (valid UTF-8 bytes) in order; never raise."""
+
+
+@final
+class BufferSink:
+    """A sink that keeps everything in memory (hook envelopes, JSON output, tests)."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def write(self, data: bytes) -> None:
+        """Append ``data``."""
+        self._buf += data
+
+    def getvalue(self) -> bytes:
+        """Everything written so far."""
+        return bytes(self._buf)
+
+
+@final
+class StreamSink:
+    """A sink writing to a file descriptor (default 1, stdout), flushed on every write.
+
+    When the reader goes away (``EPIPE``, e.g. ``supervise digest | head -1``) the sink stops
+    echoing, points the fd at ``/dev/null`` so later writes by anyone are harmless, and keeps
+    quiet: deadlines are still enforced and the exit code stays 0 (design rule 13).
+    """
+
+    def __init__(self, fd: int = 1) -> None:
+        self._fd = fd
+        self.broken = False
+
+    def write(self, data: bytes) -> None:
+        """Write all of ``data`` unless the reader has gone away."""
+        view = memoryview(data)
+        while view and not self.broken:
+            try:
+                n = os.write(self._fd, view)
+            except InterruptedError:
+                continue
+            except BrokenPipeError:
+                self._go_dark()
+                return
+            except OSError as err:
+                if err.errno in (errno.EPIPE, errno.EBADF):
+                    self._go_dark()
+                    return
+                raise
+            view = view[n:]
+
+    def _go_dark(self) -> None:
+        self.broken = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._fd)
+            os.close(devnull)
+        except OSError:
+            pass
+
+
+def cut_utf8(data: bytes, limit: int) -> bytes:
+    """The longest prefix of ``data`` of at most ``limit`` bytes that ends on a character
+    boundary (``data`` is valid UTF-8)."""
+    if len(data) <= limit:
+        return data
+    end = limit
+    # Step back over continuation bytes (10xxxxxx) to the start of the cut character.
+    while end > 0 and (data[end] & 0xC0) == 0x80:
+        end -= 1
+    return data[:end]
+
+
+@dataclass
+class _Slot:
+    name: str
+    cap: int
+    title: str | None
+    decoder: codecs.IncrementalDecoder = field(
+        default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
+    )
+    pending: list[bytes] = field(default_factory=list)
+    kept: list[bytes] = field(default_factory=list)
+    raw_bytes: int = 0
+    kept_bytes: int = 0
+    dropped: int = 0
+    done: bool = False
+    header_sent: bool = False
+    last: int = 10  # last byte kept (10 = "\n": nothing yet)
+
+
+class OrderedOutput:
+    """Declared-order multiplexer for concurrent stages with per-stage and total caps.
+
+    Args:
+        sink: where bytes go.
+        slots: ``(name, cap_bytes, title)`` per stage, in declared order.
+        total_cap: bytes the whole digest may print before it is cut (a loud marker names
+            what was cut; cuts land on a UTF-8 boundary).
+    """
+
+    def __init__(self, sink: Sink, slots: list[tuple[str, int, str | None]], total_cap: int,
+                 *, transparent: bool = False) -> None:
+        self._sink = sink
+        self._transparent = transparent  # `supervise run`: bytes only, no notes or fix-ups
+        self._slots = [_Slot(name, cap, title) for name, cap, title in slots]
+        self._head = 0
+        self._total_cap = total_cap
+        self.written = 0
+        self._last = 10
+        self._total_cut: list[str] = []
+
+    # -- raw writes --------------------------------------------------------------------------
+    def _emit(self, data: bytes, owner: str | None) -> None:
+        if not data:
+            return
+        room = self._total_cap - self.written
+        if room <= 0:
+            if owner is not None and owner not in self._total_cut:
+                self._total_cut.append(owner)
+            return
+        if len(data) > room:
+            data = cut_utf8(data, room)
+            if owner is not None and owner not in self._total_cut:
+                self._total_cut.append(owner)
+            if not data:
+                self.written = self._total_cap
+                return
+        self._sink.write(data)
+        self.written += len(data)
+        self._last = data[-1]
+
+    def write_notice(self, text: str) -> None:
+        """Write a notice (READ-ONLY, IN PROGRESS, a banner) outside any stage, on its own line.
+
+        Notices are never cut by the total cap: they say what the digest is missing.
+        """
+        data = text.encode("utf-8", "replace")
+        if not data or self._transparent:
+            return
+        if self._last != 10:
+            data = b"\n" + data
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        self._sink.write(data)
+        self.written += len(data)
+        self._last = 10
+
+    # -- stage output ------------------------------------------------------------------------
+    def feed(self, index: int, raw: bytes) -> None:
+        """Accept raw bytes from stage ``index``; invalid UTF-8 becomes U+FFFD."""
+        slot = self._slots[index]
+        slot.raw_bytes += len(raw)
+        self._keep(index, raw if self._transparent else slot.decoder.decode(raw).encode("utf-8"))
+
+    def _keep(self, index: int, data: bytes) -> None:
+        slot = self._slots[index]
+        if not data:
+            return
+        room = slot.cap - slot.kept_bytes
+        if len(data) > room:
+            part = cut_utf8(data, max(room, 0))
+            slot.dropped += len(data) - len(part)
+            data = part
+            if not data:
+                return
+        if not slot.header_sent and slot.title:
+            slot.header_sent = True
+            self._keep(index, f"## {slot.title}\n".encode())
+        if not self._transparent:
+            slot.kept.append(data)
+        slot.kept_bytes += len(data)
+        slot.last = data[-1]
+        if index == self._head:
+            self._emit(data, slot.name)
+        else:
+            slot.pending.append(data)
+
+    def note(self, index: int, text: str) -> None:
+        """Add a one-line supervisor note to stage ``index``'s output (kept in order)."""
+        slot = self._slots[index]
+        if self._transparent:
+            return
+        line = ("\n" if slot.last != 10 else "") + text.rstrip("\n") + "\n"
+        data = line.encode("utf-8", "replace")
+        slot.kept.append(data)
+        slot.kept_bytes += len(data)
+        slot.last = 10
+        if index == self._head:
+            self._emit(data, slot.name)
+        else:
+            slot.pending.append(data)
+
+    def finish(self, index: int) -> None:
+        """Stage ``index`` has ended: flush its decoder (a cut character becomes U+FFFD), add
+        the cap marker if it was cut, and advance the live head over finished stages."""
+        slot = self._slots[index]
+        if slot.done:
+            return
+        tail = b"" if self._transparent else slot.decoder.decode(b"", final=True).encode("utf-8")
+        self._keep(index, tail)
+        if slot.dropped:
+            self.note(index, f"{CUT_MARKER}: stage '{slot.name}' printed {slot.raw_bytes} bytes; "
+                             f"only the first {slot.cap} are shown (max_output).")
+        elif slot.last != 10 and slot.kept_bytes and not self._transparent:
+            self.note(index, "")
+        slot.done = True
+        while self._head < len(self._slots) and self._slots[self._head].done:
+            self._head += 1
+            if self._head < len(self._slots):
+                head = self._slots[self._head]
+                for chunk in head.pending:
+                    self._emit(chunk, head.name)
+                head.pending.clear()
+
+    def stage_text(self, index: int) -> str:
+        """What stage ``index`` contributed (after its cap), as text."""
+        return b"".join(self._slots[index].kept).decode("utf-8", "replace")
+
+    def stage_bytes(self, index: int) -> tuple[int, bool]:
+        """``(raw bytes received, whether output was cut by the stage cap)``."""
+        slot = self._slots[index]
+        return slot.raw_bytes, slot.dropped > 0
+
+    def total_cut_notice(self) -> str | None:
+        """The loud marker for the total cap, or None when nothing was cut by it."""
+        if not self._total_cut:
+            return None
+        names = ", ".join(f"'{n}'" for n in self._total_cut)
+        return (f"{CUT_MARKER}: the digest reached its {self._total_cap}-byte limit (max_output); "
+                f"output of stage(s) {names} is missing from that point on. Treat what is "
+                f"missing as unread: run the stage directly to see it.")

@@ -1,0 +1,35 @@
+"""``supervise config [--default] [-C DIR]``: print the embedded default or the effective
+configuration (after ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE``) and where it came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    """Print the config; exit 1 with one line when it is invalid."""
+    p = argparse.ArgumentParser(prog="supervise config", description=__doc__)
+    p.add_argument("--default", action="store_true", help="print the embedded default TOML")
+    p.add_argument("--config", type=Path, metavar="FILE")
+    p.add_argument("-C", dest="directory", type=Path, default=Path.cwd(), metavar="DIR")
+    args = p.parse_args(argv)
+    from .._config import default_config_text, load_config
+    from .._errors import ConfigError
+    from .._project import find_project_root
+
+    if args.default:
+        sys.stdout.write(default_config_text())
+        return EXIT_OK
+    try:
+        config = load_config(find_project_root(args.directory), args.config)
+    except ConfigError as err:
+        print(f"supervise: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(f"# from {config.source}")
+    print(json.dumps(config.model_dump(mode="json"), indent=2))
+    return EXIT_OK

@@ -1,0 +1,102 @@
+"""``supervise digest``: run the digest in a terminal (slow hosts, re-runs after a truncation)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``digest`` argument parser."""
+    p = argparse.ArgumentParser(prog="supervise digest", description=__doc__)
+    p.add_argument("--budget", type=float, metavar="S", help="overall budget in seconds")
+    p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
+    p.add_argument("--config", type=Path, metavar="FILE", help="config file to use")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("-C", dest="directory", type=Path, metavar="DIR",
+                   help="run as if started in DIR")
+    return p
+
+
+def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
+    parts = ["supervise", "digest", "-C", str(project)]
+    if args.config is not None:
+        parts += ["--config", str(args.config)]
+    return shlex.join(parts)
+
+
+def main(argv: list[str]) -> int:
+    """Run the digest; exit 0 (also after a truncation), 1 on a bad config, 128+n on a signal."""
+    args = build_parser().parse_args(argv)
+    for flag in ("budget", "grace"):
+        value = getattr(args, flag)
+        if value is not None and not (value >= 0 and value != float("inf")) or (
+                flag == "budget" and value is not None and value <= 0):
+            print(f"supervise digest: --{flag} must be a positive number of seconds", file=sys.stderr)
+            return EXIT_USAGE
+
+    import anyio
+
+    from .. import _tree
+    from .._config import embedded_default, load_config
+    from .._context import SessionContext
+    from .._engine import run_digest
+    from .._errors import ConfigError
+    from .._output import BufferSink, StreamSink
+    from .._project import find_project_root
+    from .._engine import DigestResult
+    from ._common import Aborter, with_signals
+
+    start = args.directory or Path.cwd()
+    if not start.is_dir():
+        print(f"supervise digest: -C {start}: not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    project = find_project_root(start)
+    code = EXIT_OK
+    notice = None
+    try:
+        config = load_config(project, args.config)
+    except ConfigError as err:
+        print(f"supervise: {err}", file=sys.stderr)
+        notice = f"[supervise] config error: {err}; running the embedded default digest instead."
+        config = embedded_default()
+        code = EXIT_FAILURE
+    update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
+    if update:
+        config = config.model_copy(update=update)
+    context = SessionContext.for_project(project)
+    _tree.enable_subreaper()
+    sink = StreamSink(1) if args.format == "text" else BufferSink()
+    if notice and args.format == "text":
+        sink.write(notice.encode() + b"\n")
+    async def body(aborter: Aborter) -> DigestResult:
+        return await run_digest(config, context, sink=sink, abort=aborter.event,
+                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project))
+
+    progress = _progress_printer() if args.format == "text" and sys.stderr.isatty() else None
+    result, aborter = anyio.run(with_signals, body)
+    if progress:
+        progress(result)
+    if args.format == "json":
+        out = StreamSink(1)
+        out.write(result.to_json().encode() + b"\n")
+    _tree.reap_zombie_children()
+    if aborter.signum is not None:
+        return 128 + aborter.signum
+    return code
+
+
+def _progress_printer():  # type: ignore[no-untyped-def]
+    def show(result):  # type: ignore[no-untyped-def]
+        for stage in result.stages:
+            print(f"supervise: {stage.name:<20} {stage.status:<11} {stage.seconds:6.2f}s "
+                  f"{stage.bytes:>8} bytes", file=sys.stderr)
+        state = "TRUNCATED" if result.truncated else "complete"
+        print(f"supervise: digest {state} in {result.seconds:.2f}s (budget {result.budget:g}s)",
+              file=sys.stderr)
+    return show
