@@ -1,0 +1,214 @@
+"""Helpers shared by the ``instructions``, ``repo`` and ``network`` stages (stdlib only).
+
+Stage programs run as ``[python, stages/<name>.py]`` with the script dir on ``sys.path``, so
+they import this module as ``_instr_common``. Nothing here imports anyio or pydantic: a stage
+must start fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Largest instruction file read at all (bytes); bigger ones are named, never read.
+MAX_READ_BYTES = 4 * 1024 * 1024
+
+#: Variables a hook inherits from a running git command that would point our own git calls at
+#: the wrong repository (pre-commit's ``no_git_env`` has the same list, for the same reason).
+GIT_ENV_STRIP = (
+    "GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_NAMESPACE",
+    "GIT_QUARANTINE_PATH", "GIT_EXEC_PATH_OVERRIDE",
+)
+
+
+def warn(message: str) -> None:
+    """One line to stderr (the engine merges it into the stage output; keep it rare)."""
+    sys.stderr.write(f"{os.environ.get('SUPERVISE_STAGE_NAME', 'stage')}: {message}\n")
+
+
+def stage_options() -> dict[str, object]:
+    """``SUPERVISE_STAGE_OPTIONS`` as a dict; invalid JSON warns and yields ``{}``."""
+    raw = os.environ.get("SUPERVISE_STAGE_OPTIONS", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        warn("SUPERVISE_STAGE_OPTIONS is not valid JSON; using the defaults")
+        return {}
+    if not isinstance(value, dict):
+        warn("SUPERVISE_STAGE_OPTIONS is not a JSON object; using the defaults")
+        return {}
+    return value
+
+
+def opt_int(options: dict[str, object], key: str, default: int, minimum: int = 0) -> int:
+    """An integer option; a wrong type or a value below ``minimum`` warns and gives ``default``."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        warn(f"option {key} must be an integer >= {minimum} (got {value!r}); using {default}")
+        return default
+    return value
+
+
+def opt_float(options: dict[str, object], key: str, default: float, minimum: float = 0.0) -> float:
+    """A number option in seconds; a wrong type warns and gives ``default``."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        warn(f"option {key} must be a number >= {minimum} (got {value!r}); using {default}")
+        return float(default)
+    return float(value)
+
+
+def opt_bool(options: dict[str, object], key: str, default: bool) -> bool:
+    """A boolean option; anything but ``true``/``false`` warns and gives ``default``."""
+    value = options.get(key, default)
+    if not isinstance(value, bool):
+        warn(f"option {key} must be true or false (got {value!r}); using {default}")
+        return default
+    return value
+
+
+def opt_strings(options: dict[str, object], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list-of-strings option; anything else warns and gives ``default``."""
+    value = options.get(key, list(default))
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        warn(f"option {key} must be a list of strings (got {value!r}); using the default")
+        return default
+    return tuple(value)
+
+
+def clean_git_env() -> dict[str, str]:
+    """This process's environment without the ``GIT_*`` variables that redirect git, no prompts."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_ENV_STRIP}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # never take index.lock behind the user's back
+    env.setdefault("LC_ALL", "C")
+    return env
+
+
+def find_git_root(start: Path) -> Path | None:
+    """Nearest ancestor of ``start`` (itself included) holding a ``.git`` entry, else None."""
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where the stage looks: ``cwd`` (the harness's working dir), ``root`` (project root,
+    the git top level when in git, else ``cwd``) and ``home``; all absolute, not resolved."""
+
+    cwd: Path
+    root: Path
+    home: Path
+
+    @classmethod
+    def from_env(cls) -> Place:
+        """From ``SUPERVISE_CWD`` (if given) or the process cwd, and ``SUPERVISE_PROJECT_DIR``."""
+        cwd = Path(os.environ.get("SUPERVISE_CWD") or os.getcwd()).absolute()
+        project = os.environ.get("SUPERVISE_PROJECT_DIR", "")
+        root = Path(project).absolute() if project else (find_git_root(cwd) or cwd)
+        if not is_within(cwd, root):
+            root = cwd  # a cwd outside the project: only its own dir counts
+        return cls(cwd=cwd, root=root, home=Path(os.path.expanduser("~")))
+
+    def dirs_root_to_cwd(self) -> list[Path]:
+        """``root``, then each directory down to ``cwd`` (both included)."""
+        rel = self.cwd.relative_to(self.root)
+        dirs = [self.root]
+        for part in rel.parts:
+            dirs.append(dirs[-1] / part)
+        return dirs
+
+    def show(self, path: str | Path) -> str:
+        """``path`` relative to the project root when inside it, else absolute."""
+        p = Path(path)
+        try:
+            return str(p.relative_to(self.root))
+        except ValueError:
+            return str(p)
+
+
+def is_within(path: Path, parent: Path) -> bool:
+    """True when ``path`` is ``parent`` or below it (lexically, no resolution)."""
+    try:
+        path.relative_to(parent)
+    except ValueError:
+        return False
+    return True
+
+
+def real(path: str | Path) -> str:
+    """The real path (symlinks resolved), as a string; the dedup key of instruction files."""
+    return os.path.realpath(path)
+
+
+@dataclass(frozen=True)
+class FileText:
+    """An instruction file read from disk.
+
+    Attributes:
+        text: its content decoded as UTF-8 (invalid bytes replaced by U+FFFD).
+        size: its size in bytes on disk.
+        lossy: True when the bytes were not valid UTF-8 (the text carries replacements).
+    """
+
+    text: str
+    size: int
+    lossy: bool
+
+
+def is_regular(path: str | Path) -> bool:
+    """True for a regular file (symlinks followed); never raises."""
+    try:
+        return Path(path).is_file()
+    except OSError:
+        return False
+
+
+def read_instruction(path: str | Path) -> FileText | None:
+    """Read ``path`` without ever blocking (FIFOs and devices are refused).
+
+    Returns None when the file is missing, unreadable, not a regular file, or larger than
+    :data:`MAX_READ_BYTES` (use :func:`file_size` to name it instead). A leading BOM is dropped.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
+            return None
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        return FileText(data.decode("utf-8"), len(data), False)
+    except UnicodeDecodeError:
+        return FileText(data.decode("utf-8", errors="replace"), len(data), True)
+
+
+def file_size(path: str | Path) -> int:
+    """Size in bytes, or -1 when it cannot be stat'ed."""
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1

@@ -1,0 +1,194 @@
+"""Which instruction files each harness loads by itself, and which ones this stage can supply.
+
+Every function returns a deterministic, ordered list of absolute paths (not resolved), each an
+existing regular file; callers de-duplicate by real path. Sources for each convention:
+
+* Claude Code (code.claude.com/docs/en/memory): managed policy file, ``~/.claude/CLAUDE.md``,
+  ``~/.claude/rules/*.md``, then from the filesystem root down to cwd: ``CLAUDE.md``,
+  ``.claude/CLAUDE.md``, ``.claude/rules/*.md``, ``CLAUDE.local.md``; ``@imports`` expanded.
+  It lives in the system prompt and survives compaction.
+* Codex (openai/codex ``project_doc``): global ``$CODEX_HOME/AGENTS.override.md`` else
+  ``AGENTS.md`` (first non-empty); then from the project root (nearest ``.git``) down to cwd,
+  one file per directory: ``AGENTS.override.md`` > ``AGENTS.md`` > ``project_doc_fallback_filenames``,
+  empty files skipped, no more files once ``project_doc_max_bytes`` (32 KiB) is reached.
+* OpenCode (opencode.ai/docs/rules): ``~/.config/opencode/AGENTS.md`` else ``~/.claude/CLAUDE.md``;
+  from cwd up to the project root, ``AGENTS.md`` else ``CLAUDE.md`` per directory (CLAUDE.md
+  files are skipped with ``OPENCODE_DISABLE_CLAUDE_CODE_PROMPT``, project files with
+  ``OPENCODE_DISABLE_PROJECT_CONFIG``). No imports.
+* Pi (pi-mono ``resource-loader.ts``): the agent dir (``PI_CODING_AGENT_DIR``, default
+  ``~/.pi/agent``), then cwd and every ancestor up to ``/``, one file per directory, the first of
+  ``AGENTS.override.md``, ``AGENTS.md``, ``AGENTS.MD``, ``CLAUDE.md``, ``CLAUDE.MD``. No imports.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from _instr_common import Place, file_size, find_git_root, is_regular, read_instruction
+
+CODEX_PROJECT_DOC_MAX_BYTES = 32 * 1024
+_CLAUDE_DIR_FILES = ("CLAUDE.md", ".claude/CLAUDE.md")
+_PI_CANDIDATES = ("AGENTS.override.md", "AGENTS.md", "AGENTS.MD", "CLAUDE.md", "CLAUDE.MD")
+
+
+def _nonempty(path: Path) -> bool:
+    content = read_instruction(path)
+    return content is not None and bool(content.text.strip())
+
+
+def _rules(directory: Path) -> list[Path]:
+    """``<directory>/*.md`` rule files (recursive, sorted by relative path)."""
+    if not directory.is_dir():
+        return []
+    return sorted((p for p in directory.rglob("*.md") if is_regular(p)),
+                  key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _ancestors_down(cwd: Path) -> list[Path]:
+    """Filesystem root, then each directory down to ``cwd``."""
+    return [*reversed(cwd.parents), cwd]
+
+
+def claude_managed() -> Path:
+    """The managed-policy CLAUDE.md for this OS."""
+    if sys.platform == "darwin":
+        return Path("/Library/Application Support/ClaudeCode/CLAUDE.md")
+    return Path("/etc/claude-code/CLAUDE.md")
+
+
+def claude_loads(place: Place) -> list[Path]:
+    """Files Claude Code loads into its system prompt (before imports)."""
+    out = [claude_managed(), place.home / ".claude" / "CLAUDE.md",
+           *_rules(place.home / ".claude" / "rules")]
+    for d in _ancestors_down(place.cwd):
+        out += [d / "CLAUDE.md", d / ".claude" / "CLAUDE.md", *_rules(d / ".claude" / "rules"),
+                d / "CLAUDE.local.md"]
+    return [p for p in out if is_regular(p)]
+
+
+def codex_home(place: Place) -> Path:
+    return Path(os.environ.get("CODEX_HOME") or place.home / ".codex")
+
+
+def codex_settings(place: Place) -> tuple[tuple[str, ...], int]:
+    """``(project_doc_fallback_filenames, project_doc_max_bytes)`` from Codex's config.toml."""
+    try:
+        with open(codex_home(place) / "config.toml", "rb") as fh:
+            cfg = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return (), CODEX_PROJECT_DOC_MAX_BYTES
+    fallbacks = cfg.get("project_doc_fallback_filenames", [])
+    if not isinstance(fallbacks, list):
+        fallbacks = []
+    cap = cfg.get("project_doc_max_bytes", CODEX_PROJECT_DOC_MAX_BYTES)
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
+        cap = CODEX_PROJECT_DOC_MAX_BYTES
+    return tuple(str(f) for f in fallbacks if isinstance(f, str) and f), cap
+
+
+def codex_loads(place: Place) -> list[Path]:
+    """Files Codex loads: the global one, then its project chain up to its byte cap."""
+    out: list[Path] = []
+    home = codex_home(place)
+    for name in ("AGENTS.override.md", "AGENTS.md"):
+        if is_regular(home / name) and _nonempty(home / name):
+            out.append(home / name)
+            break
+    fallbacks, cap = codex_settings(place)
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    used = 0
+    for d in dirs:
+        if used >= cap:
+            break  # Codex stops adding project docs once its budget is spent
+        for name in ("AGENTS.override.md", "AGENTS.md", *fallbacks):
+            p = d / name
+            if is_regular(p) and _nonempty(p):
+                out.append(p)
+                used += max(file_size(p), 0)
+                break
+    return out
+
+
+def opencode_loads(place: Place) -> list[Path]:
+    """Files OpenCode loads: the global one, then AGENTS.md (else CLAUDE.md) per directory."""
+    no_claude = bool(os.environ.get("OPENCODE_DISABLE_CLAUDE_CODE_PROMPT"))
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or place.home / ".config")
+    out: list[Path] = []
+    for p in (config / "opencode" / "AGENTS.md",
+              *(() if no_claude else (place.home / ".claude" / "CLAUDE.md",))):
+        if is_regular(p):
+            out.append(p)
+            break
+    if os.environ.get("OPENCODE_DISABLE_PROJECT_CONFIG"):
+        return out
+    for d in reversed(place.dirs_root_to_cwd()):  # nearest first, as OpenCode orders them
+        for name in ("AGENTS.md", *(() if no_claude else ("CLAUDE.md",))):
+            if is_regular(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+def pi_loads(place: Place) -> list[Path]:
+    """Files Pi loads: the agent dir's file, then one per directory from ``/`` down to cwd."""
+    agent_dir = Path(os.path.expanduser(os.environ.get("PI_CODING_AGENT_DIR") or "~/.pi/agent"))
+    out: list[Path] = []
+    for d in (agent_dir, *_ancestors_down(place.cwd)):
+        for name in _PI_CANDIDATES:
+            if is_regular(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+#: harness -> (what it loads by itself, whether it expands @imports in those files itself)
+NATIVE = {
+    "claude": (claude_loads, True),
+    "codex": (codex_loads, False),
+    "opencode": (opencode_loads, False),
+    "pi": (pi_loads, False),
+}
+
+
+def agents_chain(place: Place) -> list[Path]:
+    """The AGENTS.md chain, project root down to cwd, Codex precedence (one file per dir)."""
+    out = []
+    for d in place.dirs_root_to_cwd():
+        for name in ("AGENTS.override.md", "AGENTS.md"):
+            if is_regular(d / name) and _nonempty(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+def claude_chain(place: Place) -> list[Path]:
+    """The CLAUDE.md chain, project root down to cwd (CLAUDE.md, .claude/CLAUDE.md, local)."""
+    out = []
+    for d in place.dirs_root_to_cwd():
+        out += [p for p in (*(d / n for n in _CLAUDE_DIR_FILES), d / "CLAUDE.local.md")
+                if is_regular(p)]
+    return out
+
+
+def globals_for(place: Place) -> list[Path]:
+    """User-level files of each convention: Codex's global AGENTS.md and ``~/.claude/CLAUDE.md``."""
+    home = codex_home(place)
+    out = [p for p in (home / "AGENTS.override.md", home / "AGENTS.md") if is_regular(p)][:1]
+    claude = place.home / ".claude" / "CLAUDE.md"
+    return out + ([claude] if is_regular(claude) else [])
+
+
+def supply_chain(place: Place, supply: tuple[str, ...]) -> list[Path]:
+    """Candidate files in emission order: per directory (root first) the AGENTS file, then
+    the CLAUDE files, each convention only when named in ``supply``."""
+    agents = agents_chain(place) if "agents" in supply else []
+    claude = claude_chain(place) if "claude" in supply else []
+    out = []
+    for d in place.dirs_root_to_cwd():
+        out += [p for p in agents if p.parent == d]
+        out += [p for p in claude if p.parent == d or p.parent == d / ".claude"]
+    return out

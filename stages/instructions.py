@@ -1,0 +1,168 @@
+"""Built-in stage ``instructions``: the instruction files the current harness does not load.
+
+Reads ``SUPERVISE_HARNESS`` (empty = a terminal: everything), ``SUPERVISE_SOURCE``,
+``SUPERVISE_PROJECT_DIR`` and ``SUPERVISE_STAGE_OPTIONS``; prints ``## Instructions`` then each
+file whole, or nothing at all when there is nothing to supply. Always exits 0.
+See ``docs/stages/instructions.md`` for the conventions, the options and the caps.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _instr_common import (  # noqa: E402
+    Place, clean_git_env, is_within, opt_bool, opt_int, opt_strings, real, stage_options, warn,
+)
+from _instr_discover import NATIVE, globals_for, supply_chain  # noqa: E402
+from _instr_imports import Entry, Skipped, Walk  # noqa: E402
+
+DEFAULT_MAX_BYTES = 32 * 1024
+DEFAULT_MAX_DEPTH = 5
+MAX_NESTED_LISTED = 20
+LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi"}
+#: Harnesses that get nested AGENTS.md on demand (a read hook or their own loader).
+ON_DEMAND = {"claude", "opencode"}
+
+
+def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
+    """``(top-level files the harness loads, real paths of everything it loads incl. imports)``."""
+    loads, expands = NATIVE.get(harness, (None, False))
+    if loads is None:
+        return [], set()
+    tops = loads(place)
+    if not expands:
+        return tops, {real(p) for p in tops}
+    walk = Walk(known=set(), imports=True, max_depth=max_depth, allowed=lambda _r: True,
+                home=place.home)
+    for p in tops:
+        walk.visit(p)
+    return tops, {e.real for e in walk.entries} | {real(p) for p in tops}
+
+
+def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
+    """The ``files`` option: paths relative to the project root, absolute, or ``~/``."""
+    out = []
+    for name in names:
+        p = Path(os.path.expanduser(name))
+        p = p if p.is_absolute() else place.root / p
+        if p.is_file():
+            out.append(p)
+        else:
+            warn(f"option files: {name} is not a file; skipped")
+    return out
+
+
+def nested_listing(place: Place) -> list[str]:
+    """Paths of AGENTS.md files below cwd (git-tracked or untracked, not ignored), sorted."""
+    try:
+        proc = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+             ":(glob)**/AGENTS.md", ":(glob)**/AGENTS.override.md"],
+            cwd=place.cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    found = sorted({(place.cwd / p).parent for p in proc.stdout.decode("utf-8", "replace").split("\0") if p})
+    return [place.show(d / "AGENTS.md") if (d / "AGENTS.md").is_file() else place.show(d / "AGENTS.override.md")
+            for d in found if d != place.cwd]
+
+
+def main() -> int:
+    options = stage_options()
+    harness = os.environ.get("SUPERVISE_HARNESS", "")
+    source = os.environ.get("SUPERVISE_SOURCE", "")
+    max_bytes = opt_int(options, "max_bytes", DEFAULT_MAX_BYTES)
+    max_depth = opt_int(options, "max_import_depth", DEFAULT_MAX_DEPTH)
+    supply = opt_strings(options, "supply", ("agents", "claude"))
+    place = Place.from_env()
+
+    tops, known = native_files(place, harness, max_depth)
+    root_real = real(place.root)
+    allowed_roots = [real(os.path.expanduser(p)) for p in opt_strings(options, "allow_paths", ())]
+    allow_outside = opt_bool(options, "allow_outside", False)
+
+    def allowed(target_real: str) -> bool:
+        return allow_outside or any(is_within(Path(target_real), Path(r))
+                                    for r in (root_real, *allowed_roots))
+
+    walk = Walk(known=known, imports=opt_bool(options, "imports", True), max_depth=max_depth,
+                allowed=allowed, home=place.home,
+                follow_known=not (harness in NATIVE and NATIVE[harness][1]))
+    if harness in NATIVE and not NATIVE[harness][1]:
+        for p in tops:  # the harness loads these but not their imports: we supply those
+            walk.visit(p, emit=False)
+    candidates = [*(globals_for(place) if opt_bool(options, "global", False) else []),
+                  *supply_chain(place, supply), *extra_files(place, opt_strings(options, "files", ()))]
+    for p in candidates:
+        walk.visit(p)
+
+    nested = nested_listing(place) if opt_bool(options, "list_nested", harness not in ON_DEMAND) else []
+    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested)
+    if text:
+        sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    return 0
+
+
+def render(place: Place, harness: str, source: str, entries: list[Entry], skipped: list[Skipped],
+           max_bytes: int, nested: list[str]) -> str:
+    """The stage output: heading, whole files within ``max_bytes``, then what was left out."""
+    kept: list[Entry] = []
+    left: list[Entry] = []
+    used = 0
+    for e in entries:
+        size = len(e.content.text.encode("utf-8"))
+        if left or used + size > max_bytes:
+            left.append(e)  # whole files only: once one does not fit, the rest are named
+        else:
+            kept.append(e)
+            used += size
+    if not (kept or left or skipped or nested):
+        return ""
+    who = LABELS.get(harness, harness) if harness else ""
+    lines = ["## Instructions"]
+    if source == "compact":
+        lines.append("Re-emitted after compaction: hook-delivered instructions do not survive it."
+                     + (f" Files {who} keeps by itself are not repeated." if who else ""))
+    if kept:
+        scope = f"{who} does not load by itself" if who else "of this project"
+        lines.append(f"Instruction files {scope}, root first (nearer files are more specific);"
+                     f" project root: {place.root}")
+    for e in kept:
+        notes = []
+        if e.importer is not None:
+            notes.append(f"imported by {place.show(e.importer)}")
+        if e.content.lossy:
+            notes.append("not valid UTF-8: decoded with replacement characters")
+        lines.append("")
+        lines.append(f"### {place.show(e.path)}" + (f" ({'; '.join(notes)})" if notes else ""))
+        lines.append(e.content.text.rstrip("\n"))
+    if left:
+        lines += ["", f"Left out to stay within {max_bytes} bytes (read them directly):"]
+        lines += [f"- {e.path} ({e.content.size} bytes)" for e in left]
+    if skipped:
+        lines += ["", "Not included:"]
+        lines += [f"- {s.what}" + (f" in {place.show(s.path)}" if s.path and s.what.startswith("@") else "")
+                  + f": {s.reason}" for s in skipped]
+    if nested:
+        shown = nested[:MAX_NESTED_LISTED]
+        lines += ["", "Nested instruction files (read the one covering a subtree before working in it):"]
+        lines += [f"- {p}" for p in shown]
+        if len(nested) > len(shown):
+            lines.append(f"- ... and {len(nested) - len(shown)} more")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as err:  # a stage exits 0 on every internal failure (memory.md req. 20)
+        warn(f"internal error: {type(err).__name__}: {err}")
+        sys.exit(0)
