@@ -74,6 +74,8 @@ class Adapter(NamedTuple):
         caveats: known limits, for ``doctor`` and the docs.
         standdown_env: environment variables meaning "another harness is running this
             registration" (Grok also loads ``.claude/settings.json``).
+        default_timeout: the harness's own hook timeout in seconds when none is registered
+            (None: not documented).
     """
 
     name: str
@@ -95,6 +97,7 @@ class Adapter(NamedTuple):
     next_steps: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
     standdown_env: tuple[str, ...] = ()
+    default_timeout: float | None = None
 
     @property
     def scopes(self) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ ADAPTER = Adapter(
     post_tool_event="PostToolUse",
     post_tool_matcher="Read",
     envelope="hook-specific",
+    default_timeout=600.0,
     tier="run",
     timeout_scale=1,
     inline_cap=9_000,

@@ -22,6 +22,7 @@ ADAPTER = Adapter(
     session_event="SessionStart",
     prompt_event="UserPromptSubmit",
     envelope="hook-specific",
+    default_timeout=600.0,
     tier="run",
     timeout_scale=1,
     inline_cap=16_000,

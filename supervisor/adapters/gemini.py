@@ -22,6 +22,7 @@ ADAPTER = Adapter(
     prompt_event="BeforeAgent",
     session_matcher="",
     envelope="hook-specific",
+    default_timeout=60.0,
     tier="run",
     timeout_scale=1000,
     inline_cap=16_000,

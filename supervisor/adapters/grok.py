@@ -21,6 +21,7 @@ ADAPTER = Adapter(
     session_event="SessionStart",
     prompt_event=None,
     envelope="plain",
+    default_timeout=30.0,
     tier="nudge",
     timeout_scale=1,
     inline_cap=2_000,

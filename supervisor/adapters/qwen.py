@@ -20,6 +20,7 @@ ADAPTER = Adapter(
     session_event="SessionStart",
     prompt_event="UserPromptSubmit",
     envelope="hook-specific",
+    default_timeout=60.0,
     tier="run",
     timeout_scale=1000,
     inline_cap=16_000,

@@ -1,0 +1,270 @@
+"""Read, merge, un-merge and write a harness's hook settings file (JSON).
+
+Used by ``install``, ``uninstall`` and ``doctor``; never on the hook's hot path. Every other key
+and every hook of the user is preserved; ours are recognised by :func:`is_ours` (the command
+holds ``-m supervisor hook``, the ``supervise-hook`` shim, or ``supervise hook``). Writes are
+atomic (temp file + ``os.replace`` in the same folder, mode kept, a symlink's target written).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._errors import ConfigError
+from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
+
+_PLAIN_RE = re.compile(r"(^|[\s/\"'])supervise hook(\s|$)")
+
+
+class Entry(NamedTuple):
+    """One handler to register: event name, matcher (None = key omitted), command, timeout
+    (already in the harness's unit)."""
+
+    event: str
+    matcher: str | None
+    command: str
+    timeout: int
+
+
+def is_ours(command: object) -> bool:
+    """True when a registered ``command`` is a watchkeeper hook."""
+    if not isinstance(command, str):
+        return False
+    return HOOK_MARKER in command or SHIM_MARKER in command or bool(_PLAIN_RE.search(command))
+
+
+def find_project_dir(start: Path) -> Path:
+    """The git top level containing ``start``, else ``start`` itself (absolute)."""
+    try:
+        out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return start.absolute()
+    top = out.stdout.strip()
+    return Path(top) if out.returncode == 0 and top else start.absolute()
+
+
+def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
+                  env: dict[str, str] | None = None) -> Path:
+    """The settings file ``install`` edits for ``adapter`` at ``scope``.
+
+    Codex's user layer follows ``CODEX_HOME`` when it is set (``$CODEX_HOME/hooks.json``).
+
+    Raises:
+        ValueError: the harness has no file for that scope.
+    """
+    env = os.environ if env is None else env
+    if adapter.name == "codex" and scope == "user" and env.get("CODEX_HOME"):
+        return Path(env["CODEX_HOME"]) / "hooks.json"
+    return adapter.settings_path(scope, project_dir, home)
+
+
+def read_settings(path: Path) -> dict[str, Any] | None:
+    """Parse ``path``; None when it does not exist; ``{}`` when empty or blank.
+
+    Raises:
+        ConfigError: not valid JSON, not a JSON object, or unreadable (one line; the file is
+            never touched).
+    """
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    if not text.strip():
+        return {}
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: "
+                          f"{err.msg}); fix or remove it, it was left untouched") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object at the top level; left untouched")
+    return data
+
+
+def write_settings(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as 2-space-indented JSON plus a newline, atomically.
+
+    Raises:
+        OSError: the folder cannot be created or written.
+    """
+    target = path.resolve() if path.is_symlink() else path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode: int | None = target.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _table(data: dict[str, Any], key: str, path: Path, kind: type, create: bool) -> Any:
+    value = data.get(key)
+    if value is None:
+        if not create:
+            return None
+        value = data[key] = kind()
+    if not isinstance(value, kind):
+        raise ConfigError(f"{path}: key '{key}' is not a JSON {'object' if kind is dict else 'array'}; "
+                          "left untouched")
+    return value
+
+
+def _strip_ours(groups: list[Any], shape: str) -> list[Any]:
+    """``groups`` without our handlers; a group emptied by that is dropped."""
+    kept: list[Any] = []
+    for group in groups:
+        if shape == "cursor":
+            if not (isinstance(group, dict) and is_ours(group.get("command"))):
+                kept.append(group)
+            continue
+        handlers = group.get("hooks") if isinstance(group, dict) else None
+        if not isinstance(handlers, list):
+            kept.append(group)
+            continue
+        mine = [h for h in handlers if isinstance(h, dict) and is_ours(h.get("command"))]
+        if not mine:
+            kept.append(group)
+            continue
+        rest = [h for h in handlers if h not in mine]
+        if rest:
+            kept.append({**group, "hooks": rest})
+    return kept
+
+
+def merge(data: dict[str, Any], adapter: Adapter, entries: list[Entry], path: Path) -> dict[str, Any]:
+    """A copy of ``data`` with exactly our ``entries`` registered (older ones of ours replaced).
+
+    Installing twice gives an equal result; another hook of the user is never changed.
+
+    Raises:
+        ConfigError: ``hooks`` or an event's value has the wrong JSON type.
+    """
+    new = copy.deepcopy(data)
+    if adapter.shape == "cursor":
+        new.setdefault("version", 1)
+    hooks = _table(new, "hooks", path, dict, create=True)
+    for event in dict.fromkeys(e.event for e in entries):
+        groups = _table(hooks, event, path, list, create=True)
+        groups = _strip_ours(groups, adapter.shape)
+        for entry in (e for e in entries if e.event == event):
+            if adapter.shape == "cursor":
+                groups.append({"command": entry.command, "timeout": entry.timeout})
+            else:
+                group: dict[str, Any] = {} if entry.matcher is None else {"matcher": entry.matcher}
+                group["hooks"] = [{"type": "command", "command": entry.command, "timeout": entry.timeout}]
+                groups.append(group)
+        hooks[event] = groups
+    return new
+
+
+def remove(data: dict[str, Any], adapter: Adapter, path: Path) -> tuple[dict[str, Any], int]:
+    """A copy of ``data`` without our handlers, and how many were removed.
+
+    An event list or the ``hooks`` table left empty by the removal is dropped too (so install
+    then uninstall gives back the original object when it had no hooks table).
+
+    Raises:
+        ConfigError: ``hooks`` is not a JSON object.
+    """
+    new = copy.deepcopy(data)
+    hooks = _table(new, "hooks", path, dict, create=False)
+    if not hooks:
+        return new, 0
+    removed = 0
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        kept = _strip_ours(groups, adapter.shape)
+        count = sum(len(ours(g, adapter.shape)) for g in groups)
+        if count:
+            removed += count
+            if kept:
+                hooks[event] = kept
+            else:
+                del hooks[event]
+    if removed and not hooks:
+        del new["hooks"]
+        if adapter.shape == "cursor" and new == {"version": 1}:
+            new = {}
+    return new, removed
+
+
+def ours(group: Any, shape: str) -> list[dict[str, Any]]:
+    """Our handlers in one registration group (Cursor: the entry itself when it is ours)."""
+    if not isinstance(group, dict):
+        return []
+    if shape == "cursor":
+        return [group] if is_ours(group.get("command")) else []
+    handlers = group.get("hooks")
+    if not isinstance(handlers, list):
+        return []
+    return [h for h in handlers if isinstance(h, dict) and is_ours(h.get("command"))]
+
+
+def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[dict[str, Any]]]:
+    """``{event: [our handler, ...]}`` found in ``data`` (events without ours are absent)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    hooks = (data or {}).get("hooks")
+    if not isinstance(hooks, dict):
+        return found
+    for event, groups in hooks.items():
+        if isinstance(groups, list):
+            handlers = [h for g in groups for h in ours(g, adapter.shape)]
+            if handlers:
+                found[event] = handlers
+    return found
+
+
+def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | None:
+    """Append ``pattern`` to the repo's ``info/exclude`` unless it is already there.
+
+    Returns:
+        The exclude file's path when a line was added, None when nothing was needed (not a git
+        repo, or the pattern is present). Errors writing the file are returned as None too: a
+        missing exclude line is reported by ``doctor``, not fatal to ``install``.
+    """
+    try:
+        out = subprocess.run(["git", "-C", str(project_dir), "rev-parse", "--git-path", "info/exclude"],
+                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if out.returncode != 0 or not out.stdout.strip():
+        return None
+    exclude = Path(out.stdout.strip())
+    if not exclude.is_absolute():
+        exclude = project_dir / exclude
+    name = pattern.strip("/")
+    try:
+        lines = exclude.read_text("utf-8").splitlines() if exclude.exists() else []
+        if any(line.strip().strip("/") == name for line in lines):
+            return None
+        exclude.parent.mkdir(parents=True, exist_ok=True)
+        with exclude.open("a", encoding="utf-8") as f:
+            if lines and not exclude.read_text("utf-8").endswith("\n"):
+                f.write("\n")
+            f.write(pattern + "\n")
+    except OSError:
+        return None
+    return str(exclude)

@@ -1,0 +1,146 @@
+"""``supervise install HARNESS... [--scope project|user] [--project DIR]``.
+
+Merges our hook registration into each harness's own settings file (see
+:mod:`supervisor.adapters`), preserving every other key and hook, idempotently; adds the state
+dir to ``.git/info/exclude``; prints what the harness needs beyond the file (trust).
+
+Registered commands never depend on ``PATH``: they run this interpreter by absolute path,
+``<python> -P -m supervisor hook HARNESS`` (``-P``: a ``supervisor/`` folder in the project
+cannot shadow the package), quoted for the shell. Timeouts exceed the digest budget by
+:data:`~supervisor.adapters._base.TIMEOUT_MARGIN` seconds, in the harness's unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+from pathlib import Path
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from ..adapters import ADAPTERS, Adapter
+from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
+
+USAGE = "supervise install HARNESS... [--scope project|user] [--project DIR]"
+
+
+def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
+    """The shared argument parser of ``install`` and ``uninstall``."""
+    p = argparse.ArgumentParser(prog=prog, description=verb_help)
+    p.add_argument("harnesses", nargs="+", metavar="HARNESS",
+                   help=f"one or more of: {', '.join(ADAPTERS)}, or 'all'")
+    p.add_argument("--scope", choices=("project", "user"), default="project",
+                   help="project settings (default) or the user's settings in $HOME")
+    p.add_argument("--project", type=Path, default=None,
+                   help="project root (default: the git top level of the current directory)")
+    return p
+
+
+def pick(names: list[str]) -> list[Adapter] | str:
+    """Adapters for ``names`` (``all`` = every one), or an error message."""
+    if "all" in names:
+        return list(ADAPTERS.values())
+    unknown = [n for n in names if n not in ADAPTERS]
+    if unknown:
+        return f"unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)}, all)"
+    return [ADAPTERS[n] for n in dict.fromkeys(names)]
+
+
+def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None) -> str:
+    """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``)."""
+    argv = [python or sys.executable, "-P", "-m", "supervisor", "hook", adapter.name]
+    if event:
+        argv += ["--event", event]
+    else:
+        argv += list(adapter.extra_args)
+    return shlex.join(argv)
+
+
+def session_timeout(budget: float) -> float:
+    """Seconds to register for the session-start hook: the budget plus the margin."""
+    return float(math.ceil(budget) + TIMEOUT_MARGIN)
+
+
+def entries(adapter: Adapter, budget: float, python: str | None = None) -> list:
+    """The handlers ``install`` registers for ``adapter`` (see :class:`_settings.Entry`)."""
+    from ..adapters._settings import Entry
+
+    out = [Entry(adapter.session_event, adapter.session_matcher, hook_command(adapter, python=python),
+                 adapter.timeout_value(session_timeout(budget)))]
+    if adapter.prompt_event:
+        out.append(Entry(adapter.prompt_event, None, hook_command(adapter, "prompt", python),
+                         adapter.timeout_value(PROMPT_TIMEOUT)))
+    if adapter.post_tool_event:
+        out.append(Entry(adapter.post_tool_event, adapter.post_tool_matcher,
+                         hook_command(adapter, "post-tool", python), adapter.timeout_value(PROMPT_TIMEOUT)))
+    return out
+
+
+def project_budget(project_dir: Path) -> tuple[float, str | None]:
+    """The digest budget in seconds for ``project_dir`` and a warning when the config is bad."""
+    from .._config import DEFAULT_BUDGET, load_config
+    from .._errors import ConfigError
+
+    try:
+        return load_config(project_dir).budget, None
+    except ConfigError as err:
+        return DEFAULT_BUDGET, f"warning: {err}; registered timeouts assume the default budget"
+
+
+def _rel(path: Path, project_dir: Path) -> str:
+    try:
+        return str(path.relative_to(project_dir))
+    except ValueError:
+        return str(path)
+
+
+def main(argv: list[str]) -> int:
+    """Install each named harness; exit 1 if any settings file was refused, 2 on bad usage."""
+    from ..adapters import _settings
+
+    args = parser("supervise install", "register the watchkeeper hook with harnesses").parse_args(argv)
+    adapters = pick(args.harnesses)
+    if isinstance(adapters, str):
+        print(f"supervise install: {adapters}", file=sys.stderr)
+        return EXIT_USAGE
+    project_dir = _settings.find_project_dir(args.project or Path.cwd())
+    budget, warning = project_budget(project_dir)
+    if warning:
+        print(warning, file=sys.stderr)
+    home = Path.home()
+    failed = False
+    steps: list[str] = []
+    for adapter in adapters:
+        scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
+        if scope != args.scope:
+            print(f"{adapter.name}: {adapter.title} reads hooks from {scope} settings only; using --scope {scope}")
+        path = _settings.settings_path(adapter, scope, project_dir, home)
+        try:
+            data = _settings.read_settings(path)
+            new = _settings.merge(data or {}, adapter, entries(adapter, budget), path)
+            if new == data:
+                print(f"{adapter.name}: already installed in {_rel(path, project_dir)} (unchanged)")
+            else:
+                _settings.write_settings(path, new)
+                events = ", ".join(dict.fromkeys(e.event for e in entries(adapter, budget)))
+                print(f"{adapter.name}: registered {events} in {_rel(path, project_dir)}")
+        except Exception as err:  # ConfigError, OSError: one line, the file untouched
+            from .._errors import ConfigError
+
+            if not isinstance(err, (ConfigError, OSError)):
+                raise
+            msg = str(err) if isinstance(err, ConfigError) else f"{path}: cannot write: {err.strerror or err}"
+            print(f"supervise install: {adapter.name}: {msg}", file=sys.stderr)
+            failed = True
+            continue
+        steps += adapter.next_steps
+    added = _settings.add_git_exclude(project_dir)
+    if added:
+        print(f"added /.supervise/ to {_rel(Path(added), project_dir)}")
+    if steps:
+        print("next steps:")
+        for step in dict.fromkeys(steps):
+            print(f"  - {step}")
+        print("  - run `supervise doctor` to check the registration, timeouts and config.")
+    return EXIT_FAILURE if failed else EXIT_OK

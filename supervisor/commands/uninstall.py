@@ -1,0 +1,59 @@
+"""``supervise uninstall HARNESS... [--scope project|user] [--project DIR]``.
+
+Removes only our handlers (recognised by the command, see
+:func:`supervisor.adapters._settings.is_ours`) from each harness's settings file; every other
+key and hook stays. A settings file left holding nothing is removed. Idempotent.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .._errors import ConfigError
+from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from ..adapters import _settings
+from .install import _rel, parser, pick
+
+
+def main(argv: list[str]) -> int:
+    """Uninstall each named harness; exit 1 if a settings file was refused, 2 on bad usage."""
+    args = parser("supervise uninstall", "remove the watchkeeper hook from harnesses").parse_args(argv)
+    adapters = pick(args.harnesses)
+    if isinstance(adapters, str):
+        print(f"supervise uninstall: {adapters}", file=sys.stderr)
+        return EXIT_USAGE
+    project_dir = _settings.find_project_dir(args.project or Path.cwd())
+    home = Path.home()
+    failed = False
+    for adapter in adapters:
+        scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
+        path = _settings.settings_path(adapter, scope, project_dir, home)
+        where = _rel(path, project_dir)
+        try:
+            data = _settings.read_settings(path)
+            if data is None:
+                print(f"{adapter.name}: nothing to remove ({where} does not exist)")
+                continue
+            new, removed = _settings.remove(data, adapter, path)
+            if not removed:
+                print(f"{adapter.name}: nothing to remove in {where}")
+                continue
+            if new:
+                _settings.write_settings(path, new)
+            else:
+                path.unlink()
+                try:  # the harness folder install created (.codex/ ...), only when now empty
+                    path.parent.rmdir()
+                except OSError:
+                    pass
+            print(f"{adapter.name}: removed {removed} watchkeeper hook(s) from {where}"
+                  + ("" if new else " (the file held nothing else and was removed)"))
+        except ConfigError as err:
+            print(f"supervise uninstall: {adapter.name}: {err}", file=sys.stderr)
+            failed = True
+        except OSError as err:
+            print(f"supervise uninstall: {adapter.name}: {path}: cannot write: {err.strerror or err}",
+                  file=sys.stderr)
+            failed = True
+    return EXIT_FAILURE if failed else EXIT_OK
