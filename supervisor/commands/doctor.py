@@ -1,0 +1,260 @@
+"""``supervise doctor [HARNESS...] [--project DIR]``: is everything in place for the hook to work?
+
+One line per check, ``ok``, ``warn`` (a caveat the tool cannot verify or fix) or ``FAIL`` with
+its fix on the same line. Exit 1 if any check fails, else 0.
+
+Checks: the config loads; the state dir is writable and git-ignored; each configured stage's
+program is found; per harness (the ones named, else every one with a registration of ours):
+the registration is present, its command works without ``PATH``, its timeout exceeds the budget
+(:data:`MIN_HEADROOM` seconds, so the budget ends first and the banner is seen), the per-prompt
+and post-tool hooks are there, and the harness's trust caveats (Codex trust is read from its
+``config.toml``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK
+from ..adapters import ADAPTERS, Adapter, _settings
+
+MIN_HEADROOM = 5.0
+"""Seconds a registered session-start timeout must exceed the digest budget by."""
+
+
+class Check(NamedTuple):
+    """One result line: ``status`` is ``ok``, ``warn`` or ``FAIL``; ``fix`` only for FAIL."""
+
+    status: str
+    subject: str
+    text: str
+    fix: str = ""
+
+    def line(self) -> str:
+        """The printed line."""
+        fix = f" -> fix: {self.fix}" if self.fix else ""
+        return f"{self.status:<4}  {self.subject}: {self.text}{fix}"
+
+
+def _config_checks(project: Path) -> tuple[list[Check], Any]:
+    from .._config import load_config
+    from .._errors import ConfigError
+
+    try:
+        config = load_config(project)
+    except ConfigError as err:
+        return [Check("FAIL", "config", str(err), "correct the file named above "
+                      "(`supervise config --default` prints a valid example)")], None
+    return [Check("ok", "config", f"{config.source} is valid (budget {config.budget:g}s, "
+                  f"{len(config.stages)} stages)")], config
+
+
+def _stage_checks(config: Any, project: Path) -> list[Check]:
+    from .._builtins import builtin_argv
+    from .._errors import ConfigError
+
+    checks = []
+    for stage in config.stages:
+        subject = f"stage {stage.name}"
+        if stage.builtin is not None:
+            try:
+                builtin_argv(stage.builtin)
+            except ConfigError as err:
+                checks.append(Check("FAIL", subject, str(err), f"fix 'builtin' in {config.source}"))
+                continue
+            checks.append(Check("ok", subject, f"built-in '{stage.builtin}' found"))
+            continue
+        program = "/bin/sh" if stage.shell else stage.run[0]
+        base = project / stage.cwd if stage.cwd else project
+        if "/" in program:
+            path = Path(program) if Path(program).is_absolute() else base / program
+            found = str(path) if path.is_file() and os.access(path, os.X_OK) else None
+        else:
+            found = shutil.which(program, path=stage.env.get("PATH", os.environ.get("PATH")))
+        if found:
+            checks.append(Check("ok", subject, f"program {program} found ({found})"))
+        else:
+            checks.append(Check("FAIL", subject, f"program {program!r} not found or not executable",
+                                f"install it, or correct 'run' of stage '{stage.name}' in {config.source}"))
+    return checks
+
+
+def _state_checks(project: Path) -> list[Check]:
+    from .._context import state_dir_for
+
+    state = state_dir_for(project)
+    checks = []
+    if state.is_symlink():
+        return [Check("FAIL", "state dir", f"{state} is a symlink",
+                      f"remove the symlink (`rm {shlex.quote(str(state))}`); it is recreated")]
+    try:
+        state.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=state, prefix=".doctor-"):
+            pass
+        checks.append(Check("ok", "state dir", f"{state} is writable"))
+    except OSError as err:
+        checks.append(Check("FAIL", "state dir", f"{state} is not writable ({err.strerror or err})",
+                            "make it writable by this user, or set SUPERVISE_STATE_DIR"))
+    try:
+        inside = state.resolve().is_relative_to(project.resolve())
+        rc = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(state) + "/"],
+                            capture_output=True, timeout=10, stdin=subprocess.DEVNULL).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return checks
+    if inside and rc == 1:
+        checks.append(Check("FAIL", "state dir", f"{state.name}/ is not git-ignored",
+                            "add /.supervise/ to .git/info/exclude (`supervise install` does)"))
+    elif inside and rc == 0:
+        checks.append(Check("ok", "state dir", f"{state.name}/ is git-ignored"))
+    return checks
+
+
+def _command_check(adapter: Adapter, command: str, project: Path) -> Check:
+    subject = f"{adapter.name}"
+    try:
+        argv = shlex.split(command)
+    except ValueError as err:
+        return Check("FAIL", subject, f"registered command cannot be parsed ({err})",
+                     f"supervise install {adapter.name}")
+    env = {**os.environ, **({adapter.project_dir_env: str(project)} if adapter.project_dir_env else {})}
+    program = os.path.expandvars(argv[0]) if argv else ""
+    if adapter.project_dir_env:
+        program = program.replace(f"${adapter.project_dir_env}", str(project))
+    if not os.path.isabs(program):
+        return Check("FAIL", subject, f"registered command starts with {program!r}, which depends on PATH",
+                     f"supervise install {adapter.name} (registers an absolute interpreter)")
+    if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+        return Check("FAIL", subject, f"registered program {program} is missing or not executable",
+                     f"supervise install {adapter.name} (from the environment watchkeeper is installed in)")
+    if "-m" in argv and "supervisor" in argv:
+        try:
+            probe = subprocess.run([program, "-P", "-c", "import supervisor.commands.hook"],
+                                   capture_output=True, timeout=30, stdin=subprocess.DEVNULL, env=env,
+                                   cwd=project)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return Check("FAIL", subject, f"{program} did not run ({err})", f"supervise install {adapter.name}")
+        if probe.returncode != 0:
+            tail = (probe.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
+            return Check("FAIL", subject, f"{program} cannot import watchkeeper ({tail})",
+                         f"supervise install {adapter.name} from the environment watchkeeper is installed in")
+    return Check("ok", subject, f"hook command works without PATH ({program})")
+
+
+def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> Check:
+    raw = handler.get("timeout")
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        seconds: float | None = adapter.timeout_seconds(raw)
+        what = f"timeout {seconds:g}s"
+    else:
+        seconds, what = adapter.default_timeout, "no timeout registered (harness default)"
+        if seconds is None:
+            return Check("warn", adapter.name, f"{what}; the harness's default is not documented")
+    if seconds >= budget + MIN_HEADROOM:
+        return Check("ok", adapter.name, f"{what} is above the budget {budget:g}s")
+    return Check("FAIL", adapter.name, f"{what} is not above the budget {budget:g}s + {MIN_HEADROOM:g}s: "
+                 "the harness kills the hook before the banner", f"supervise install {adapter.name} "
+                 f"(registers budget + 60s), or lower 'budget'")
+
+
+def _codex_trust(path: Path, project: Path) -> list[Check]:
+    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    try:
+        with (home / "config.toml").open("rb") as f:
+            conf = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError):
+        conf = {}
+    checks = []
+    if path.is_relative_to(project):
+        level = conf.get("projects", {}).get(str(project), {}).get("trust_level")
+        if level != "trusted":
+            checks.append(Check("warn", "codex", f"project {project} is not trusted in {home}/config.toml, "
+                                "so Codex ignores .codex/hooks.json"))
+    states = conf.get("hooks", {}).get("state", {})
+    if not any(str(k).startswith(f"{path}:") and isinstance(v, dict) and v.get("trusted_hash")
+               for k, v in states.items()):
+        checks.append(Check("warn", "codex", "the hooks are not trusted yet; Codex skips untrusted hooks: "
+                            "trust them in `codex` -> /hooks"))
+    return checks
+
+
+def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool) -> list[Check]:
+    found: list[tuple[Path, dict[str, list[dict[str, Any]]]]] = []
+    checks: list[Check] = []
+    for scope in adapter.scopes:
+        path = _settings.settings_path(adapter, scope, project, Path.home())
+        try:
+            data = _settings.read_settings(path)
+        except Exception as err:  # ConfigError: one line
+            checks.append(Check("FAIL", adapter.name, str(err), "fix the JSON (install refuses to edit it)"))
+            continue
+        regs = _settings.registered(data, adapter)
+        if regs:
+            found.append((path, regs))
+    if not found:
+        if named or checks:
+            checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
+                                f"supervise install {adapter.name}"))
+        return checks
+    for path, regs in found:
+        session = regs.get(adapter.session_event, [])
+        if not session:
+            checks.append(Check("FAIL", adapter.name, f"{path}: no {adapter.session_event} hook of ours",
+                                f"supervise install {adapter.name}"))
+            continue
+        checks.append(Check("ok", adapter.name, f"{adapter.session_event} registered in {path}"))
+        checks.append(_command_check(adapter, str(session[0].get("command", "")), project))
+        checks.append(_timeout_check(adapter, session[0], budget))
+        for event, what in ((adapter.prompt_event, "per-prompt (deferred results)"),
+                            (adapter.post_tool_event, "post-tool (nested instructions)")):
+            if event and event not in regs:
+                checks.append(Check("FAIL", adapter.name, f"{what} hook {event} missing in {path}",
+                                    f"supervise install {adapter.name}"))
+            elif event:
+                checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
+        if adapter.name == "codex":
+            checks += _codex_trust(path, project)
+    checks += [Check("warn", adapter.name, caveat) for caveat in adapter.caveats]
+    return checks
+
+
+def main(argv: list[str]) -> int:
+    """Run every check and print one line each; exit 1 if any failed."""
+    p = argparse.ArgumentParser(prog="supervise doctor", description="check registrations, timeouts, "
+                                "state dir and config")
+    p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join(ADAPTERS)})")
+    p.add_argument("--project", type=Path, default=None, help="project root (default: git top level)")
+    args = p.parse_args(argv)
+    unknown = [h for h in args.harnesses if h not in ADAPTERS]
+    if unknown:
+        print(f"supervise doctor: unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)})",
+              file=sys.stderr)
+        return 2
+    project = _settings.find_project_dir(args.project or Path.cwd())
+    checks, config = _config_checks(project)
+    from .._config import DEFAULT_BUDGET
+
+    budget = config.budget if config is not None else DEFAULT_BUDGET
+    checks += _state_checks(project)
+    if config is not None:
+        checks += _stage_checks(config, project)
+    names = args.harnesses or list(ADAPTERS)
+    harness_checks = [c for name in names
+                      for c in _harness_checks(ADAPTERS[name], project, budget, bool(args.harnesses))]
+    if not harness_checks:
+        harness_checks = [Check("FAIL", "harness", "no watchkeeper registration found for any harness",
+                                f"supervise install HARNESS ({', '.join(ADAPTERS)})")]
+    checks += harness_checks
+    for check in checks:
+        print(check.line())
+    failed = sum(c.status == "FAIL" for c in checks)
+    print(f"{failed} problem(s) found" if failed else "all checks passed")
+    return EXIT_FAILURE if failed else EXIT_OK
