@@ -1,0 +1,196 @@
+"""Who runs us: a psutil ancestry walk, one harness matcher, process identities.
+
+A process is identified by ``(pid, create_time)``, never by pid alone, so a recycled pid is
+not mistaken for the process that took the lock (a known weakness of pid-only lock files).
+``create_time`` is psutil's (seconds since the epoch, derived from boot time); two readings
+of the same process are compared with :data:`CREATE_TIME_TOLERANCE` seconds of slack because
+the boot time psutil derives can drift by a clock tick on some kernels (WSL2, NTP steps).
+
+The walk (:func:`ancestry`) climbs with ``Process.parent()``; a vanished, zombie or
+access-denied parent simply ends it. :func:`find_harness` applies one matcher to every
+hop (first :data:`HARNESS_HOPS` parents): a non-Claude match ends the walk (innermost wins);
+a Claude match keeps climbing through contiguous Claude processes and the outermost is the
+owner, because Claude Code runs hooks from helper processes that are themselves named
+``claude`` (hook shell -> bg-pty-host -> claude -> claude).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+import psutil
+
+HARNESS_HOPS = 16
+"""Parents examined when looking for the harness process."""
+OWNER_HOPS = 64
+"""Parents examined when checking whether a lock owner is one of our ancestors."""
+NUDGE_HOPS = 8
+"""Parents examined by the nudge's "the digest already ran here" check."""
+CREATE_TIME_TOLERANCE = 1.0
+"""Seconds two ``create_time`` readings of one process may differ by."""
+
+HARNESSES: dict[str, str] = {
+    "claude": "claude",
+    "codex": "codex",
+    "cursor-agent": "cursor",
+    "pi": "pi",
+    "opencode": "opencode",
+    "gemini": "gemini",
+    "qwen": "qwen",
+    "grok": "grok",
+}
+"""Executable name -> harness name (``SUPERVISE_HARNESS``)."""
+
+_PACKAGES: dict[str, str] = {
+    "@anthropic-ai/claude-code": "claude",
+    "@openai/codex": "codex",
+    "@mariozechner/pi-coding-agent": "pi",
+    "opencode-ai": "opencode",
+    "@google/gemini-cli": "gemini",
+    "@qwen-code/qwen-code": "qwen",
+    "@vibe-kit/grok-cli": "grok",
+    "grok-dev": "grok",
+}
+"""npm packages whose entry script a ``node``/``bun`` process runs."""
+
+_RUNTIMES = frozenset({"node", "nodejs", "bun", "deno"})
+# Claude's native installer runs `.../claude/versions/2.1.197`: the name is the version.
+_VERSIONED = re.compile(r"(?:^|/)(" + "|".join(map(re.escape, HARNESSES)) + r")/versions/[^/]+$")
+
+
+@dataclass(frozen=True)
+class ProcessId:
+    """One process: ``pid`` and its ``create_time`` (seconds since the epoch)."""
+
+    pid: int
+    create_time: float
+
+    def same(self, other: ProcessId) -> bool:
+        """Same pid and the same start (within :data:`CREATE_TIME_TOLERANCE` seconds)."""
+        return self.pid == other.pid and abs(self.create_time - other.create_time) <= CREATE_TIME_TOLERANCE
+
+
+@dataclass(frozen=True)
+class HarnessProcess:
+    """The harness process that owns a session: identity, harness name, process name."""
+
+    ident: ProcessId
+    harness: str
+    name: str
+
+
+def _basename(path: str) -> str:
+    return path.rstrip("/").rsplit("/", 1)[-1]
+
+
+def match_harness(name: str, cmdline: list[str] | tuple[str, ...]) -> str | None:
+    """The harness a process is, from its name and argv, or ``None``.
+
+    Matches: the process name or ``argv[0]``'s basename is a harness executable
+    (:data:`HARNESSES`, ``claude*`` too); ``argv[0]`` is Claude's versioned native binary;
+    or a ``node``/``bun``/``deno`` process runs a harness package or a script named like one.
+    """
+    argv0 = cmdline[0] if cmdline else ""
+    for candidate in (name, _basename(argv0)):
+        if candidate in HARNESSES:
+            return HARNESSES[candidate]
+        if candidate.lower().startswith("claude"):
+            return "claude"
+    found = _VERSIONED.search(argv0)
+    if found:
+        return HARNESSES[found.group(1)]
+    if name in _RUNTIMES or _basename(argv0) in _RUNTIMES:
+        for arg in cmdline[1:4]:
+            for package, harness in _PACKAGES.items():
+                if f"/{package}/" in arg or arg.startswith(package + "/"):
+                    return harness
+            base = _basename(arg)
+            if base in HARNESSES:
+                return HARNESSES[base]
+    return None
+
+
+def identify(pid: int) -> ProcessId | None:
+    """``(pid, create_time)`` of a live, non-zombie process, else ``None``."""
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+        return ProcessId(pid, proc.create_time())
+    except (psutil.Error, OSError):
+        return None
+
+
+def is_alive(ident: ProcessId) -> bool:
+    """True when the process ``ident`` names still runs (same pid and the same start time)."""
+    now = identify(ident.pid)
+    return now is not None and now.same(ident)
+
+
+def ancestry(hops: int = OWNER_HOPS, start: int | None = None) -> list[psutil.Process]:
+    """``start`` (default: us) then up to ``hops`` parents, stopping at a vanished,
+    inaccessible or repeated process. Never raises."""
+    chain: list[psutil.Process] = []
+    try:
+        proc: psutil.Process | None = psutil.Process(os.getpid() if start is None else start)
+    except (psutil.Error, OSError):
+        return chain
+    seen: set[int] = set()
+    while proc is not None and proc.pid not in seen and len(chain) <= hops:
+        chain.append(proc)
+        seen.add(proc.pid)
+        try:
+            proc = proc.parent()
+        except (psutil.Error, OSError):
+            break
+    return chain
+
+
+def ancestor_ids(chain: list[psutil.Process]) -> list[ProcessId]:
+    """Identities of ``chain`` (processes that vanished meanwhile are left out)."""
+    out = []
+    for proc in chain:
+        try:
+            out.append(ProcessId(proc.pid, proc.create_time()))
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def _describe(proc: psutil.Process) -> tuple[str, list[str]]:
+    try:
+        name = proc.name()
+    except (psutil.Error, OSError):
+        name = ""
+    try:
+        cmdline = proc.cmdline()
+    except (psutil.Error, OSError):
+        cmdline = []
+    return name, cmdline
+
+
+def find_harness(chain: list[psutil.Process]) -> HarnessProcess | None:
+    """The harness owning this session among the first :data:`HARNESS_HOPS` parents of ``chain``.
+
+    ``chain[0]`` (ourselves) is not examined. For Claude, the outermost of a contiguous run
+    of Claude processes; for any other harness, the innermost match.
+    """
+    found: HarnessProcess | None = None
+    for proc in chain[1:HARNESS_HOPS + 1]:
+        name, cmdline = _describe(proc)
+        harness = match_harness(name, cmdline)
+        if found is not None:
+            if harness != "claude":
+                break
+        elif harness is None:
+            continue
+        try:
+            ident = ProcessId(proc.pid, proc.create_time())
+        except (psutil.Error, OSError):
+            break
+        found = HarnessProcess(ident, harness, name)
+        if harness != "claude":
+            break
+    return found

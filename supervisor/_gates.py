@@ -1,0 +1,99 @@
+"""Gates and scope: when the hook must stay silent (no output, no lock, no state, exit 0).
+
+* **Gate**: we run inside a review/gate agent (for example no-mistakes), which must not take
+  the helm of the project it reviews. Detected by an environment variable from
+  ``config.gate_env`` being *set* (even empty), or by the git common dir matching a glob in
+  ``config.gate_common_dirs`` (default ``*/.no-mistakes/repos/*.git``: the gate works in a
+  worktree of its own bare clone).
+* **Scope**: a linked git worktree (``git worktree add``) is usually a worker's checkout, not
+  the primary session, so the hook stays out of it unless the worktree carries the marker file
+  :data:`PRIMARY_MARKER` (a regular file at its top level) or the config says
+  ``scope = "any"``.
+
+Everything here reads files only (no ``git`` subprocess): it is on the hook's hot path.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from pathlib import Path
+
+from ._config import DigestConfig
+
+PRIMARY_MARKER = ".supervise-primary"
+"""A regular file at a linked worktree's top level that opts it into the session protocol."""
+
+
+def _read_gitdir_file(dotgit: Path) -> Path | None:
+    try:
+        text = dotgit.read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            target = Path(line.removeprefix("gitdir:").strip())
+            return (dotgit.parent / target) if not target.is_absolute() else target
+    return None
+
+
+def git_dirs(top: Path) -> tuple[Path, Path] | None:
+    """``(git_dir, common_dir)`` of the work tree at ``top``, both resolved, or ``None``.
+
+    ``git_dir`` is ``top/.git`` or where a ``.git`` file points; ``common_dir`` follows the
+    git dir's ``commondir`` file when present (linked worktrees), else equals ``git_dir``.
+    """
+    dotgit = top / ".git"
+    if dotgit.is_dir():
+        git_dir: Path | None = dotgit
+    elif dotgit.is_file():
+        git_dir = _read_gitdir_file(dotgit)
+    else:
+        git_dir = None
+    if git_dir is None:
+        return None
+    common = git_dir
+    try:
+        raw = (git_dir / "commondir").read_text("utf-8").strip()
+        if raw:
+            common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
+    except OSError:
+        pass
+    try:
+        return git_dir.resolve(), common.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def gate_reason(config: DigestConfig, project_dir: Path, env: dict[str, str] | None = None) -> str:
+    """Why this is a gate agent (``""`` when it is not)."""
+    env = dict(os.environ) if env is None else env
+    for name in config.gate_env:
+        if name in env:
+            return f"gate environment variable {name} is set"
+    dirs = git_dirs(project_dir)
+    if dirs is not None:
+        common = str(dirs[1])
+        for pattern in config.gate_common_dirs:
+            if fnmatch.fnmatchcase(common, pattern):
+                return f"git common dir {common} matches gate pattern {pattern!r}"
+    return ""
+
+
+def scope_reason(config: DigestConfig, project_dir: Path) -> str:
+    """Why ``project_dir`` is outside the primary scope (``""`` when it is inside)."""
+    if config.scope == "any":
+        return ""
+    dirs = git_dirs(project_dir)
+    if dirs is None or dirs[0] == dirs[1]:
+        return ""
+    marker = project_dir / PRIMARY_MARKER
+    if marker.is_file() and not marker.is_symlink():
+        return ""
+    return (f"{project_dir} is a linked git worktree without {PRIMARY_MARKER} "
+            "(create that file there, or set scope = \"any\")")
+
+
+def stand_down_reason(config: DigestConfig, project_dir: Path, env: dict[str, str] | None = None) -> str:
+    """The gate or scope reason to stay silent, or ``""`` to go on."""
+    return gate_reason(config, project_dir, env) or scope_reason(config, project_dir)

@@ -1,0 +1,208 @@
+"""The hook payload: a bounded read of stdin, pydantic models, the source and the project dir.
+
+A harness hands its hook a JSON object on stdin. We read it with a bound (at most
+:data:`READ_TIMEOUT` seconds and :data:`MAX_PAYLOAD` bytes) because a hook that waits on a
+pipe nobody closes would stall the session start. No stdin, a TTY, a pipe never closed, more
+than the byte bound, invalid JSON, binary junk and any JSON value that is not an object all
+mean "no payload" (:func:`read_payload` returns ``None``); none of them is an error.
+
+Shapes (see the brief's harness notes):
+
+* Claude Code, Codex, Gemini, Qwen, Grok: ``session_id``, ``transcript_path``, ``cwd``,
+  ``hook_event_name``, ``source`` (+ extra keys such as ``model``, ``prompt_id``).
+* Cursor ``sessionStart``: no ``source``, no ``cwd``; ``workspace_roots`` (list of paths),
+  ``conversation_id``/``session_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from ._project import find_project_root
+
+READ_TIMEOUT = 1.0
+"""Seconds the hook waits, in total, for the payload on stdin."""
+MAX_PAYLOAD = 1024 * 1024
+"""Bytes; a payload longer than this is ignored entirely (it cannot be trusted to parse)."""
+
+SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
+"""The recognized ``source`` values, matched exactly (no case folding, no stripping)."""
+
+PROJECT_DIR_ENV: tuple[str, ...] = ("CLAUDE_PROJECT_DIR", "CURSOR_PROJECT_DIR", "GEMINI_PROJECT_DIR")
+"""Environment variables a harness sets to the project directory, in the order we trust them."""
+
+
+def _keep_typed(data: Any, fields: dict[str, type]) -> Any:
+    """Drop known keys whose value has the wrong JSON type, so a bad field never fails the model."""
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    for key, kind in fields.items():
+        if key in out and not isinstance(out[key], kind):
+            del out[key]
+    return out
+
+
+class HookPayload(BaseModel):
+    """The Claude/Codex/Gemini-shaped SessionStart payload; unknown keys are kept, not rejected.
+
+    A known key with a value of the wrong type is dropped (treated as absent) rather than
+    failing: a harness that sends ``"source": 5`` gets an unrecognized source, not a crash.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    session_id: str | None = None
+    transcript_path: str | None = None
+    cwd: str | None = None
+    hook_event_name: str | None = None
+    source: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tolerate(cls, data: Any) -> Any:
+        return _keep_typed(data, {k: str for k in ("session_id", "transcript_path", "cwd",
+                                                   "hook_event_name", "source")})
+
+
+class CursorPayload(BaseModel):
+    """Cursor's ``sessionStart`` payload: no ``source``, the project in ``workspace_roots[0]``."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    session_id: str | None = None
+    conversation_id: str | None = None
+    hook_event_name: str | None = None
+    transcript_path: str | None = None
+    workspace_roots: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tolerate(cls, data: Any) -> Any:
+        data = _keep_typed(data, {"session_id": str, "conversation_id": str,
+                                  "hook_event_name": str, "transcript_path": str,
+                                  "workspace_roots": list})
+        if isinstance(data, dict) and "workspace_roots" in data:
+            data["workspace_roots"] = [r for r in data["workspace_roots"] if isinstance(r, str)]
+        return data
+
+
+Payload = HookPayload | CursorPayload
+
+
+def read_stdin_bounded(fd: int = 0, *, timeout: float = READ_TIMEOUT,
+                       max_bytes: int = MAX_PAYLOAD) -> bytes | None:
+    """Read ``fd`` until EOF within ``timeout`` seconds and ``max_bytes`` bytes.
+
+    Returns:
+        The bytes read, or ``None`` when there is no usable stdin: ``fd`` closed or invalid,
+        a TTY, EOF not reached in time (a pipe never closed), or more than ``max_bytes``.
+    Never raises for I/O reasons.
+    """
+    if fd == 0 and sys.stdin is None:
+        return None  # started with fd 0 closed: whatever holds fd 0 now is not our stdin
+    try:
+        if os.isatty(fd):
+            return None
+    except OSError:
+        return None
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            ready, _, _ = select.select([fd], [], [], left)
+            if not ready:
+                return None
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > max_bytes:
+                return None
+            chunks.append(chunk)
+    except (OSError, ValueError):
+        return None
+
+
+def decode_payload(raw: bytes | None) -> dict[str, Any] | None:
+    """Parse ``raw`` as a JSON object; anything else (junk, arrays, strings, empty) is ``None``."""
+    if not raw:
+        return None
+    try:
+        value = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | None:
+    """Validate a decoded payload into :class:`HookPayload` or, for Cursor, :class:`CursorPayload`.
+
+    Cursor is chosen when ``harness == "cursor"`` or the object has ``workspace_roots`` and no
+    ``source``. Returns ``None`` for ``None``.
+    """
+    if data is None:
+        return None
+    if harness == "cursor" or ("workspace_roots" in data and "source" not in data):
+        return CursorPayload.model_validate(data)
+    return HookPayload.model_validate(data)
+
+
+def read_payload(harness: str = "", fd: int = 0) -> Payload | None:
+    """Bounded read of stdin, decode and validate; ``None`` means "no payload"."""
+    return parse_payload(decode_payload(read_stdin_bounded(fd)), harness)
+
+
+def recognize_source(value: object) -> str:
+    """``value`` if it is exactly one of :data:`SOURCES`, else ``""`` (unrecognized)."""
+    return value if isinstance(value, str) and value in SOURCES else ""
+
+
+def payload_source(payload: Payload | None) -> str:
+    """The recognized source from the payload's top-level ``source`` key, or ``""``."""
+    if isinstance(payload, HookPayload):
+        return recognize_source(payload.source)
+    return ""
+
+
+def payload_session_id(payload: Payload | None) -> str:
+    """The harness session id as given (display only; never a path part), or ``""``."""
+    if isinstance(payload, HookPayload):
+        return payload.session_id or ""
+    if isinstance(payload, CursorPayload):
+        return payload.session_id or payload.conversation_id or ""
+    return ""
+
+
+def project_dir(payload: Payload | None, env: dict[str, str] | None = None,
+                cwd: Path | None = None) -> Path:
+    """The project directory the harness runs in, resolved to its git top level.
+
+    Order: payload ``cwd``, Cursor ``workspace_roots[0]``, ``CLAUDE_PROJECT_DIR``,
+    ``CURSOR_PROJECT_DIR``, ``GEMINI_PROJECT_DIR``, then ``cwd`` (default: the current
+    directory). A candidate that is not an existing absolute directory is skipped.
+    """
+    env = dict(os.environ) if env is None else env
+    candidates: list[str] = []
+    if isinstance(payload, HookPayload) and payload.cwd:
+        candidates.append(payload.cwd)
+    if isinstance(payload, CursorPayload) and payload.workspace_roots:
+        candidates.append(payload.workspace_roots[0])
+    candidates += [env[name] for name in PROJECT_DIR_ENV if env.get(name)]
+    for raw in candidates:
+        path = Path(raw)
+        if path.is_absolute() and path.is_dir():
+            return find_project_root(path)
+    return find_project_root(cwd or Path.cwd())

@@ -1,0 +1,264 @@
+"""The session protocol: route a hook event, take or check the lock, run the digest or re-emit.
+
+Routing (product spec §2; ``docs/session-protocol.md`` gives the reasons):
+
+==================== =============================================================
+source               action
+==================== =============================================================
+startup, new         full digest
+clear, compact       re-emit if this session proved a complete start, else full
+resume, reload, fork nudge
+unrecognized (``""``) full digest
+==================== =============================================================
+
+A full start takes the lock (:mod:`supervisor._lock`) or, when a live foreign session holds
+it, runs **read-only**: ``exclusive`` stages are skipped and a READ-ONLY notice is written
+first, through the same sink as the digest. Only a locked full start whose every stage
+completed writes the completion record that a later re-emit needs.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from . import _ancestry, _lock
+from ._context import SessionContext
+
+if TYPE_CHECKING:
+    from ._config import DigestConfig
+    from ._engine import DigestResult
+
+Action = Literal["full", "reemit", "nudge"]
+
+ROUTES: dict[str, Action] = {
+    "startup": "full", "new": "full",
+    "clear": "reemit", "compact": "reemit",
+    "resume": "nudge", "reload": "nudge", "fork": "nudge",
+}
+LAST_DIGEST_FILE = "last-digest.json"
+_REEMIT_RESERVE = 512
+"""Bytes of the re-emit budget kept for the fixed label and size lines."""
+
+
+def route(source: str) -> Action:
+    """The action for a recognized source; ``""`` (unrecognized) and anything else is full."""
+    return ROUTES.get(source, "full")
+
+
+class StageSummary(BaseModel):
+    """One stage of the last digest, as ``supervise status`` shows it (seconds, bytes)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    name: str
+    status: str
+    exit_code: int | None = None
+    seconds: float = 0.0
+    bytes: int = 0
+    truncated: bool = False
+
+
+class LastDigest(BaseModel):
+    """Summary of the last digest this project's hook ran (``last-digest.json``)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    finished_at: float
+    source: str
+    mode: str
+    harness: str
+    session_id: str
+    seconds: float
+    truncated: bool
+    complete: bool
+    stages: tuple[StageSummary, ...] = ()
+
+
+@dataclass(frozen=True)
+class SessionOutcome:
+    """What the hook prints (``text``, rendered per harness by the adapters) and how."""
+
+    text: str
+    kind: str  # "digest", "reemit" or "nudge"
+    mode: str = "full"
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def owner_line(record: _lock.LockRecord) -> str:
+    """``claude pid 123 (session abc), since 2026-01-01 00:00:00 UTC``."""
+    sid = f" (session {record.session_id})" if record.session_id else ""
+    return f"{record.harness or 'terminal'} pid {record.pid}{sid}, since {_when(record.acquired_at)}"
+
+
+def read_only_notice(why: str, exclusive: list[str]) -> str:
+    """The READ-ONLY notice that opens a read-only digest."""
+    skipped = (f"Stages marked exclusive were skipped: {', '.join(exclusive)}."
+               if exclusive else "No stage is marked exclusive, so nothing was skipped.")
+    return ("READ-ONLY SESSION - LOCK OWNERSHIP NOT VERIFIED\n"
+            f"{why}\n{skipped}\n"
+            "Do not act as the session that holds the helm (no exclusive work) until this is "
+            "resolved.\n\n")
+
+
+def _run_engine(config: DigestConfig, context: SessionContext, notice: str,
+                only: list[str] | None) -> tuple[DigestResult, str]:
+    """Run the engine's digest into a buffer; return ``(result, text as printed)``.
+
+    ``notice`` goes first through the same sink as the digest (the one output choke point).
+    SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
+    of killing us mid-write.
+    """
+    import anyio
+
+    from . import _tree
+    from ._engine import run_digest
+    from ._output import BufferSink
+    from .commands._common import Aborter, with_signals
+
+    sink = BufferSink()
+    if notice:
+        sink.write(notice.encode("utf-8"))
+    hint = shlex.join(["supervise", "digest", "-C", str(context.project_dir)])
+
+    async def body(aborter: Aborter) -> DigestResult:
+        return await run_digest(config, context, sink=sink, only=only, abort=aborter.event,
+                                abort_reason=aborter.reason, rerun_hint=hint)
+
+    _tree.enable_subreaper()
+    try:
+        result, _ = anyio.run(with_signals, body)
+    finally:
+        _tree.reap_zombie_children()
+    return result, sink.getvalue().decode("utf-8", "replace")
+
+
+def _save_last_digest(state_dir: Path, result: DigestResult, context: SessionContext) -> None:
+    stages = tuple(StageSummary(name=s.name, status=s.status, exit_code=s.exit_code,
+                                seconds=s.seconds, bytes=s.bytes, truncated=s.truncated)
+                   for s in result.stages)
+    record = LastDigest(finished_at=time.time(), source=context.source, mode=context.mode,
+                        harness=context.harness, session_id=context.session_id,
+                        seconds=result.seconds, truncated=result.truncated,
+                        complete=result.complete, stages=stages)
+    try:
+        _lock.write_record(state_dir / LAST_DIGEST_FILE, record)
+    except Exception:  # noqa: BLE001 - a summary for `status` must never break the hook
+        pass
+
+
+def compose_reemit(config: DigestConfig, result: DigestResult, context: SessionContext) -> str:
+    """The labelled re-emit text: reemit stages' output under ``config.reemit_budget`` bytes.
+
+    A block that would overflow the budget is replaced by one line naming the stage and how
+    to read it directly. Why a budget: a 306 KB re-emit once caused a compaction loop.
+    """
+    names = [s.name for s in config.stages if s.reemit]
+    skipped = [s.name for s in config.stages if not s.reemit]
+    budget = config.reemit_budget
+    head = (f"SESSION START (CONTEXT RE-EMIT after {context.source or 'a context reset'}) - "
+            f"{context.project_dir}\n"
+            "This session already completed its full session-start digest; only the stages "
+            "marked reemit are repeated below.\n"
+            + (f"NOT repeated: {', '.join(skipped)} (run `supervise digest` to see them again).\n"
+               if skipped else "Every stage is marked reemit.\n")
+            + "\n")
+    parts = [head]
+    used = len(head.encode())
+    limit = max(budget - _REEMIT_RESERVE, 0)
+    by_name = {s.name: s for s in result.stages}
+    for name in names:
+        stage = by_name.get(name)
+        block = stage.output if stage is not None else ""
+        if stage is not None and stage.status not in ("ok", "skipped"):
+            block += f"{'' if not block or block.endswith(chr(10)) else chr(10)}({name}: {stage.status})\n"
+        size = len(block.encode())
+        if used + size > limit:
+            block = (f"RE-EMIT BUDGET: {name} omitted ({size} bytes would exceed the {budget}-byte "
+                     f"re-emit budget). Read it directly: supervise digest\n")
+        elif block and not block.endswith("\n"):
+            block += "\n"
+        parts.append(block)
+        used += len(block.encode())
+    if result.truncated:
+        parts.append("RE-EMIT TRUNCATED: the re-emit hit its time budget; run `supervise digest`.\n")
+    total = sum(len(p.encode()) for p in parts)
+    parts.append(f"RE-EMIT SIZE: {total} of {budget} bytes.\n")
+    return "".join(parts)
+
+
+def run_session(config: DigestConfig, context: SessionContext, *, take_lock: bool = False) -> SessionOutcome:
+    """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
+
+    Never raises for state problems (they make the session read-only with the reason). Engine
+    or config errors propagate to the command, which states them and exits 0.
+    """
+    action = route(context.source)
+    if action == "nudge":
+        from ._nudge import NUDGE_TEXT, digest_ran_here
+
+        silent = digest_ran_here(context.state_dir, _ancestry.ancestry(_ancestry.NUDGE_HOPS))
+        return SessionOutcome("" if silent else NUDGE_TEXT, "nudge")
+    chain = _ancestry.ancestry()
+    ancestors = _ancestry.ancestor_ids(chain)
+    harness_proc = _ancestry.find_harness(chain)
+    harness = context.harness or (harness_proc.harness if harness_proc else "")
+    session_id = context.session_id
+    if action == "reemit":
+        view = _lock.read_state(context.state_dir)
+        if _lock.proven_start(view, ancestors, session_id):
+            ctx = _with(context, mode="reemit", harness=harness)
+            only = [s.name for s in config.stages if s.reemit]
+            result, _ = _run_engine(config, ctx, "", only)
+            _save_last_digest(context.state_dir, result, ctx)
+            return SessionOutcome(compose_reemit(config, result, ctx), "reemit", "reemit")
+    exclusive = [s.name for s in config.stages if s.exclusive]
+    owner: _ancestry.ProcessId | None = harness_proc.ident if harness_proc else None
+    if owner is None and take_lock and len(ancestors) > 1:
+        owner = ancestors[1]  # a terminal: the shell that ran us holds the lock
+    if owner is None:
+        why = ("No harness process was found among this process's ancestors (a terminal?), so no "
+               "lock was taken. Use `--take-lock` to take it from a terminal.")
+        return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)
+    outcome = _lock.acquire_for_full_start(context.state_dir, owner, harness or "terminal",
+                                           session_id, ancestors)
+    if outcome.status == "foreign" and outcome.record is not None:
+        why = f"Another live session holds the lock: {owner_line(outcome.record)}."
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    if outcome.status == "unusable" or outcome.record is None:
+        why = f"The state dir cannot be used, so no lock was taken: {outcome.reason}."
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    ctx = _with(context, mode="full", harness=harness)
+    result, text = _run_engine(config, ctx, "", None)
+    if result.complete:
+        reason = _lock.record_completion(context.state_dir, outcome.record.nonce, session_id)
+    else:
+        reason = "the digest did not complete (a stage was cut, failed to finish or timed out)"
+    if reason:
+        text += (f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
+                 f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
+                 "will run a full start.\n")
+    _save_last_digest(context.state_dir, result, ctx)
+    return SessionOutcome(text, "digest", "full")
+
+
+def _with(context: SessionContext, **changes: str) -> SessionContext:
+    from dataclasses import replace
+
+    return replace(context, **changes)  # type: ignore[arg-type]
+
+
+def _read_only(config: DigestConfig, context: SessionContext, why: str,
+               exclusive: list[str]) -> SessionOutcome:
+    ctx = _with(context, mode="read-only")
+    notice = read_only_notice(why, exclusive) if why else ""
+    only = [s.name for s in config.stages if not s.exclusive] if exclusive else None
+    _, text = _run_engine(config, ctx, notice, only)
+    return SessionOutcome(text, "digest", "read-only")

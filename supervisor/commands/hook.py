@@ -1,0 +1,179 @@
+"""``supervise hook [HARNESS] [--source SOURCE] [--event EVENT] [--take-lock]``.
+
+The run-tier entry a harness registration calls. It reads the payload from stdin (bounded:
+1 s, 1 MiB), routes the source, takes or checks the lock, runs the digest or a re-emit or
+prints the nudge, and writes the result in the harness's envelope
+(:func:`supervisor.adapters.render`).
+
+Events (``--event``): ``session-start`` (default); ``post-tool`` (Claude PostToolUse on
+reads: nested instructions, :func:`supervisor._nested.handle_post_tool`); ``prompt`` (a
+per-prompt hook: delivers finished deferred results once, :func:`supervisor._deferred.take_undelivered`).
+
+Exit status: **always 0**, whatever happened, because a SessionStart hook that exits 2
+blocks a Claude Code or Cursor session and any non-zero exit drops the context everywhere.
+An internal error is stated in the output (so the model knows the digest did not run) and
+on stderr. Bad arguments are reported on stderr and ignored.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from .._exitcodes import EXIT_OK
+
+EVENTS = ("session-start", "post-tool", "prompt")
+
+
+@dataclass
+class HookArgs:
+    """Parsed ``hook``/``nudge`` arguments; ``source`` is ``None`` when ``--source`` is absent."""
+
+    harness: str = ""
+    source: str | None = None
+    event: str = "session-start"
+    take_lock: bool = False
+    problems: tuple[str, ...] = ()
+
+
+def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
+    """Tolerant parser: never exits; unknown or malformed arguments become ``problems``."""
+    args = HookArgs()
+    problems: list[str] = []
+    items = list(argv)
+    while items:
+        item = items.pop(0)
+        name, eq, value = item.partition("=")
+        if name in ("--source", "--event") and not eq:
+            if not items or items[0].startswith("--"):
+                problems.append(f"{name} needs a value")
+                continue
+            value = items.pop(0)
+        if name == "--source":
+            args.source = value
+        elif name == "--event":
+            if value in EVENTS:
+                args.event = value
+            else:
+                problems.append(f"unknown --event {value!r} (known: {', '.join(EVENTS)})")
+        elif item == "--take-lock" and verb == "hook":
+            args.take_lock = True
+        elif not item.startswith("-") and not args.harness:
+            args.harness = item
+        else:
+            problems.append(f"unexpected argument {item!r}")
+    args.problems = tuple(problems)
+    return args
+
+
+def emit(harness: str, text: str, *, state_dir: Path, kind: str) -> None:
+    """Write ``text`` to stdout in ``harness``'s envelope; nothing at all for empty text.
+
+    The envelope comes from :func:`supervisor.adapters.render`; without it, plain text. A
+    closed stdout (the harness stopped reading) is not an error.
+    """
+    if not text:
+        return
+    try:
+        from ..adapters import render
+
+        data = render(harness, text, state_dir=state_dir, kind=kind)
+    except ImportError:
+        data = text.encode("utf-8", "replace")
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+
+
+def internal_error_text(verb: str, err: BaseException) -> str:
+    """What the model reads when the hook failed: the digest did not run, and what to do."""
+    return (f"SUPERVISE: internal error in `supervise {verb}`: {type(err).__name__}: {err}\n"
+            "The session-start digest did NOT run. Run `supervise digest` now, once, and report "
+            "this error.\n")
+
+
+def _run(args: HookArgs) -> None:
+    from .. import _payload
+
+    data = _payload.decode_payload(_payload.read_stdin_bounded())
+    payload = _payload.parse_payload(data, args.harness)
+    source = (_payload.recognize_source(args.source) if args.source is not None
+              else _payload.payload_source(payload))
+    project = _payload.project_dir(payload)
+    try:
+        from ..adapters import is_foreign
+    except ImportError:
+        pass
+    else:
+        if is_foreign(args.harness, data, os.environ):
+            return  # another harness runs this registration; its own one does the work
+
+    from .._config import DigestConfig, load_config
+    from .._context import SessionContext
+    from .._errors import ConfigError
+    from .._gates import stand_down_reason
+
+    try:
+        config: DigestConfig | None = load_config(project)
+        config_error = ""
+    except ConfigError as err:
+        config, config_error = None, str(err)
+    if stand_down_reason(config or DigestConfig(), project):
+        return  # gate agent or outside the primary scope: silent, nothing written
+    context = SessionContext.for_project(project, source=source, harness=args.harness,
+                                         session_id=_payload.payload_session_id(payload))
+    if config is None:
+        print(f"supervise hook: {config_error}", file=sys.stderr)
+        emit(args.harness, f"SUPERVISE: configuration error, no digest ran: {config_error}\n"
+             "Fix the configuration, then run `supervise digest` once.\n",
+             state_dir=context.state_dir, kind="digest")
+        return
+    if args.event == "post-tool":
+        try:
+            from .._nested import handle_post_tool
+        except ImportError:
+            return
+        emit(args.harness, handle_post_tool(data or {}, context) or "",
+             state_dir=context.state_dir, kind="post-tool")
+        return
+    if args.event == "prompt":
+        try:
+            from .._deferred import take_undelivered
+        except ImportError:
+            return
+        emit(args.harness, "".join(t if t.endswith("\n") else t + "\n"
+                                   for t in take_undelivered(context.state_dir)),
+             state_dir=context.state_dir, kind="prompt")
+        return
+    from .._session import run_session
+
+    outcome = run_session(config, context, take_lock=args.take_lock)
+    emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind)
+
+
+def main(argv: list[str]) -> int:
+    """Run the hook; always returns 0 (see the module docstring)."""
+    args = HookArgs()
+    try:
+        args = parse_hook_args(argv)
+        for problem in args.problems:
+            print(f"supervise hook: {problem} (ignored)", file=sys.stderr)
+        _run(args)
+    except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
+        if isinstance(err, SystemExit) and not err.code:
+            return EXIT_OK
+        print(f"supervise hook: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        try:
+            emit(args.harness, internal_error_text("hook", err), state_dir=Path(".supervise"),
+                 kind="digest")
+        except BaseException:  # noqa: BLE001
+            pass
+    return EXIT_OK

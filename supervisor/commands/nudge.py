@@ -1,0 +1,60 @@
+"""``supervise nudge [HARNESS]``: print the one-line nudge (``supervisor._nudge.NUDGE_TEXT``).
+
+For harnesses that cannot carry hook output into the model's context: the model is asked
+to run ``supervise digest`` itself. Silent when the lock's live owner is one of our first
+8 ancestors (the digest already ran in this harness session), in a gate agent, and outside
+the primary scope. A payload on stdin is read (bounded) only for the project directory.
+
+Exit status: always 0, like ``hook``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .._exitcodes import EXIT_OK
+from .hook import HookArgs, emit, internal_error_text, parse_hook_args
+
+
+def _run(args: HookArgs) -> None:
+    from .. import _payload
+    from .._ancestry import NUDGE_HOPS, ancestry
+    from .._config import DigestConfig, load_config
+    from .._context import state_dir_for
+    from .._errors import ConfigError
+    from .._gates import stand_down_reason
+    from .._nudge import NUDGE_TEXT, digest_ran_here
+
+    payload = _payload.read_payload(args.harness)
+    project = _payload.project_dir(payload)
+    try:
+        config = load_config(project)
+    except ConfigError:
+        config = DigestConfig()  # the nudge itself needs no stages; gates use the defaults
+    if stand_down_reason(config, project):
+        return
+    state_dir = state_dir_for(project)
+    if digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
+        return
+    emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+
+
+def main(argv: list[str]) -> int:
+    """Print the nudge unless silent; always returns 0."""
+    args = HookArgs()
+    try:
+        args = parse_hook_args(argv, verb="nudge")
+        for problem in args.problems:
+            print(f"supervise nudge: {problem} (ignored)", file=sys.stderr)
+        _run(args)
+    except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
+        if isinstance(err, SystemExit) and not err.code:
+            return EXIT_OK
+        print(f"supervise nudge: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        try:
+            emit(args.harness, internal_error_text("nudge", err), state_dir=Path(".supervise"),
+                 kind="nudge")
+        except BaseException:  # noqa: BLE001
+            pass
+    return EXIT_OK
