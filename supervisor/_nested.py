@@ -1,0 +1,313 @@
+"""Nested AGENTS.md on demand: when the agent reads a file in a subtree (below the session's cwd)
+that has its own ``AGENTS.md``, inject that file once per session and compaction epoch.
+
+Behaviour follows OpenCode's nested-instruction loader and its fix for lost re-injection after
+compaction (anomalyco/opencode PR #43723, seed ``003``): the in-flight claim only guards a load
+while it runs and is released when the load settles; the durable ledger is the single authority,
+and compaction makes it forget. Here the claim is an ``fcntl.flock`` on a per-session lock file
+(released by the kernel even if the process dies, so never held forever), and the ledger is a
+per-session JSON file in the state dir carrying the session's compaction epoch::
+
+    <state_dir>/nested/<sha256(session_id)[:32]>.json
+    {"version": 1, "epoch": 2, "injected": {"<real path>": 2}, "retry_at": {"<real path>": 1.7e9}}
+
+A path counts as delivered only when ``injected[path] == epoch``. :func:`advance_epoch` (to be
+called by the session protocol at ``compact`` and ``clear``) bumps the epoch, so the next read in
+the subtree injects again. An unreadable file is skipped and retried after ``retry_after``
+seconds (a negative cache: no read storm, never a blocking open).
+
+Entry points: :func:`handle_post_tool` (Claude ``PostToolUse`` payload), :func:`advance_epoch`,
+and ``python -m supervisor._nested post-tool|advance-epoch`` (payload on stdin) for scripts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._errors import StateError
+
+if TYPE_CHECKING:
+    from ._context import SessionContext
+
+#: Claude Code tools whose ``tool_input`` names one file the agent is working on.
+FILE_TOOLS = frozenset({"Read", "Edit", "MultiEdit", "Write", "NotebookRead", "NotebookEdit"})
+#: Per directory, the first of these that exists is that subtree's instruction file (Codex order).
+NAMES = ("AGENTS.override.md", "AGENTS.md")
+RETRY_AFTER = 30.0  # seconds before an unreadable instruction file is tried again
+LOCK_WAIT = 2.0  # seconds to wait for another hook process's in-flight load of this session
+MAX_INJECT_BYTES = 32 * 1024  # per injection, whole files only; bigger ones are named
+_MAX_READ = 4 * 1024 * 1024
+_IMPORTS_AGENTS = re.compile(r"(?:^|\s)@(?:\./)?AGENTS\.md(?:\s|$)")
+
+
+def _ledger_base(context: SessionContext, session_id: str) -> Path:
+    key = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return Path(context.state_dir) / "nested" / key
+
+
+class _Claim:
+    """An exclusive ``flock`` on ``<base>.lock``, waited for at most ``wait`` seconds.
+
+    ``acquired`` is False when another process still holds it after ``wait``; the kernel drops
+    the lock when the holder exits or is killed, so a crash never leaves it held.
+    """
+
+    def __init__(self, base: Path, wait: float) -> None:
+        import fcntl
+
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as err:
+            raise StateError(f"cannot use the nested-instructions ledger in {base.parent}: {err.strerror}") from err
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                self.acquired = True
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    self.acquired = False
+                    return
+                time.sleep(0.01)
+
+    def release(self) -> None:
+        os.close(self._fd)  # closing the descriptor releases the flock
+
+
+def _load(base: Path) -> dict[str, object]:
+    try:
+        data = json.loads(Path(f"{base}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    epoch = data.get("epoch")
+    return {
+        "version": 1,
+        "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
+        "injected": data.get("injected") if isinstance(data.get("injected"), dict) else {},
+        "retry_at": data.get("retry_at") if isinstance(data.get("retry_at"), dict) else {},
+    }
+
+
+def _save(base: Path, ledger: dict[str, object]) -> None:
+    tmp = Path(f"{base}.json.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(ledger, sort_keys=True), encoding="utf-8")
+        os.replace(tmp, f"{base}.json")
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise StateError(f"cannot write the nested-instructions ledger {base}.json: {err.strerror}") from err
+
+
+def _read(path: Path) -> tuple[str, int, bool] | None:
+    """``(text, size in bytes, lossy)`` of a regular file, never blocking; None if unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_READ:
+            return None
+        data = b""
+        while chunk := os.read(fd, 1 << 16):
+            data += chunk
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8"), len(data), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), len(data), True
+
+
+def _claude_loads(directory: Path, candidate: Path) -> bool:
+    """True when Claude Code itself loads ``candidate`` with the directory's nested CLAUDE.md:
+    a CLAUDE.md that is the same file (symlinked pair) or that imports ``@AGENTS.md``."""
+    for claude in (directory / "CLAUDE.md", directory / ".claude" / "CLAUDE.md"):
+        if not claude.is_file():
+            continue
+        if os.path.realpath(claude) == os.path.realpath(candidate):
+            return True
+        got = _read(claude)
+        if got and candidate.name == "AGENTS.md" and _IMPORTS_AGENTS.search(got[0]):
+            return True
+    return False
+
+
+def nested_files(file_path: Path, cwd: Path, harness: str = "claude") -> list[Path]:
+    """Instruction files of the subtrees holding ``file_path``, strictly below ``cwd``,
+    outermost first. Files the harness loads by itself are left out (for Claude: an AGENTS.md
+    that is its directory's CLAUDE.md or is imported by it). Dangling or unreadable entries are
+    kept so the caller can record and retry them."""
+    try:
+        rel = file_path.parent.relative_to(cwd)
+    except ValueError:
+        try:  # a path given through a symlink: compare real paths
+            rel = Path(os.path.realpath(file_path.parent)).relative_to(os.path.realpath(cwd))
+        except ValueError:
+            return []
+    out = []
+    directory = cwd
+    for part in rel.parts:
+        directory = directory / part
+        for name in NAMES:
+            candidate = directory / name
+            if os.path.lexists(candidate):
+                if not (harness == "claude" and _claude_loads(directory, candidate)):
+                    out.append(candidate)
+                break
+    return out
+
+
+def _target(payload: dict[str, object], context: SessionContext) -> tuple[Path, Path] | None:
+    """``(file path, session cwd)`` named by a file tool's payload, else None."""
+    if payload.get("tool_name") not in FILE_TOOLS:
+        return None
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    raw = tool_input.get("file_path") or tool_input.get("notebook_path")
+    if not isinstance(raw, str) or not raw:
+        return None
+    cwd_raw = payload.get("cwd")
+    cwd = Path(cwd_raw) if isinstance(cwd_raw, str) and os.path.isabs(cwd_raw) else Path(context.project_dir)
+    path = Path(os.path.expanduser(raw))
+    return Path(os.path.abspath(path if path.is_absolute() else cwd / path)), Path(os.path.abspath(cwd))
+
+
+def _session_id(payload: dict[str, object], context: SessionContext) -> str:
+    sid = payload.get("session_id")
+    return sid if isinstance(sid, str) and sid else context.session_id
+
+
+def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
+                     retry_after: float = RETRY_AFTER, lock_wait: float = LOCK_WAIT) -> str | None:
+    """The nested instructions to inject after a file tool ran, or None.
+
+    Args:
+        payload: a Claude Code ``PostToolUse`` payload (``tool_name``, ``tool_input.file_path``,
+            ``session_id``, ``cwd``); other tools and malformed payloads give None.
+        context: the session context (``state_dir``; ``session_id`` and ``project_dir`` are used
+            when the payload lacks ``session_id`` / ``cwd``; ``harness``, default Claude).
+        retry_after: seconds before an unreadable instruction file is tried again.
+        lock_wait: seconds to wait for a concurrent load of the same session to settle; when it
+            does not, None is returned and the next read tries again.
+
+    Returns:
+        ``"Instructions from: <abs path>\\n<text>"`` blocks joined by blank lines, for files not
+        yet delivered in this session's current compaction epoch; None when there are none.
+
+    Raises:
+        StateError: the ledger under ``context.state_dir`` cannot be created or written.
+    """
+    target = _target(payload, context)
+    if target is None:
+        return None
+    candidates = nested_files(*target, harness=context.harness or "claude")
+    if not candidates:
+        return None
+    base = _ledger_base(context, _session_id(payload, context))
+    claim = _Claim(base, lock_wait)
+    if not claim.acquired:
+        return None
+    try:
+        ledger = _load(base)
+        epoch, injected, retry_at = ledger["epoch"], ledger["injected"], ledger["retry_at"]
+        assert isinstance(injected, dict) and isinstance(retry_at, dict)
+        blocks: list[str] = []
+        used = 0
+        now = time.time()
+        for path in candidates:
+            key = os.path.realpath(path)
+            wait_until = retry_at.get(key)
+            if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
+                continue
+            got = _read(path)
+            if got is None:
+                retry_at[key] = now + retry_after  # negative cache: no read storm
+                continue
+            retry_at.pop(key, None)
+            injected[key] = epoch
+            text, size, lossy = got
+            if not text.strip():
+                continue
+            if used + len(text.encode("utf-8")) > MAX_INJECT_BYTES:
+                blocks.append(f"Instructions at {path} ({size} bytes) are too large to inject "
+                              "here: read that file before working in its subtree.")
+                continue
+            used += len(text.encode("utf-8"))
+            flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
+            blocks.append(f"Instructions from: {path}{flag}\n{text.rstrip()}")
+        _save(base, ledger)
+    finally:
+        claim.release()
+    return "\n\n".join(blocks) + "\n" if blocks else None
+
+
+def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> int:
+    """Start a new compaction epoch for ``context.session_id``: every nested file counts as not
+    delivered again. Call it at ``compact`` and ``clear``. Returns the new epoch (>= 1).
+
+    Raises:
+        StateError: the ledger cannot be written, or a concurrent load held the claim for
+            longer than ``lock_wait`` seconds.
+    """
+    base = _ledger_base(context, context.session_id)
+    claim = _Claim(base, lock_wait)
+    if not claim.acquired:
+        claim.release()
+        raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
+    try:
+        ledger = _load(base)
+        epoch = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
+        ledger.update(epoch=epoch, injected={})
+        _save(base, ledger)
+    finally:
+        claim.release()
+    return epoch
+
+
+def main(argv: list[str]) -> int:
+    """``python -m supervisor._nested post-tool|advance-epoch [--harness H]``: payload on stdin
+    (``session_id``, ``cwd``, tool fields); prints the text to inject. Always exits 0."""
+    from ._context import SessionContext
+
+    if not argv or argv[0] not in ("post-tool", "advance-epoch"):
+        sys.stderr.write("usage: python -m supervisor._nested post-tool|advance-epoch [--harness H]\n")
+        return 2
+    harness = argv[argv.index("--harness") + 1] if "--harness" in argv[:-1] else "claude"
+    try:
+        payload = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}")
+    except ValueError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    cwd = Path(payload["cwd"]) if isinstance(payload.get("cwd"), str) else Path.cwd()
+    root = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), cwd)
+    sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else ""
+    context = SessionContext.for_project(root, harness=harness, session_id=sid)
+    try:
+        if argv[0] == "advance-epoch":
+            print(advance_epoch(context))
+        elif (text := handle_post_tool(payload, context)) is not None:
+            sys.stdout.buffer.write(text.encode("utf-8", "replace"))
+    except StateError as err:
+        sys.stderr.write(f"supervise: {err}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
