@@ -269,12 +269,18 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StageSpec) -> None:
                 with anyio.move_on_after(DRAIN):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
             tg.cancel_scope.cancel()
+    except BaseException:
+        # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
+        # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
+            await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token, run.grace,
+                                   run.leaders - {proc.pid})
+        raise
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
-            await stdout.aclose()
             if proc.returncode is None:
                 proc.kill()
-            await proc.wait()
+            await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
         run.running.pop(spec.name, None)
         run.leaders.discard(proc.pid)
     seconds = now() - started

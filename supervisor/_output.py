@@ -225,7 +225,7 @@ class OrderedOutput:
             self.note(index, f"{CUT_MARKER}: stage '{slot.name}' printed {slot.raw_bytes} bytes; "
                              f"only the first {slot.cap} are shown (max_output).")
         elif slot.last != 10 and slot.kept_bytes and not self._transparent:
-            self.note(index, "")
+            self._keep(index, b"\n")  # every stage ends on a line break
         slot.done = True
         while self._head < len(self._slots) and self._slots[self._head].done:
             self._head += 1

@@ -1,0 +1,242 @@
+"""The digest engine against hostile stages: real processes, real signals, no mocks."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
+from supervisor._engine import DigestResult
+from supervisor._output import BufferSink
+from supervisor._tree import group_is_ours
+
+RES = Path(__file__).parent / "resources"
+HOSTILE = [sys.executable, str(RES / "hostile.py")]
+
+
+def digest(tmp_path: Path, stages: list[dict[str, Any]], *, budget: float = 10,
+           grace: float = 0.3, **kwargs: Any) -> DigestResult:
+    config = DigestConfig(budget=budget, grace=grace, stages=tuple(StageSpec(**s) for s in stages),
+                          **kwargs)
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+    return anyio.run(partial(run_digest, config, ctx))
+
+
+def hostile(name: str, kind: str, *args: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "run": [*HOSTILE, kind, *args], **extra}
+
+
+def pid_dead(path: Path) -> bool:
+    pid = int(path.read_text())
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def piddir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "pids"
+    d.mkdir()
+    monkeypatch.setenv("PIDDIR", str(d))
+    return d
+
+
+def test_background_leftover_does_not_hold_the_stage(tmp_path: Path) -> None:
+    """Rule 1 + 8: `sh -c 'sleep 30 & exit 0'` ends at once and leaves no `sleep` behind."""
+    result = digest(tmp_path, [{"name": "bg", "run": ["sh", "-c", "sleep 30 & echo started"]}])
+    stage = result.stages[0]
+    assert stage.status == "ok" and stage.output == "started\n"
+    assert stage.seconds < 20  # 30 s if we had waited for the pipe to close
+    assert result.complete
+
+
+def test_stage_gets_own_group_and_devnull_stdin(tmp_path: Path) -> None:
+    """Rule 2: own session/process group; `cat` sees /dev/null and exits at once."""
+    code = "import os; print(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())"
+    result = digest(tmp_path, [{"name": "cat", "run": ["cat"]},
+                               {"name": "grp", "run": [sys.executable, "-c", code]},
+                               hostile("stdin", "stdin-reader")])
+    assert [s.status for s in result.stages] == ["ok", "ok", "ok"]
+    assert result.stages[1].output == "True True\n"
+    assert result.stages[2].output == "read 0 bytes from stdin\n"
+
+
+@pytest.mark.parametrize(("kind", "roles"), [
+    ("term-ignoring-child", ["leader", "child"]),
+    ("setsid-escapee", ["leader", "escapee"]),
+    ("double-fork", ["leader", "daemon"]),
+])
+def test_budget_kills_the_whole_tree(tmp_path: Path, piddir: Path, kind: str, roles: list[str]) -> None:
+    """Rule 7: TERM-ignoring group members, setsid escapees and double-forked daemons all die;
+    escalation looks at every member, not only the leader (coreutils timeout, supervisord#1101)."""
+    result = digest(tmp_path, [hostile("evil", kind)], budget=2.0, grace=0.2)
+    assert result.truncated and result.reason == "budget"
+    assert result.stages[0].status == "killed"
+    assert "leader ready" in result.stages[0].output
+    for role in roles:
+        assert pid_dead(piddir / f"{role}.pid"), role
+    assert "STARTUP TRUNCATED" in result.text and "'evil'" in result.text
+
+
+def test_grandchild_holding_the_pipe_does_not_block(tmp_path: Path, piddir: Path) -> None:
+    """Rule 6: a setsid grandchild holding stdout for 60 s: the stage ends when its leader exits
+    (then the leftover is swept) instead of reading to EOF."""
+    result = digest(tmp_path, [hostile("hold", "hold-pipe")], budget=30)
+    assert result.stages[0].status == "ok"
+    assert result.stages[0].output == "leader done\n"
+    assert result.stages[0].seconds < 20  # 60 s if we had read to EOF
+    assert pid_dead(piddir / "holder.pid")
+
+
+def test_leader_dies_on_term_child_ignores_it(tmp_path: Path, piddir: Path) -> None:
+    """The coreutils `timeout` hole: the leader dies on TERM, its child ignores TERM; the
+    child must still be gone after the grace period."""
+    result = digest(tmp_path, [hostile("t", "term-ignoring-child", timeout=1.0)], grace=0.2)
+    assert result.stages[0].status == "timed_out"
+    assert pid_dead(piddir / "child.pid")
+    assert not result.truncated  # a per-stage timeout is not a digest truncation
+
+
+def test_ten_megabyte_line_and_multibyte_text_are_byte_identical(tmp_path: Path) -> None:
+    """Rule 5: raw bytes, no line-length limit, no split multibyte characters."""
+    n = 10 * 1024 * 1024
+    sink = BufferSink()
+    config = DigestConfig(budget=60, max_output=32 * 1024 * 1024,
+                          stages=(StageSpec(**hostile("big", "big-line", str(n))),
+                                  StageSpec(**hostile("cafe", "coffee"))))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+    result = anyio.run(partial(run_digest, config, ctx, sink=sink))
+    data = sink.getvalue()
+    assert data == b"x" * n + b"\n" + ("\u2615" * 100000).encode() + b"\n"
+    assert result.stages[0].bytes == n and not result.stages[0].truncated
+
+
+def test_unflushed_writer_killed_mid_run_shows_its_first_line(tmp_path: Path) -> None:
+    """PYTHONUNBUFFERED=1: a block-buffered writer killed by its timeout still shows its lines."""
+    result = digest(tmp_path, [hostile("buf", "buffered-then-hang", timeout=1.0)], grace=0.1)
+    assert result.stages[0].status == "timed_out"
+    assert result.stages[0].output.startswith("first line before the hang\nsecond line\n")
+
+
+def test_character_cut_by_a_kill_becomes_replacement_char(tmp_path: Path) -> None:
+    """Rule 12: `abc\\xe2\\x86` then a kill: `abc\\ufffd\\n` and the banner after it."""
+    result = digest(tmp_path, [hostile("split", "split-utf8")], budget=1.5, grace=0.1)
+    assert result.text.startswith("abc\ufffd\n")
+    assert "STARTUP TRUNCATED" in result.text
+    result.text.encode("utf-8")  # valid UTF-8 throughout
+
+
+def test_per_stage_timeout_kills_only_that_stage(tmp_path: Path) -> None:
+    result = digest(tmp_path, [hostile("slow", "ignore-term", timeout=0.5),
+                               hostile("after", "echo", "still here")], grace=0.1)
+    slow, after = result.stages
+    assert slow.status == "timed_out" and "timed out after 0.5s" in slow.output
+    assert after.status == "ok" and after.output == "still here\n"
+    assert not result.truncated and not result.complete
+
+
+def test_output_in_declared_order_while_running_concurrently(tmp_path: Path) -> None:
+    """The first unfinished stage streams; later ones buffer and flush in order."""
+    marker = tmp_path / "second-done"
+    wait_for_second = (f"import os, time\n"
+                       f"while not os.path.exists({str(marker)!r}): time.sleep(0.01)\n"
+                       f"print('one')")
+    result = digest(tmp_path, [
+        {"name": "first", "run": [sys.executable, "-c", wait_for_second]},
+        {"name": "second", "run": ["sh", "-c", f"echo two; touch '{marker}'"]},
+    ])
+    assert result.text == "one\ntwo\n"  # second finished first, printed second
+    assert [s.status for s in result.stages] == ["ok", "ok"]
+
+
+def test_needs_orders_starts(tmp_path: Path) -> None:
+    flag = tmp_path / "flag"
+    result = digest(tmp_path, [
+        {"name": "reader", "run": ["sh", "-c", f"cat '{flag}'"], "needs": ["writer"]},
+        {"name": "writer", "run": ["sh", "-c", f"echo written > '{flag}'"]},
+    ])
+    assert result.stages[0].output == "written\n"
+
+
+def test_two_hundred_tiny_stages_under_a_tight_budget(tmp_path: Path) -> None:
+    stages = [{"name": f"s{i:03d}", "run": ["sh", "-c", f"echo {i}"]} for i in range(200)]
+    result = digest(tmp_path, stages, budget=4, grace=0.1)
+    printed = [int(line) for line in result.text.splitlines() if line.isdigit()]
+    assert printed == sorted(printed)  # declared order, whatever finished first
+    statuses = {s.status for s in result.stages}
+    assert statuses <= {"ok", "killed", "not_started"}
+    if result.truncated:
+        assert "STARTUP TRUNCATED" in result.text
+    else:
+        assert printed == list(range(200))
+
+
+def test_flood_is_capped_with_a_loud_marker(tmp_path: Path) -> None:
+    result = digest(tmp_path, [hostile("flood", "flood", "50"), hostile("next", "echo", "tail")],
+                    budget=60, max_output=256 * 1024)
+    flood = result.stages[0]
+    assert flood.bytes == 50 * 1024 * 1024 and flood.truncated
+    assert "OUTPUT CUT" in result.text and "'flood'" in result.text
+    assert len(result.text.encode()) < 256 * 1024 + 2048
+
+
+def test_group_guard_never_signals_a_reaped_empty_group() -> None:
+    """Rule 10: with the leader reaped and no verified member left, killpg is not allowed."""
+    assert group_is_ours(False, [], 12345) is False
+    assert group_is_ours(True, [], 12345) is True
+
+
+def test_spawn_error_is_a_failed_stage_not_a_crash(tmp_path: Path) -> None:
+    result = digest(tmp_path, [{"name": "missing", "run": ["/nonexistent/program"]},
+                               {"name": "ok", "run": ["echo", "fine"]}])
+    assert result.stages[0].status == "failed"
+    assert "could not start" in result.stages[0].output
+    assert result.stages[1].output == "fine\n"
+
+
+def test_stage_environment_carries_the_session_context(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")
+    config = DigestConfig(stages=(StageSpec(**hostile(
+        "env", "env", "SUPERVISE_SOURCE", "SUPERVISE_MODE", "SUPERVISE_HARNESS", "GIT_DIR",
+        "SUPERVISE_STAGE_OPTIONS", "PYTHONUNBUFFERED", options={"k": 1})),))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s", source="compact",
+                         mode="reemit", harness="claude")
+    result = anyio.run(partial(run_digest, config, ctx))
+    assert result.stages[0].output.splitlines() == [
+        "SUPERVISE_SOURCE=compact", "SUPERVISE_MODE=reemit", "SUPERVISE_HARNESS=claude",
+        "GIT_DIR=<unset>", 'SUPERVISE_STAGE_OPTIONS={"k": 1}', "PYTHONUNBUFFERED=1"]
+
+
+def test_only_runs_the_selected_stages(tmp_path: Path) -> None:
+    config = DigestConfig(stages=(StageSpec(name="a", run=["echo", "a"]),
+                                  StageSpec(name="b", run=["echo", "b"], reemit=True)))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+    result = anyio.run(partial(run_digest, config, ctx, only={"b"}))
+    assert [s.status for s in result.stages] == ["skipped", "ok"]
+    assert result.text == "b\n"
+
+
+def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path) -> None:
+    """Embedding: cancelling run_digest (an extension bridge's newer generation) kills the tree
+    and propagates the cancellation."""
+    config = DigestConfig(grace=0.1, stages=(StageSpec(**hostile("t", "term-ignoring-child")),))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+
+    async def main() -> bool:
+        with anyio.move_on_after(1.5) as scope:
+            await run_digest(config, ctx)
+        return scope.cancelled_caught
+
+    assert anyio.run(main)
+    assert pid_dead(piddir / "leader.pid") and pid_dead(piddir / "child.pid")
