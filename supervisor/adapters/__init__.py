@@ -134,7 +134,7 @@ def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
     envelope = adapter.envelope if adapter else "plain"
     if envelope == "plain":
         if _looks_like_json(text):
-            text = "[supervise]\n" + text
+            text = "supervise digest:\n" + text
         return (text if text.endswith("\n") else text + "\n").encode("utf-8")
     import json
 

@@ -1,0 +1,213 @@
+"""Output envelopes per harness, the inline cap, and the hook fed recorded payload shapes.
+
+Cursor and Qwen have no offline CLI here (brief: harnesses.md sections 3 and 7), so their
+end-to-end check is the real ``supervise hook`` process fed the payload shapes the brief
+records, with the exact envelope and exit 0 asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+from supervisor.adapters import ADAPTERS, fit_inline, inline_cap, is_foreign, render
+from supervisor.adapters._inline import split_sections
+
+
+def _context(out: bytes) -> str:
+    return json.loads(out)["hookSpecificOutput"]["additionalContext"]
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex", "gemini", "qwen"])
+def test_hook_specific_envelope_is_the_json_alone(harness: str, tmp_path: Path) -> None:
+    out = render(harness, "## Repo\nclean\n", state_dir=tmp_path)
+    assert out == (b'{"hookSpecificOutput": {"hookEventName": "SessionStart", '
+                   b'"additionalContext": "## Repo\\nclean\\n"}}\n')
+
+
+def test_cursor_envelope(tmp_path: Path) -> None:
+    assert render("cursor", "hi\n", state_dir=tmp_path) == b'{"additional_context": "hi\\n"}\n'
+
+
+@pytest.mark.parametrize(("harness", "event"), [("claude", "UserPromptSubmit"), ("codex", "UserPromptSubmit"),
+                                                ("gemini", "BeforeAgent"), ("qwen", "UserPromptSubmit")])
+def test_prompt_kind_uses_the_per_prompt_event(harness: str, event: str, tmp_path: Path) -> None:
+    out = render(harness, "late result", state_dir=tmp_path, kind="prompt")
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == event
+
+
+def test_post_tool_kind_for_claude(tmp_path: Path) -> None:
+    out = render("claude", "nested AGENTS.md", state_dir=tmp_path, kind="post-tool")
+    assert json.loads(out)["hookSpecificOutput"]["hookEventName"] == "PostToolUse"
+
+
+def test_grok_is_plain_text_nudge_tier(tmp_path: Path) -> None:
+    assert ADAPTERS["grok"].tier == "nudge"
+    assert render("grok", "run it", state_dir=tmp_path, kind="nudge") == b"run it\n"
+
+
+@pytest.mark.parametrize("harness", [*ADAPTERS, "unknown-harness"])
+@pytest.mark.parametrize("text", ["{not json", "[1, 2", '  {"a": 1}', "plain", "é\u2063 \ud800 x"])
+def test_never_prints_json_lookalike_that_does_not_parse(harness: str, text: str, tmp_path: Path) -> None:
+    out = render(harness, text, state_dir=tmp_path).decode("utf-8")  # always valid UTF-8
+    if out.lstrip()[:1] in ("{", "["):
+        json.loads(out)  # looks like JSON, so it must be JSON
+    else:
+        assert ADAPTERS.get(harness) is None or ADAPTERS[harness].envelope == "plain"
+
+
+@pytest.mark.parametrize("harness", list(ADAPTERS))
+def test_blank_text_prints_nothing(harness: str, tmp_path: Path) -> None:
+    assert render(harness, "", state_dir=tmp_path) == b""
+    assert render(harness, " \n\n", state_dir=tmp_path) == b""
+
+
+def test_unknown_kind_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown output kind"):
+        render("claude", "x", state_dir=tmp_path, kind="bogus")
+
+
+def test_inline_caps_and_config_override() -> None:
+    assert inline_cap("claude") == 9_000
+    assert inline_cap("claude", {"claude": 5_000}) == 5_000
+    assert inline_cap("codex", {"claude": 5_000}) == ADAPTERS["codex"].inline_cap
+    assert inline_cap("nope") > 0
+
+
+def test_timeout_units() -> None:
+    assert ADAPTERS["gemini"].timeout_value(180) == 180_000
+    assert ADAPTERS["qwen"].timeout_value(180) == 180_000
+    assert ADAPTERS["claude"].timeout_value(180) == 180
+    assert ADAPTERS["gemini"].timeout_seconds(30_000) == 30.0
+
+
+def test_fit_inline_under_cap_is_unchanged_and_writes_nothing(tmp_path: Path) -> None:
+    text = fit_inline([("a", "## A\none\n"), ("b", "## B\ntwo\n")], 9_000, tmp_path, notices="NOTE\n")
+    assert text == "NOTE\n## A\none\n## B\ntwo\n"
+    assert not (tmp_path / "digests").exists()
+
+
+def test_fit_inline_over_cap_keeps_notices_first_cuts_stages_and_saves_everything(tmp_path: Path) -> None:
+    parts = [("small", "## Small\nSMALL-MARK\n"), ("big", "## Big\n" + "B" * 12_000 + "\nBIG-END\n"),
+             ("tail", "## Tail\nTAIL-MARK\n")]
+    text = fit_inline(parts, 9_000, tmp_path, notices="STARTUP TRUNCATED banner\n")
+    assert len(text) <= 9_000
+    saved = list((tmp_path / "digests").glob("digest-*.txt"))
+    assert len(saved) == 1
+    whole = saved[0].read_text("utf-8")
+    assert "BIG-END" in whole and "SMALL-MARK" in whole and whole.startswith("STARTUP TRUNCATED")
+    assert text.index(str(saved[0])) < text.index("STARTUP TRUNCATED") < text.index("SMALL-MARK")
+    assert "BIG-END" not in text
+    cut = [line for line in text.splitlines() if "stage 'big'" in line]
+    assert len(cut) == 1 and f"{len(parts[1][1]):,} characters" in cut[0] and str(saved[0]) in cut[0]
+    assert text.index("SMALL-MARK") < text.index("stage 'big'") < text.index("TAIL-MARK")
+
+
+def test_fit_inline_many_stages_collapse_to_one_line(tmp_path: Path) -> None:
+    parts = [(f"s{i}", "x" * 200) for i in range(100)]
+    text = fit_inline(parts, 1_000, tmp_path)
+    assert len(text) <= 1_000
+    assert "digests/digest-" in text
+
+
+def test_fit_inline_huge_notices_are_cut_with_a_pointer(tmp_path: Path) -> None:
+    text = fit_inline([("a", "A" * 100)], 2_000, tmp_path, notices="N" * 5_000)
+    assert len(text) <= 2_000
+    assert "notices cut: read" in text
+    assert text.index("N" * 10) < text.index("notices cut")
+
+
+def test_fit_inline_unwritable_state_dir_still_says_where_to_look(tmp_path: Path) -> None:
+    blocker = tmp_path / "state"
+    blocker.write_text("a file, not a folder")
+    text = fit_inline([("a", "A" * 3_000), ("b", "B" * 3_000)], 4_000, blocker)
+    assert len(text) <= 4_000
+    assert "could not be saved" in text and "supervise digest" in text
+
+
+def test_render_over_cap_splits_at_stage_headings_and_moves_the_banner_first(tmp_path: Path) -> None:
+    digest = ("## One\nONE-MARK\n" + "## Two\n" + "t" * 20_000 + "\n"
+              + "=" * 40 + "\nSTARTUP TRUNCATED: budget 3s; stage 'three' did not finish\n")
+    text = _context(render("claude", digest, state_dir=tmp_path))
+    assert len(text) <= 9_000
+    assert text.index("STARTUP TRUNCATED") < text.index("ONE-MARK") < text.index("stage 'Two'")
+    saved = next((tmp_path / "digests").glob("digest-*.txt")).read_text("utf-8")
+    assert "t" * 20_000 in saved and "ONE-MARK" in saved
+
+
+def test_split_sections_without_headings_is_one_part() -> None:
+    parts, notices = split_sections("just text\n")
+    assert parts == [("digest", "just text\n")] and notices == ""
+
+
+def test_same_digest_saved_twice_is_one_file(tmp_path: Path) -> None:
+    parts = [("a", "A" * 5_000), ("b", "B" * 5_000)]
+    first = fit_inline(parts, 9_000, tmp_path)
+    assert fit_inline(parts, 9_000, tmp_path) == first
+    assert len(list((tmp_path / "digests").iterdir())) == 1
+
+
+def test_is_foreign() -> None:
+    assert is_foreign("claude", {}, {"GROK_HOOK_EVENT": "SessionStart"})
+    assert is_foreign("claude", {"cursor_version": "1.7"}, {})
+    assert not is_foreign("cursor", {"cursor_version": "1.7"}, {})
+    assert not is_foreign("claude", {"source": "startup"}, {})
+
+
+# -- recorded payload shapes, through the real hook process ---------------------------------
+CURSOR_PAYLOAD = {  # brief: harnesses.md section 3 (DOC + public CLI spike): no source, no cwd
+    "conversation_id": "c-1", "generation_id": "g-1", "model": "gpt-5", "hook_event_name": "sessionStart",
+    "cursor_version": "1.7.2", "workspace_roots": [], "user_email": "u@example.invalid",
+    "transcript_path": None, "session_id": "c-1", "is_background_agent": False, "composer_mode": "agent",
+}
+QWEN_PAYLOAD = {  # brief: harnesses.md section 7 (DOC): Claude-shaped plus permission_mode, model
+    "session_id": "q-1", "transcript_path": "/tmp/q.jsonl", "cwd": "", "hook_event_name": "SessionStart",
+    "source": "startup", "permission_mode": "default", "model": "qwen3-coder",
+}
+
+
+@pytest.fixture
+def marked_repo(git_repo: Path) -> Path:
+    (git_repo / "supervise.toml").write_text(
+        'budget = 20\n[[stages]]\nname = "mark"\nrun = ["sh", "-c", "echo MARK-$SUPERVISE_HARNESS-$SUPERVISE_SOURCE"]\n')
+    return git_repo
+
+
+def test_cursor_payload_gets_additional_context_json(marked_repo: Path) -> None:
+    payload = {**CURSOR_PAYLOAD, "workspace_roots": [str(marked_repo)]}
+    proc = run_cli("hook", "cursor", "--source", "startup", cwd=marked_repo,
+                   input=json.dumps(payload).encode(), env={"CURSOR_PROJECT_DIR": str(marked_repo)})
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert list(obj) == ["additional_context"]
+    assert "MARK-cursor-startup" in obj["additional_context"]
+    assert proc.stdout.count(b"\n") == 1  # the JSON alone on stdout
+
+
+def test_qwen_payload_gets_hook_specific_json(marked_repo: Path) -> None:
+    payload = {**QWEN_PAYLOAD, "cwd": str(marked_repo)}
+    proc = run_cli("hook", "qwen", cwd=marked_repo, input=json.dumps(payload).encode(),
+                   env={"QWEN_PROJECT_DIR": str(marked_repo)})
+    assert proc.returncode == 0, proc.stderr
+    obj = json.loads(proc.stdout)
+    assert obj["hookSpecificOutput"]["hookEventName"] == "SessionStart"
+    assert "MARK-qwen-startup" in obj["hookSpecificOutput"]["additionalContext"]
+    assert proc.stdout.count(b"\n") == 1
+
+
+def test_qwen_prompt_hook_with_nothing_pending_prints_nothing(marked_repo: Path) -> None:
+    payload = {**QWEN_PAYLOAD, "hook_event_name": "UserPromptSubmit", "prompt": "hi", "cwd": str(marked_repo)}
+    proc = run_cli("hook", "qwen", "--event", "prompt", cwd=marked_repo, input=json.dumps(payload).encode())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b""
+
+
+def test_cursor_hook_with_no_payload_still_exits_zero(marked_repo: Path) -> None:
+    proc = run_cli("hook", "cursor", "--source", "startup", cwd=marked_repo, input=b"",
+                   env={k: v for k, v in os.environ.items() if k != "CURSOR_PROJECT_DIR"})
+    assert proc.returncode == 0
+    assert "MARK-cursor-startup" in json.loads(proc.stdout)["additional_context"]
