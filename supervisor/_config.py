@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError
 
@@ -56,16 +56,18 @@ class StageSpec(_Frozen):
     exclusive: bool = False
     options: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("run", mode="before")
+    @model_validator(mode="before")
     @classmethod
-    def _split_run(cls, value: object) -> object:
-        if isinstance(value, str):
+    def _split_run(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("run"), str):
+            value = data["run"]
+            if data.get("shell") is True:
+                return {**data, "run": [value]}  # the whole string is the script
             try:
-                parts = shlex.split(value)
+                return {**data, "run": shlex.split(value)}
             except ValueError as err:
-                raise ValueError(f"cannot split {value!r} like a shell would: {err}") from err
-            return parts
-        return value
+                raise ValueError(f"run: cannot split {value!r} like a shell would: {err}") from err
+        return data
 
     @model_validator(mode="after")
     def _one_program(self) -> StageSpec:
@@ -74,8 +76,7 @@ class StageSpec(_Frozen):
         if self.run is not None and not self.run:
             raise ValueError("'run' is empty")
         if self.shell and self.run is not None and len(self.run) != 1:
-            # With shell = true the string is the script; keep it whole.
-            object.__setattr__(self, "run", [shlex.join(self.run)])
+            raise ValueError("with shell = true, 'run' is one string (the script)")
         if self.name in self.needs:
             raise ValueError(f"stage '{self.name}' needs itself")
         return self

@@ -1,0 +1,193 @@
+"""`supervise digest`, `supervise run` and `supervise config` as real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers import run_cli, supervise_cmd
+
+RES = Path(__file__).parent / "resources"
+HOSTILE = f"{sys.executable} {RES / 'hostile.py'}"
+
+
+def write_config(project: Path, body: str) -> None:
+    (project / "supervise.toml").write_text(body)
+
+
+def stage(name: str, run: str, **extra: object) -> str:
+    lines = [f"[[stages]]", f"name = {json.dumps(name)}", f"run = {json.dumps(run)}"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_digest_runs_configured_stages_in_order(tmp_path: Path) -> None:
+    write_config(tmp_path, "budget = 10\n" + stage("a", "echo alpha") + stage("b", "echo beta"))
+    proc = run_cli("digest", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == b"alpha\nbeta\n"
+
+
+def test_json_format_has_per_stage_fields(tmp_path: Path) -> None:
+    write_config(tmp_path, stage("a", "echo alpha") + stage("b", "sh -c 'exit 3'"))
+    proc = run_cli("digest", "--format", "json", cwd=tmp_path)
+    doc = json.loads(proc.stdout)
+    assert doc["truncated"] is False and doc["budget"] == 120
+    a, b = doc["stages"]
+    assert a == {"name": "a", "status": "ok", "exit_code": 0, "seconds": a["seconds"],
+                 "bytes": 6, "truncated": False, "output": "alpha\n"}
+    assert b["status"] == "failed" and b["exit_code"] == 3
+
+
+def test_bad_config_is_one_line_naming_file_and_key_and_digest_still_prints(tmp_path: Path) -> None:
+    write_config(tmp_path, "budgett = 3\n")
+    proc = run_cli("digest", cwd=tmp_path)
+    err = proc.stderr.decode().strip()
+    assert len(err.splitlines()) == 1
+    assert "supervise.toml" in err and "budgett" in err
+    assert b"config error" in proc.stdout  # the embedded default digest still ran
+    assert proc.returncode == 1
+
+
+def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
+    write_config(tmp_path, "[[stages]\n")
+    proc = run_cli("config", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().count("\n") == 1 and "not valid TOML" in proc.stderr.decode()
+
+
+def test_pyproject_tool_table_and_env_override(tmp_path: Path) -> None:
+    (tmp_path / "pyproject.toml").write_text(
+        "[project]\nname='x'\n[tool.supervise]\nbudget = 7\n"
+        + stage("p", "echo from-pyproject").replace("[[stages]]", "[[tool.supervise.stages]]"))
+    proc = run_cli("digest", "--format", "json", cwd=tmp_path, env={"SUPERVISE_TIMEOUT": "9"})
+    doc = json.loads(proc.stdout)
+    assert doc["budget"] == 9 and doc["stages"][0]["output"] == "from-pyproject\n"
+
+
+def test_string_run_is_split_like_a_shell_and_shell_is_opt_in(tmp_path: Path) -> None:
+    write_config(tmp_path, stage("split", "printf '%s|' 'a b' c")
+                 + stage("sh", "echo $((1+2))", shell=True))
+    proc = run_cli("digest", cwd=tmp_path)
+    assert proc.stdout == b"a b|c|\n3\n"
+
+
+def test_digest_into_head_exits_zero_without_traceback(tmp_path: Path) -> None:
+    """Rule 13: our stdout closing (`| head -1`) is not an error."""
+    write_config(tmp_path, stage("flood", f"{HOSTILE} flood 4") + stage("x", "echo after"))
+    cmd = " ".join(supervise_cmd("digest")) + " | head -1; echo \"rc=${PIPESTATUS[0]}\" >&2"
+    proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=60)
+    assert proc.stdout == b"y" * 1023 + b"\n"
+    assert proc.stderr.decode().strip() == "rc=0"
+
+
+def test_sigterm_to_the_supervisor_kills_the_stage_and_prints_the_banner(tmp_path: Path) -> None:
+    """Rule 15: SIGTERM mid-stage takes the deadline path: kill, banner, exit 128+15."""
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    write_config(tmp_path, "grace = 0.2\n" + stage("first", "echo done-first")
+                 + stage("stuck", f"{HOSTILE} term-ignoring-child") + stage("never", "echo x",
+                                                                             needs=["stuck"]))
+    proc = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env={**os.environ, "PIDDIR": str(piddir)})
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    assert lines == [b"done-first\n", b"leader ready\n"]
+    while not (piddir / "child.pid").exists():
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    rest, err = proc.communicate(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    text = rest.decode()
+    assert "STARTUP TRUNCATED" in text and "SIGTERM" in text
+    assert "'stuck'" in text and "Never started: 'never'" in text
+    for role in ("leader", "child"):
+        assert not psutil.pid_exists(int((piddir / f"{role}.pid").read_text()))
+
+
+def test_budget_banner_names_the_rerun_command(tmp_path: Path) -> None:
+    write_config(tmp_path, "budget = 1.5\ngrace = 0.1\n" + stage("hang", "sleep 30"))
+    proc = run_cli("digest", cwd=tmp_path)
+    assert proc.returncode == 0
+    text = proc.stdout.decode()
+    assert "STARTUP TRUNCATED" in text and "budget 1.5s" in text
+    assert f"supervise digest -C {tmp_path.resolve()} --budget 31.5" in text
+    assert "'hang' (ran" in text
+
+
+def test_deferred_stage_never_holds_the_digest_and_is_delivered_once(tmp_path: Path) -> None:
+    """Rule 14: `out=$(supervise digest)` returns while the deferred stage sleeps; its result
+    is delivered exactly once, by the next digest."""
+    gate = tmp_path / "go"
+    write_config(tmp_path, stage("net", f"sh -c 'while [ ! -e {gate} ]; do sleep 0.02; done; "
+                                        f"echo upstream reachable'", deferred=True, timeout=20)
+                 + stage("main", "echo main"))
+    first = run_cli("digest", cwd=tmp_path, timeout=15)  # capture_output: a pipe, like $(...)
+    text = first.stdout.decode()
+    assert text.startswith("main\n")
+    assert "IN PROGRESS" in text and "'net'" in text
+    gate.touch()
+    results = tmp_path / ".supervise" / "deferred" / "net"
+    deadline = time.monotonic() + 15
+    while not list(results.glob("result-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = run_cli("digest", cwd=tmp_path).stdout.decode()
+    assert second.count("upstream reachable") == 1
+    assert "ran AFTER the sections above" in second
+    # wait for the second digest's own runner, then the third digest shows only that one
+    deadline = time.monotonic() + 15
+    while not list(results.glob("result-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    third = run_cli("digest", cwd=tmp_path).stdout.decode()
+    assert third.count("upstream reachable") == 1
+    while (results / "running.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_deferred_stage_past_its_deadline_is_killed(tmp_path: Path) -> None:
+    write_config(tmp_path, stage("slow", "sleep 30", deferred=True, timeout=0.5))
+    first = run_cli("digest", cwd=tmp_path).stdout.decode()
+    assert "IN PROGRESS" in first
+    results = tmp_path / ".supervise" / "deferred" / "slow"
+    deadline = time.monotonic() + 15
+    while not list(results.glob("result-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    data = json.loads(next(results.glob("result-*.json")).read_text())
+    assert data["status"] == "killed"
+
+
+def test_run_exit_codes_like_timeout(tmp_path: Path) -> None:
+    assert run_cli("run", "--", "sh", "-c", "exit 7").returncode == 7
+    assert run_cli("run", "--", "no-such-program-xyz").returncode == 127
+    proc = run_cli("run", "--budget", "1", "--grace", "0.1", "--", "sh", "-c",
+                   "echo out; sleep 30 & sleep 30")
+    assert proc.returncode == 124
+    assert proc.stdout == b"out\n"
+    assert b"killed after its 1s budget" in proc.stderr
+
+
+def test_run_passes_bytes_through_unchanged(tmp_path: Path) -> None:
+    proc = run_cli("run", "--", sys.executable, "-c",
+                   "import sys; sys.stdout.buffer.write(bytes(range(256)))")
+    assert proc.returncode == 0 and proc.stdout == bytes(range(256))
+
+
+def test_config_default_prints_the_embedded_digest(tmp_path: Path) -> None:
+    proc = run_cli("config", "--default", cwd=tmp_path)
+    assert proc.returncode == 0 and b"[[stages]]" in proc.stdout
+
+
+@pytest.mark.parametrize("argv", [["digest", "--budget", "-1"], ["digest", "-C", "/nonexistent"],
+                                  ["nosuchverb"]])
+def test_usage_errors_are_one_line(argv: list[str], tmp_path: Path) -> None:
+    proc = run_cli(*argv, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert b"Traceback" not in proc.stderr
