@@ -80,11 +80,10 @@ def import_tokens(text: str) -> list[str]:
     return list(seen)
 
 
-def resolve_token(token: str, importer: Path, home: Path) -> Path:
-    """Where ``token`` points: ``~/x`` under ``home``, absolute as is, else beside ``importer``.
-
-    A token whose path does not exist but does once trailing punctuation (``.,;:)`` ...) is
-    stripped resolves to the stripped path ("see @README.md." imports README.md).
+def resolve_token(token: str, importer: Path, home: Path) -> tuple[str, Path]:
+    """``(token, path)``: where ``token`` points: ``~/x`` under ``home``, absolute as is, else
+    beside ``importer``. Trailing punctuation (``.,;:)`` ...) is dropped unless the path with
+    it exists ("see @README.md." imports README.md); the token returned is the one used.
     """
     def place(t: str) -> Path:
         if t == "~" or t.startswith("~/"):
@@ -95,10 +94,8 @@ def resolve_token(token: str, importer: Path, home: Path) -> Path:
     target = place(token)
     stripped = token.rstrip(_TRAILING)
     if stripped and stripped != token and not os.path.lexists(target):
-        alt = place(stripped)
-        if os.path.lexists(alt):
-            return alt
-    return target
+        return stripped, place(stripped)
+    return token, target
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,7 @@ class Walk:
         if not self.imports or (key in self.known and not self.follow_known):
             return
         for token in import_tokens(content.text):
-            target = resolve_token(token, path, self.home)
+            token, target = resolve_token(token, path, self.home)
             what = f"@{token}"
             if not os.path.exists(target):
                 self.skipped.append(Skipped(what, f"not found ({target})", path))
