@@ -111,7 +111,7 @@ def main() -> int:
         body = data.decode("utf-8", "replace").rstrip()
         cut_note = (f"\n\n[Summary cut at {cap} bytes (max_bytes); the full record is {path} "
                     f"({size} bytes). Read it on request.]")
-    updated = meta.get("updated_at")
+    updated = " ".join(str(meta.get("updated_at") or "").split())[:60]
     where = f"{path}, updated {updated}" if updated else str(path)
     common.emit(f"{TITLE}\n{FRAMING.format(where=where)}\n\n{body}{cut_note}\n")
     if want_exposure:
