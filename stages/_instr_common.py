@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -212,3 +214,35 @@ def file_size(path: str | Path) -> int:
         return os.stat(path).st_size
     except OSError:
         return -1
+
+
+def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (so :func:`finish` can kill its whole group), stdin
+    from /dev/null, stdout and stderr piped. Raises OSError when it cannot start."""
+    return subprocess.Popen(argv, cwd=cwd, env=env if env is not None else clean_git_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, bytes, bytes]:
+    """Wait up to ``timeout`` seconds: ``(returncode, stdout, stderr)``, returncode None when the
+    deadline passed and the process group was killed (SIGKILL; grandchildren such as ssh or a
+    git-remote helper go with it, so no pipe is left open to hang on)."""
+    try:
+        out, err = proc.communicate(timeout=max(timeout, 0.0))
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        out, err = proc.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:  # a descendant left our group and holds the pipe
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        out, err = b"", b""
+    return None, out or b"", err or b""

@@ -1,0 +1,185 @@
+"""Built-in stage ``repo``: the repository's state in a few lines.
+
+Branch, upstream, ahead/behind, stash count and a capped short status come from ONE
+``git status --porcelain=v2 --branch --show-stash -z`` call; the last commits from one
+``git log``; the git dirs from one ``git rev-parse`` (all three started at once). In-progress
+operations and linked worktrees are read from files in the git dir, with no more processes.
+Silent outside git. ``GIT_DIR``-style variables are stripped and ``GIT_OPTIONAL_LOCKS=0`` is set,
+so the stage never takes ``index.lock`` while the user works. Always exits 0.
+See ``docs/stages/repo.md`` for the options.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _instr_common import finish, opt_float, opt_int, spawn, stage_options, warn  # noqa: E402
+
+UNTRACKED = ("normal", "no", "all")
+
+
+def parse_status(raw: bytes) -> tuple[dict[str, str], list[str]]:
+    """Porcelain v2 ``-z`` output -> ``(headers, short lines)``; headers keyed without ``# ``
+    (``branch.head``, ``branch.upstream``, ``branch.ab``, ``stash``), lines like ``M  path``."""
+    headers: dict[str, str] = {}
+    lines: list[str] = []
+    fields = raw.decode("utf-8", errors="replace").split("\0")
+    i = 0
+    while i < len(fields):
+        f = fields[i]
+        i += 1
+        if not f:
+            continue
+        if f.startswith("# "):
+            key, _, value = f[2:].partition(" ")
+            headers[key] = value
+        elif f[0] in "12u":
+            parts = f.split(" ", {"1": 8, "2": 9, "u": 10}[f[0]])
+            xy = parts[1].replace(".", " ")
+            if f[0] == "2":  # renamed/copied: the original path is the next NUL field
+                orig = fields[i] if i < len(fields) else "?"
+                i += 1
+                lines.append(f"{xy} {orig} -> {parts[-1]}")
+            else:
+                lines.append(f"{xy} {parts[-1]}")
+        elif f[0] in "?!":
+            lines.append(f"{f[0] * 2} {f[2:]}")
+    return headers, lines
+
+
+def in_progress(git_dir: Path) -> list[str]:
+    """Operations interrupted half-way (merge, rebase, am, cherry-pick, revert, bisect)."""
+    out = []
+    if (git_dir / "MERGE_HEAD").is_file():
+        head = (git_dir / "MERGE_HEAD").read_text(errors="replace").split()[:1]
+        out.append(f"merge in progress (merging {head[0][:12] if head else '?'}): resolve, "
+                   "then commit, or `git merge --abort`")
+    for sub, what in (("rebase-merge", "rebase"), ("rebase-apply", "rebase")):
+        d = git_dir / sub
+        if d.is_dir():
+            if sub == "rebase-apply" and (d / "applying").exists():
+                what = "am"
+            step = ""
+            for num, end in (("msgnum", "end"), ("next", "last")):
+                try:
+                    step = f" (step {(d / num).read_text().strip()}/{(d / end).read_text().strip()})"
+                    break
+                except OSError:
+                    continue
+            out.append(f"{what} in progress{step}: `git {what} --continue` or `git {what} --abort`")
+    for name, what in (("CHERRY_PICK_HEAD", "cherry-pick"), ("REVERT_HEAD", "revert")):
+        if (git_dir / name).is_file():
+            out.append(f"{what} in progress: `git {what} --continue` or `git {what} --abort`")
+    if (git_dir / "BISECT_LOG").is_file():
+        out.append("bisect in progress: `git bisect reset` when done")
+    return out
+
+
+def worktrees(git_dir: Path, common_dir: Path) -> list[str]:
+    """The other worktrees of this repository, one line each: ``path [branch]``."""
+    out = []
+    here = git_dir.resolve()
+    if here != common_dir.resolve() and common_dir.name == ".git":
+        out.append(f"{common_dir.parent} [main worktree]")
+    base = common_dir / "worktrees"
+    if not base.is_dir():
+        return out
+    for entry in sorted(base.iterdir()):
+        if entry.resolve() == here:
+            continue
+        try:
+            path = Path((entry / "gitdir").read_text(errors="replace").strip()).parent
+            head = (entry / "HEAD").read_text(errors="replace").strip()
+        except OSError:
+            continue
+        branch = head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else f"detached {head[:12]}"
+        gone = "" if path.exists() else ", missing: `git worktree prune`"
+        out.append(f"{path} [{branch}{gone}]")
+    return out
+
+
+def main() -> int:
+    options = stage_options()
+    max_status = opt_int(options, "max_status", 20)
+    commits = opt_int(options, "commits", 3)
+    timeout = opt_float(options, "timeout", 5.0)
+    untracked = options.get("untracked", "normal")
+    if untracked not in UNTRACKED:
+        warn(f"option untracked must be one of {', '.join(UNTRACKED)} (got {untracked!r}); using normal")
+        untracked = "normal"
+    cwd = Path.cwd()
+    deadline = time.monotonic() + timeout
+    try:
+        rev = spawn(["git", "rev-parse", "--absolute-git-dir", "--git-common-dir"], cwd)
+        status = spawn(["git", "status", "--porcelain=v2", "--branch", "--show-stash", "-z",
+                        f"--untracked-files={untracked}"], cwd)
+        log = spawn(["git", "log", f"-n{commits}", "--format=%h%x09%cr%x09%s"], cwd) if commits else None
+    except OSError:
+        return 0  # no git: nothing to say
+    rc, out, _ = finish(rev, deadline - time.monotonic())
+    s_rc, s_out, s_err = finish(status, deadline - time.monotonic())
+    l_rc, l_out, _ = finish(log, deadline - time.monotonic()) if log else (1, b"", b"")
+    if rc != 0:
+        return 0  # outside git: silent
+    git_dir_s, common_s = (out.decode("utf-8", "replace").splitlines() + ["", ""])[:2]
+    git_dir = Path(git_dir_s)
+    common_dir = Path(common_s) if os.path.isabs(common_s) else (cwd / common_s)
+
+    lines = ["## Repository"]
+    if s_rc is None:
+        lines.append(f"git status did not finish within {timeout:g} s (huge tree? set the "
+                     "untracked option to \"no\")")
+        headers, changes = {}, []
+    elif s_rc != 0:
+        lines.append(f"git status failed: {s_err.decode('utf-8', 'replace').strip()[:200]}")
+        headers, changes = {}, []
+    else:
+        headers, changes = parse_status(s_out)
+    head = headers.get("branch.head")
+    if head:
+        branch = f"detached at {headers.get('branch.oid', '?')[:12]}" if head == "(detached)" else head
+        if headers.get("branch.oid") == "(initial)":
+            branch += " (no commits yet)"
+        up = headers.get("branch.upstream")
+        if up:
+            ab = headers.get("branch.ab", "")
+            ahead, behind = (ab.split() + ["+0", "-0"])[:2] if ab else ("?", "?")
+            track = f"{up}: ahead {ahead.lstrip('+')}, behind {behind.lstrip('-')}" if ab else f"{up} (gone)"
+            lines.append(f"Branch: {branch}, tracking {track}")
+        else:
+            lines.append(f"Branch: {branch} (no upstream)")
+    lines += [f"In progress: {op}" for op in in_progress(git_dir)]
+    if s_rc == 0:
+        if changes:
+            lines.append(f"Changes ({len(changes)}):")
+            lines += [f"  {c}" for c in changes[:max_status]]
+            if len(changes) > max_status:
+                lines.append(f"  ... and {len(changes) - max_status} more (`git status`)")
+        else:
+            lines.append("Working tree clean")
+    stash = headers.get("stash")
+    if stash and stash != "0":
+        lines.append(f"Stash: {stash} entr{'y' if stash == '1' else 'ies'}")
+    if l_rc == 0 and l_out.strip():
+        lines.append("Recent commits:")
+        lines += [f"  {c.replace(chr(9), ' ', 1).replace(chr(9), ' | ', 1)}"
+                  for c in l_out.decode("utf-8", "replace").splitlines()]
+    trees = worktrees(git_dir, common_dir)
+    if trees:
+        lines.append("Other worktrees:")
+        lines += [f"  {t}" for t in trees]
+    sys.stdout.buffer.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as err:  # a stage exits 0 on every internal failure
+        warn(f"internal error: {type(err).__name__}: {err}")
+        sys.exit(0)
