@@ -224,6 +224,10 @@ def run_session(config: DigestConfig, context: SessionContext, *, take_lock: boo
     if owner is None and take_lock and len(ancestors) > 1:
         owner = ancestors[1]  # a terminal: the shell that ran us holds the lock
     if owner is None:
+        held = _lock.read_state(context.state_dir).lock
+        if held is not None and _lock.owned_by_session(held, ancestors, session_id):
+            owner = held.ident  # a terminal whose shell took the lock earlier
+    if owner is None:
         why = ("No harness process was found among this process's ancestors (a terminal?), so no "
                "lock was taken. Use `--take-lock` to take it from a terminal.")
         return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)

@@ -56,12 +56,14 @@ class FakeHarness:
         nest: how many contiguous processes carry that name (Claude runs hooks from
             ``claude`` helpers below the main ``claude``); the outermost is the real owner.
         env: extra environment for the harness and everything below it.
+        inner: names of further processes between the harness and the CLI (outermost first),
+            e.g. ``("pi",)`` for a Pi running below a Codex.
     """
 
     _ids = itertools.count()
 
     def __init__(self, workdir: Path, name: str = "claude", nest: int = 1,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, inner: tuple[str, ...] = ()) -> None:
         self.workdir = workdir / f"h{next(self._ids)}-{name}"
         self.workdir.mkdir(parents=True)
         binary = harness_binary(workdir / "bin", name)
@@ -70,7 +72,8 @@ class FakeHarness:
         self.proc = subprocess.Popen([str(binary), "-s"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=self.workdir, env=full_env)
-        self._inner = [str(binary)] * (nest - 1)
+        self._inner = [str(binary)] * (nest - 1) + [str(harness_binary(workdir / "bin", n))
+                                                     for n in inner]
         self.inner_pids: list[int] = []
         # Handshake: the shell is up and has its own name.
         self._send("echo ready $$")
@@ -114,7 +117,7 @@ class FakeHarness:
                   f"echo $? > {shlex.quote(str(base))}.rc\n")
         base.with_suffix(".sh").write_text(script)
         inner = shlex.join([_SHELL, "-c", f"{_SHELL} {shlex.quote(str(base))}.sh; :"])
-        for binary in self._inner:
+        for binary in reversed(self._inner):
             inner = shlex.join([binary, "-c", f"{inner}; :"])
         self._send(f"{inner}; echo done {n}")
         return n
