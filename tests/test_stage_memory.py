@@ -382,3 +382,41 @@ def test_whole_recap_through_the_engine_startup_then_compact(store: Path, state:
     compact = _digest(store.parent, state, "compact")
     assert "IDENTITY-BODY" in compact and "ARCHIVE-BODY" not in compact
     assert f"- {store / 'archive.md'} ({len(BODIES['archive.md'])} bytes)" in compact
+
+
+def _hook(project: Path, state: Path, source: str | None) -> str:
+    """``supervise hook claude`` with a real SessionStart payload; returns additionalContext."""
+    from helpers import run_cli
+
+    payload = {"session_id": "seed-000", "transcript_path": str(project / "t.jsonl"), "cwd": str(project),
+               "hook_event_name": "SessionStart"}
+    if source is not None:
+        payload["source"] = source
+    proc = run_cli("hook", "claude", cwd=project, input=json.dumps(payload).encode(),
+                   env={"SUPERVISE_STATE_DIR": str(state)})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_seed_000_scenario_through_supervise_hook_claude(store: Path, tmp_path: Path) -> None:
+    """Seed 000 end to end: a full recap at startup; after /compact identity in full, every other
+    file as a path with its size, and the handoff count not advanced by four compactions."""
+    project = store.parent
+    (project / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "memory"\nbuiltin = "memory"\nreemit = true\n')
+    state = tmp_path / "hook-state"
+    first = _hook(project, state, "startup")
+    assert first.startswith("## Memory\n")
+    for body in BODIES.values():
+        assert body.strip() in first
+    for _ in range(4):
+        compacted = _hook(project, state, "compact")
+        assert BODIES["identity.md"].strip() in compacted
+        for name, body in BODIES.items():
+            if name != "identity.md":
+                assert body.strip() not in compacted
+                assert f"- {store / name} ({len(body.encode())} bytes)" in compacted
+        assert "Already delivered 1 time since" in compacted and "HANDOFF-BODY" in compacted
+    for source in ("Compact", None):  # unrecognized and absent: the full recap again
+        again = _hook(project, state, source)
+        assert BODIES["archive.md"].strip() in again

@@ -193,3 +193,28 @@ def test_through_the_engine(summary: Path, state: Path) -> None:
     assert result.complete
     assert result.stages[0].output.startswith("## Resident memory summary\n")
     assert "FRONTMATTER-ONLY" not in result.text and "SUMMARY-BODY" in result.text
+
+
+def test_seed_002_scenario_through_supervise_hook_claude(summary: Path, tmp_path: Path) -> None:
+    """Seed 002 end to end: the body (never the frontmatter) reaches the harness's context, framed
+    as background; ``inject_summary = false`` turns it off; a broken record fails nothing."""
+    from helpers import run_cli
+
+    project = summary.parent.parent
+    payload = json.dumps({"session_id": "seed-002", "cwd": str(project), "source": "startup",
+                          "hook_event_name": "SessionStart"}).encode()
+
+    def hook(options: str) -> str:
+        (project / "supervise.toml").write_text(
+            f'budget = 30\n[[stages]]\nname = "summary"\nbuiltin = "summary"\n{options}')
+        proc = run_cli("hook", "claude", cwd=project, input=payload,
+                       env={"SUPERVISE_STATE_DIR": str(tmp_path / "hook-state")})
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"] if proc.stdout else ""
+
+    context = hook("")
+    assert "## Resident memory summary" in context and "SUMMARY-BODY" in context
+    assert "FRONTMATTER-ONLY" not in context and "never overrides current user instructions" in context
+    assert "SUMMARY-BODY" not in hook("[stages.options]\ninject_summary = false\n")
+    summary.write_text("---\nupdated_at: [broken\n---\nSUMMARY-BODY\n")
+    assert "SUMMARY-BODY" not in hook("")
