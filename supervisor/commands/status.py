@@ -1,0 +1,133 @@
+"""``supervise status [-C DIR] [--format text|json]``: the session state of a project.
+
+Shows the lock owner (alive or stale, which harness, since when), the completion record (and
+whether it matches the lock), the last digest the hook ran (per-stage status and seconds)
+and deferred results waiting to be delivered. Reads only; never takes the mutex, never
+writes (a status check must not change what it reports).
+
+Exit status: 0; 1 when the state cannot be read (a symlinked state dir or file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``status`` argument parser."""
+    p = argparse.ArgumentParser(prog="supervise status", description=__doc__.splitlines()[0])
+    p.add_argument("-C", dest="directory", type=Path, metavar="DIR", help="run as if started in DIR")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    return p
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "-"
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _pending(state_dir: Path) -> list[dict[str, Any]]:
+    """Finished deferred results not yet delivered (``deferred/<stage>/result-*.json``)."""
+    out = []
+    for path in sorted((state_dir / "deferred").glob("*/result-*.json")):
+        try:
+            data = json.loads(path.read_text("utf-8"))
+        except (OSError, ValueError):
+            data = {}
+        if not isinstance(data, dict):
+            data = {}
+        out.append({"stage": data.get("name", path.parent.name), "status": data.get("status", "?"),
+                    "seconds": data.get("seconds"), "finished": data.get("finished")})
+    return out
+
+
+def collect(project: Path) -> dict[str, Any]:
+    """The status document (the ``--format json`` shape); ``error`` is set when unreadable."""
+    from .._ancestry import is_alive
+    from .._context import state_dir_for
+    from .._errors import StateError
+    from .._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
+    from .._session import LAST_DIGEST_FILE, LastDigest
+
+    state_dir = state_dir_for(project)
+    doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir), "error": None,
+                           "lock": None, "completion": None, "last_digest": None, "pending": []}
+    try:
+        if state_dir.is_symlink():
+            raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
+        lock = read_record(state_dir / LOCK_FILE, LockRecord)
+        done = read_record(state_dir / COMPLETE_FILE, CompletionRecord)
+        last = read_record(state_dir / LAST_DIGEST_FILE, LastDigest)  # type: ignore[type-var]
+    except StateError as err:
+        doc["error"] = str(err)
+        return doc
+    if lock is not None:
+        doc["lock"] = {**lock.model_dump(exclude={"nonce"}), "alive": is_alive(lock.ident)}
+    if done is not None:
+        doc["completion"] = {**done.model_dump(exclude={"nonce"}),
+                             "matches_lock": lock is not None and done.nonce == lock.nonce}
+    if last is not None:
+        doc["last_digest"] = last.model_dump()
+    doc["pending"] = _pending(state_dir)
+    return doc
+
+
+def render_text(doc: dict[str, Any]) -> str:
+    """The human table."""
+    lines = [f"project    {doc['project']}", f"state dir  {doc['state_dir']}"]
+    if doc["error"]:
+        return "\n".join([*lines, f"error      {doc['error']}"]) + "\n"
+    lock = doc["lock"]
+    if lock is None:
+        lines.append("lock       free")
+    else:
+        state = "alive" if lock["alive"] else "STALE (owner gone; the next start replaces it)"
+        sid = f", session {lock['session_id']}" if lock["session_id"] else ""
+        lines.append(f"lock       {lock['harness']} pid {lock['pid']}{sid}, since "
+                     f"{_when(lock['acquired_at'])}: {state}")
+    done = doc["completion"]
+    if done is None:
+        lines.append("completion none (a clear or compact runs the full digest)")
+    else:
+        match = "matches the lock" if done["matches_lock"] else "does NOT match the lock (ignored)"
+        lines.append(f"completion {_when(done['completed_at'])}, {match}")
+    last = doc["last_digest"]
+    if last is None:
+        lines.append("last       no digest recorded")
+    else:
+        state = "truncated" if last["truncated"] else ("complete" if last["complete"] else "incomplete")
+        lines.append(f"last       {last['mode']} digest, source {last['source'] or '-'}, "
+                     f"{last['seconds']:.2f}s, {state}, {_when(last['finished_at'])}")
+        for stage in last["stages"]:
+            lines.append(f"  {stage['name']:<24} {stage['status']:<11} {stage['seconds']:7.2f}s "
+                         f"{stage['bytes']:>9} bytes")
+    pending = doc["pending"]
+    lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
+    for item in pending:
+        lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {_when(item['finished'])}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    """Print the status; 0, or 1 when the state cannot be read."""
+    args = build_parser().parse_args(argv)
+    from .._project import find_project_root
+
+    start = args.directory or Path.cwd()
+    if not start.is_dir():
+        print(f"supervise status: -C {start}: not a directory", file=sys.stderr)
+        return EXIT_FAILURE
+    doc = collect(find_project_root(start))
+    if args.format == "json":
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    else:
+        sys.stdout.write(render_text(doc))
+    return EXIT_FAILURE if doc["error"] else EXIT_OK

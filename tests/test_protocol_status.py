@@ -1,0 +1,83 @@
+"""``supervise status``: lock owner, completion record, last digest, pending deferred results."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fake_harness import FakeHarness
+from helpers import run_cli
+
+CONFIG = """\
+budget = 30
+[[stages]]
+name = "alpha"
+run = ["sh", "-c", "echo ALPHA"]
+[[stages]]
+name = "beta"
+run = ["sh", "-c", "echo BETA"]
+"""
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> Iterator[FakeHarness]:
+    with FakeHarness(tmp_path / "h", "codex") as h:
+        yield h
+
+
+def status(project: Path, *args: str) -> tuple[int, str]:
+    proc = run_cli("status", "-C", str(project), *args)
+    return proc.returncode, proc.stdout.decode()
+
+
+def test_status_of_a_fresh_project(git_repo: Path) -> None:
+    code, out = status(git_repo, "--format", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert (doc["lock"], doc["completion"], doc["last_digest"], doc["pending"]) == (None, None, None, [])
+    assert not (git_repo / ".supervise").exists(), "status never writes"
+    code, text = status(git_repo)
+    assert "lock       free" in text and "completion none" in text
+
+
+def test_status_after_a_start(git_repo: Path, harness: FakeHarness) -> None:
+    (git_repo / "supervise.toml").write_text(CONFIG)
+    payload = json.dumps({"session_id": "S-1", "cwd": str(git_repo), "source": "startup"}).encode()
+    assert harness.run(["hook", "codex"], cwd=git_repo, stdin=payload).returncode == 0
+    code, out = status(git_repo, "--format", "json")
+    doc = json.loads(out)
+    assert code == 0
+    assert doc["lock"]["pid"] == harness.pid and doc["lock"]["alive"] is True
+    assert doc["lock"]["harness"] == "codex" and doc["lock"]["session_id"] == "S-1"
+    assert "nonce" not in doc["lock"]
+    assert doc["completion"]["matches_lock"] is True
+    last = doc["last_digest"]
+    assert (last["mode"], last["source"], last["complete"]) == ("full", "startup", True)
+    assert [(s["name"], s["status"]) for s in last["stages"]] == [("alpha", "ok"), ("beta", "ok")]
+    _, text = status(git_repo)
+    assert f"codex pid {harness.pid}, session S-1" in text and ": alive" in text
+    assert "matches the lock" in text and "alpha" in text and "beta" in text
+    harness.close()
+    _, text = status(git_repo)
+    assert "STALE" in text
+
+
+def test_status_lists_pending_deferred_results(git_repo: Path) -> None:
+    stage = git_repo / ".supervise" / "deferred" / "net"
+    stage.mkdir(parents=True)
+    (stage / "result-1.json").write_text(json.dumps({"name": "net", "status": "ok", "seconds": 2.0,
+                                                     "finished": 1_700_000_000}))
+    (stage / "delivered-0.json").write_text("{}")
+    doc = json.loads(status(git_repo, "--format", "json")[1])
+    assert [p["stage"] for p in doc["pending"]] == ["net"]
+    assert "1 deferred result(s)" in status(git_repo)[1]
+
+
+def test_status_refuses_a_symlinked_state_dir(git_repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "real").mkdir()
+    (git_repo / ".supervise").symlink_to(tmp_path / "real")
+    code, out = status(git_repo)
+    assert code == 1 and "symlink" in out
