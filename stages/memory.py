@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -254,7 +255,12 @@ def _consolidation(env: common.StageEnv, opts: common.Options, store: Path, toda
     return f"Memory consolidation: {days}; running consolidation in the background (pid {pid})."
 
 
+SLOW_SECONDS = 5.0
+"""A run longer than this (seconds) is logged as slow (claude-remember's slow-start log)."""
+
+
 def main() -> int:
+    started = time.monotonic()
     env, problems = common.read_env("memory")
     opts = common.Options(env.options)
     store = common.resolve_path(env.project_dir, opts.text("dir", ".remember"))
@@ -282,6 +288,9 @@ def main() -> int:
         for item in recap.items:
             if item.body is not None:
                 common.record_exposure(env, item.path, len(item.body.encode()))
+    took = time.monotonic() - started
+    if took > SLOW_SECONDS:
+        common.log(env, f"slow run: {took:.1f}s (store {store})")
     return 0
 
 
