@@ -211,3 +211,13 @@ def test_cursor_hook_with_no_payload_still_exits_zero(marked_repo: Path) -> None
                    env={k: v for k, v in os.environ.items() if k != "CURSOR_PROJECT_DIR"})
     assert proc.returncode == 0
     assert "MARK-cursor-startup" in json.loads(proc.stdout)["additional_context"]
+
+
+def test_render_without_stage_headings_keeps_a_prefix_and_names_the_rest(tmp_path: Path) -> None:
+    digest = "FIRST-MARK\n" + ("z" * 99 + "\n") * 300 + "LAST-MARK\n"
+    text = _context(render("claude", digest, state_dir=tmp_path))
+    assert len(text) <= 9_000 and "FIRST-MARK" in text and "LAST-MARK" not in text
+    rest = [line for line in text.splitlines() if "the rest of the digest" in line]
+    assert len(rest) == 1
+    saved = next((tmp_path / "digests").glob("digest-*.txt"))
+    assert str(saved) in rest[0] and saved.read_text("utf-8") == digest

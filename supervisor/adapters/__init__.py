@@ -126,10 +126,13 @@ def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
     text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> '?'
     limit = cap if cap is not None else inline_cap(harness)
     if kind != "nudge" and len(text) > limit:
-        from ._inline import fit_inline as _fit, split_sections
+        from ._inline import fit_inline as _fit, fit_prefix, split_sections
 
         parts, notices = split_sections(text)
-        text = _fit(parts, limit, state_dir, notices)
+        if len(parts) == 1 and parts[0][0] == "digest":  # no stage headings to cut at
+            text = fit_prefix(parts[0][1], limit, state_dir, notices)
+        else:
+            text = _fit(parts, limit, state_dir, notices)
     adapter = ADAPTERS.get(harness)
     envelope = adapter.envelope if adapter else "plain"
     if envelope == "plain":

@@ -129,6 +129,34 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices:
     return "".join(out)
 
 
+def fit_prefix(text: str, cap: int, state_dir: Path, notices: str = "") -> str:
+    """Like :func:`fit_inline` for a digest with no stage boundaries known: keep the notices
+    and as many whole lines of ``text`` as fit, then one line naming the size of the rest and
+    the file holding the whole digest. At most ``cap`` characters; never raises."""
+    full = "".join(_ensure_nl(t) for t in (notices, text) if t)
+    if len(full) <= cap:
+        return full
+    try:
+        where = str(save_full(full, state_dir))
+    except OSError as err:
+        where = f"the output of `supervise digest` (saving failed: {err.strerror or err})"
+    header = (f"[supervise] This digest is {len(full):,} characters, over the {cap:,}-character "
+              f"inline limit; the whole digest is in {where}.\n")
+    notes = _ensure_nl(notices)
+    tail_len = len(_cut_rest(len(text), where))
+    if len(header) + len(notes) + tail_len > cap:
+        notes = notes[: max(0, cap - len(header) - tail_len - 40)] + "... [notices cut]\n"
+    room = cap - len(header) - len(notes) - tail_len
+    keep = text[: max(room, 0)]
+    if "\n" in keep and len(keep) < len(text):
+        keep = keep[: keep.rindex("\n") + 1]
+    return (header + notes + keep + _cut_rest(len(text) - len(keep), where))[:cap]
+
+
+def _cut_rest(size: int, where: str) -> str:
+    return f"\n[supervise] the rest of the digest ({size:,} characters) is cut from this inline text: read it in {where}\n"
+
+
 def split_sections(text: str) -> tuple[list[tuple[str, str]], str]:
     """Split a printed digest into ``(parts, notices)`` for :func:`fit_inline`.
 

@@ -1,0 +1,153 @@
+"""End-to-end fixtures: the real harness CLIs against the project's fake model server.
+
+The CLIs are pinned and installed by ``scripts/install-harnesses.sh`` into ``.cache/harnesses``
+(``HARNESS_CACHE`` overrides); a test whose CLI is missing skips and says how to install it.
+Every test gets its own fake model server on 127.0.0.1 (a free port) that logs each request
+body; a test passes only when the text our hook printed is found in a request the model got.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("HARNESS_CACHE") or ROOT / ".cache" / "harnesses")
+SERVER = Path(__file__).with_name("fake_model_server.py")
+RUN_TIMEOUT = 120.0
+"""Seconds one harness CLI invocation may take before the test fails (a turn takes ~1-3 s)."""
+
+# Variables of an enclosing agent session or a real account must not leak into the CLIs.
+_FOREIGN_PREFIXES = ("CLAUDE", "ANTHROPIC", "CODEX", "OPENAI", "GEMINI", "GOOGLE", "QWEN",
+                     "CURSOR", "GROK", "SUPERVISE_", "NO_MISTAKES")
+
+
+def harness_bin(name: str) -> Path:
+    """Path of an installed harness CLI; skips the test when it is not installed."""
+    path = CACHE / "node_modules" / ".bin" / name
+    if not path.exists():
+        pytest.skip(f"{name} CLI not installed in {CACHE}: run `bash scripts/install-harnesses.sh` (needs npm)")
+    return path
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without foreign agent/model variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN_PREFIXES)}
+    env.update(extra)
+    return env
+
+
+@dataclass
+class FakeModel:
+    """A running fake model server: its URL, request log and one-shot usage file."""
+
+    port: int
+    log: Path
+    tokens_file: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def requests(self) -> list[dict]:
+        """Every logged request (method, path, headers, body), oldest first."""
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text("utf-8").splitlines() if line.strip()]
+
+    def count(self) -> int:
+        """How many requests were logged so far (a cursor for :meth:`bodies`)."""
+        return len(self.requests())
+
+    def bodies(self, since: int = 0) -> list[str]:
+        """Request bodies as JSON text (escapes decoded), from request number ``since`` on."""
+        return [json.dumps(r.get("body"), ensure_ascii=False) for r in self.requests()[since:]]
+
+    def seen(self, needle: str, since: int = 0) -> bool:
+        """True when ``needle`` is in a request body logged at or after ``since``."""
+        return any(needle in body for body in self.bodies(since))
+
+    def report_tokens_once(self, n: int) -> None:
+        """The next reply reports ``n`` input tokens (provokes auto-compaction once)."""
+        self.tokens_file.write_text(str(n))
+
+
+@pytest.fixture
+def fake_model(tmp_path: Path) -> Iterator[FakeModel]:
+    """Start the fake model server on a free port; stop it (by its own pid) afterwards."""
+    log = tmp_path / "requests.jsonl"
+    tokens = tmp_path / "tokens-once"
+    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", "0", "--log", str(log),
+                             "--tokens-once-file", str(tokens)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "fake model server on http://127.0.0.1:PORT ..." or EOF
+        if "127.0.0.1:" not in line:
+            pytest.fail(f"fake model server did not start: {line!r}")
+        port = int(line.split("127.0.0.1:")[1].split()[0])
+        yield FakeModel(port, log, tokens)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
+
+
+@dataclass
+class Project:
+    """A git repo with a ``supervise.toml`` whose stage prints a unique marker."""
+
+    path: Path
+    mark: str
+
+    def configure(self, toml: str) -> None:
+        (self.path / "supervise.toml").write_text(textwrap.dedent(toml))
+
+    def install(self, *harnesses: str) -> None:
+        proc = subprocess.run([sys.executable, "-m", "supervisor", "install", *harnesses], cwd=self.path,
+                              capture_output=True, timeout=60, stdin=subprocess.DEVNULL, env=clean_env())
+        assert proc.returncode == 0, proc.stderr.decode()
+
+
+def marker_toml(mark: str, budget: float = 20, extra: str = "") -> str:
+    """A digest of one ``reemit`` stage printing ``MARK-<source>-<mode>``, plus ``extra``."""
+    return (f"budget = {budget}\ngrace = 0.5\n\n[[stages]]\nname = \"mark\"\nreemit = true\n"
+            f"run = [\"sh\", \"-c\", \"echo {mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE\"]\n{extra}")
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    """A fresh git repo (one commit) with the marker digest configured."""
+    path = tmp_path / "proj"
+    path.mkdir()
+    env = clean_env()
+    subprocess.run(["git", "init", "-q", "-b", "main", str(path)], check=True, env=env)
+    (path / "README.md").write_text("e2e project\n")
+    subprocess.run(["git", "-C", str(path), "add", "."], check=True, env=env)
+    subprocess.run(["git", "-C", str(path), "commit", "-q", "-m", "initial"], check=True, env=env)
+    mark = f"E2EMARK{uuid.uuid4().hex[:10]}"
+    proj = Project(path, mark)
+    proj.configure(marker_toml(mark))
+    return proj
+
+
+def run_harness(argv: list[str | os.PathLike[str]], cwd: Path, env: dict[str, str],
+                timeout: float = RUN_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    """Run one harness CLI invocation to its end (stdin closed), output captured as text."""
+    return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=timeout)

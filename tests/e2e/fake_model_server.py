@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Fake model server for the end-to-end harness tests (stdlib only, binds 127.0.0.1).
+
+The project's own copy of the brief's lab server (tests never depend on the brief at run time).
+
+Imitates just enough of four wire protocols to let real agent CLIs complete a turn:
+  * Anthropic Messages API     POST /v1/messages            (JSON or SSE when body.stream)
+                               POST /v1/messages/count_tokens
+  * OpenAI Chat Completions    POST /v1/chat/completions     (JSON or SSE when body.stream)
+  * OpenAI Responses API       POST /v1/responses            (JSON or SSE when body.stream)
+  * Gemini API                 POST /v1beta/models/M:generateContent | :streamGenerateContent (SSE)
+  * GET /v1/models, anything else -> small JSON
+Every request (method, path, headers subset, parsed body) is appended as one JSON line to
+--log (default ./requests.jsonl), so a test can grep the body for a hook's marker string.
+
+Usage: python3 fake_model_server.py --port 0 --port-file port.txt --pid-file pid.txt --log req.jsonl
+       [--reply TEXT] [--input-tokens N] [--tokens-once-file F]
+  --port 0            pick a free port; it is written to --port-file
+  --pid-file          the server's own PID (pyenv shims make `$!` point at a wrapper, not python)
+  --input-tokens N    usage reported on every reply (large N => client thinks context is full)
+  --tokens-once-file  if F exists when a request arrives, its integer is reported as usage for that
+                      one request and F is deleted: a one-shot auto-compaction trigger that does
+                      not loop (a constant huge N makes OpenCode compact after every reply).
+Replies: "<summary>FAKE-SUMMARY ...</summary>" when the tail of the conversation looks like a
+summarisation/compaction prompt, else --reply. No tool calls are ever emitted.
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+ARGS = None
+LOCK = threading.Lock()
+COUNTER = [0]
+
+
+def log_request(handler, body_raw):
+    try:
+        body = json.loads(body_raw) if body_raw else None
+    except Exception:
+        body = body_raw.decode("utf-8", "replace")
+    rec = {
+        "t": time.time(),
+        "method": handler.command,
+        "path": handler.path,
+        "headers": {k: v for k, v in handler.headers.items()
+                    if k.lower() in ("user-agent", "content-type", "anthropic-version",
+                                     "anthropic-beta", "x-app", "accept", "originator")},
+        "body": body,
+    }
+    with LOCK:
+        COUNTER[0] += 1
+        with open(ARGS.log, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+    return body if isinstance(body, dict) else {}
+
+
+def input_tokens():
+    """Usage to report: one-shot override from --tokens-once-file, else --input-tokens."""
+    f = ARGS.tokens_once_file
+    if f:
+        with LOCK:
+            try:
+                with open(f) as fh:
+                    n = int(fh.read().strip() or 0)
+                os.unlink(f)
+                return n
+            except FileNotFoundError:
+                pass
+    return ARGS.input_tokens
+
+
+def reply_text(body):
+    """Compaction/summary prompts get a <summary> reply; everything else the plain reply."""
+    s = json.dumps(body.get("messages") or body.get("input") or "")[-3000:].lower()
+    if "summary" in s and ("compact" in s or "summarize" in s or "handoff" in s or "checkpoint" in s):
+        return "<summary>FAKE-SUMMARY of the conversation so far.</summary>"
+    return ARGS.reply
+
+
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, fmt, *a):  # quiet
+        if ARGS.verbose:
+            sys.stderr.write("[fake] " + fmt % a + "\n")
+
+    def _read(self):
+        n = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(n) if n else b""
+
+    def _json(self, obj, code=200):
+        data = json.dumps(obj).encode()
+        self.send_response(code)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _sse_start(self):
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
+    def _ev(self, event, data):
+        chunk = ""
+        if event:
+            chunk += f"event: {event}\n"
+        chunk += "data: " + (data if isinstance(data, str) else json.dumps(data)) + "\n\n"
+        self.wfile.write(chunk.encode())
+        self.wfile.flush()
+
+    def do_HEAD(self):
+        self.send_response(200)
+        self.send_header("content-length", "0")
+        self.end_headers()
+
+    def do_GET(self):
+        log_request(self, b"")
+        if self.path.startswith("/v1/models") or self.path.startswith("/models"):
+            return self._json({"object": "list", "data": [
+                {"id": ARGS.model, "object": "model", "created": 0, "owned_by": "fake",
+                 "type": "model", "display_name": ARGS.model}]})
+        return self._json({"ok": True})
+
+    def do_POST(self):
+        body = log_request(self, self._read())
+        p = self.path.split("?")[0]
+        if p.endswith("/messages/count_tokens"):
+            return self._json({"input_tokens": 42})
+        if p.endswith("/messages"):
+            return self.anthropic(body)
+        if p.endswith("/chat/completions"):
+            return self.chat(body)
+        if p.endswith("/responses"):
+            return self.openai_responses(body)
+        if ":generateContent" in p or ":streamGenerateContent" in p:
+            return self.gemini(body, stream=":streamGenerateContent" in p)
+        if p.endswith(":countTokens"):
+            return self._json({"totalTokens": 42})
+        return self._json({"ok": True})
+
+    # ---- Anthropic Messages -------------------------------------------------------
+    def anthropic(self, body):
+        text = reply_text(body)
+        model = body.get("model", ARGS.model)
+        n_in = input_tokens()
+        usage = {"input_tokens": n_in, "output_tokens": 5,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        if not body.get("stream"):
+            return self._json({"id": "msg_fake", "type": "message", "role": "assistant",
+                               "model": model, "content": [{"type": "text", "text": text}],
+                               "stop_reason": "end_turn", "stop_sequence": None, "usage": usage})
+        self._sse_start()
+        self._ev("message_start", {"type": "message_start", "message": {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 1}}})
+        self._ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {"type": "text", "text": ""}})
+        self._ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "text_delta", "text": text}})
+        self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._ev("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                   "usage": {"output_tokens": 5}})
+        self._ev("message_stop", {"type": "message_stop"})
+
+    # ---- OpenAI Chat Completions --------------------------------------------------
+    def chat(self, body):
+        text = reply_text(body)
+        model = body.get("model", ARGS.model)
+        n_in = input_tokens()
+        usage = {"prompt_tokens": n_in, "completion_tokens": 5, "total_tokens": n_in + 5}
+        if not body.get("stream"):
+            return self._json({"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
+                               "model": model, "choices": [{"index": 0, "finish_reason": "stop",
+                               "message": {"role": "assistant", "content": text}}], "usage": usage})
+        self._sse_start()
+        base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": model}
+        self._ev(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                             "finish_reason": None}]})
+        self._ev(None, {**base, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}]})
+        self._ev(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+        self._ev(None, {**base, "choices": [], "usage": usage})
+        self._ev(None, "[DONE]")
+
+    # ---- OpenAI Responses ---------------------------------------------------------
+    def openai_responses(self, body):
+        text = reply_text(body)
+        model = body.get("model", ARGS.model)
+        item = {"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        n_in = input_tokens()
+        usage = {"input_tokens": n_in, "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
+                 "total_tokens": n_in + 5}
+        resp = {"id": "resp_fake", "object": "response", "created_at": int(time.time()), "model": model,
+                "status": "completed", "output": [item], "usage": usage}
+        if not body.get("stream"):
+            return self._json(resp)
+        self._sse_start()
+        self._ev("response.created", {"type": "response.created",
+                                      "response": {**resp, "status": "in_progress", "output": []}})
+        self._ev("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
+                                                "item": {**item, "status": "in_progress", "content": []}})
+        self._ev("response.content_part.added", {"type": "response.content_part.added", "item_id": "msg_fake",
+                                                 "output_index": 0, "content_index": 0,
+                                                 "part": {"type": "output_text", "text": "", "annotations": []}})
+        self._ev("response.output_text.delta", {"type": "response.output_text.delta", "item_id": "msg_fake",
+                                                "output_index": 0, "content_index": 0, "delta": text})
+        self._ev("response.output_text.done", {"type": "response.output_text.done", "item_id": "msg_fake",
+                                               "output_index": 0, "content_index": 0, "text": text})
+        self._ev("response.output_item.done", {"type": "response.output_item.done", "output_index": 0,
+                                               "item": item})
+        self._ev("response.completed", {"type": "response.completed", "response": resp})
+
+
+    # ---- Gemini generateContent / streamGenerateContent?alt=sse ---------------------
+    def gemini(self, body, stream):
+        text = reply_text({"messages": body.get("contents")})
+        n_in = input_tokens()
+        resp = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+                                "finishReason": "STOP", "index": 0}],
+                "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": 5,
+                                  "totalTokenCount": n_in + 5},
+                "modelVersion": ARGS.model}
+        if not stream:
+            return self._json(resp)
+        self._sse_start()
+        self._ev(None, resp)
+
+
+def main():
+    global ARGS
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--pid-file", help="write this process's own PID here (pyenv shims make $! unreliable)")
+    ap.add_argument("--log", default="requests.jsonl")
+    ap.add_argument("--reply", default="FAKE-REPLY: ok.")
+    ap.add_argument("--model", default="fake-model")
+    ap.add_argument("--input-tokens", type=int, default=10,
+                    help="input token count reported in usage (set high to provoke auto-compaction)")
+    ap.add_argument("--tokens-once-file",
+                    help="if this file exists when a request arrives, its integer content is reported as "
+                         "input tokens for that one request and the file is deleted (one-shot compaction trigger)")
+    ap.add_argument("--verbose", action="store_true")
+    ARGS = ap.parse_args()
+    srv = ThreadingHTTPServer(("127.0.0.1", ARGS.port), H)
+    port = srv.server_address[1]
+    if ARGS.pid_file:
+        with open(ARGS.pid_file, "w") as f:
+            f.write(str(os.getpid()))
+    if ARGS.port_file:
+        with open(ARGS.port_file, "w") as f:
+            f.write(str(port))
+    print(f"fake model server on http://127.0.0.1:{port} logging to {ARGS.log}", flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Claude Code 2.1.197, headless (``claude -p``), against the fake model server.
+
+Each case proves that what our hook printed reached the model: the marker printed by the
+digest's stage (or the nudge, or the banner) is found in a logged request body. Facts used
+(brief, harnesses.md section 1): the context arrives as a system message; ``--resume`` fires
+``source=resume``; ``-p /clear`` fires ``source=clear`` in a new session; the first headless
+``/compact`` of a session may answer "Not enough messages to compact.", a repeat compacts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeModel, Project, clean_env, harness_bin, marker_toml, run_harness
+
+pytestmark = pytest.mark.e2e
+
+NUDGE = "SUPERVISE_OP: v1 session-start"
+
+
+def claude(project: Project, fake: FakeModel, *args: str) -> dict:
+    """Run ``claude ARGS --output-format json`` in the project; return its JSON result."""
+    env = clean_env(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="dummy", DISABLE_TELEMETRY="1",
+                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1",
+                    DISABLE_ERROR_REPORTING="1")
+    proc = run_harness([harness_bin("claude"), *args, "--output-format", "json"], project.path, env)
+    assert proc.returncode == 0, f"claude {args} failed: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def installed(project: Project) -> Project:
+    harness_bin("claude")
+    project.install("claude")
+    return project
+
+
+def compact(project: Project, fake: FakeModel, sid: str) -> None:
+    """Headless ``/compact``, repeated while Claude answers "Not enough messages" (LAB)."""
+    for _ in range(3):
+        result = claude(project, fake, "--resume", sid, "-p", "/compact").get("result", "")
+        if not str(result).startswith("Not enough messages"):
+            return
+    pytest.fail("claude never compacted: 'Not enough messages to compact.' three times")
+
+
+def test_startup_digest_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
+    claude(installed, fake_model, "-p", "turn 1")
+    assert fake_model.seen(f"{installed.mark}-startup-")
+
+
+def test_resume_gets_the_nudge(installed: Project, fake_model: FakeModel) -> None:
+    sid = claude(installed, fake_model, "-p", "turn 1")["session_id"]
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", sid, "-p", "turn 2")
+    assert fake_model.seen(NUDGE, since)
+
+
+def test_clear_digest_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
+    claude(installed, fake_model, "-p", "turn 1")
+    cleared = claude(installed, fake_model, "-p", "/clear")["session_id"]
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", cleared, "-p", "after clear")
+    assert fake_model.seen(f"{installed.mark}-clear-", since)
+
+
+def test_compact_digest_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
+    sid = claude(installed, fake_model, "-p", "turn 1")["session_id"]
+    for i in (2, 3):
+        claude(installed, fake_model, "--resume", sid, "-p", f"turn {i}")
+    compact(installed, fake_model, sid)
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", sid, "-p", "after compact")
+    assert fake_model.seen(f"{installed.mark}-compact-", since)
+
+
+def _session_context(fake: FakeModel, needle: str) -> str:
+    """The SessionStart context text (as the model got it) of the first request holding ``needle``."""
+    for request in fake.requests():
+        for message in (request.get("body") or {}).get("messages", []):
+            content = message.get("content")
+            texts = [content] if isinstance(content, str) else [
+                c.get("text", "") for c in content or [] if isinstance(c, dict)]
+            for text in texts:
+                if needle in text and "SessionStart" in text:
+                    return text
+    raise AssertionError(f"no request carried a SessionStart context with {needle!r}")
+
+
+def test_large_digest_is_inlined_within_the_cap_and_saved_whole(project: Project, fake_model: FakeModel) -> None:
+    harness_bin("claude")
+    big = f"BIGSTAGE{project.mark}"
+    project.configure(marker_toml(project.mark, extra=(
+        '\n[[stages]]\nname = "big"\n'
+        f"run = [\"python3\", \"-c\", \"print('## Big'); print('{big}'); print('y' * 20000); "
+        f"print('{big}-END')\"]\n")))
+    project.install("claude")
+    claude(project, fake_model, "-p", "turn 1")
+    context = _session_context(fake_model, f"{project.mark}-startup-")
+    # Claude replaces hook output over ~10,000 characters with a 2 KB preview (LAB)
+    assert "persisted-output" not in context and "Output too large" not in context
+    assert len(context) < 10_000
+    assert f"{big}-END" not in context
+    cut = [ln for ln in context.splitlines() if "cut from this inline" in ln and "big" in ln.lower()]
+    assert len(cut) == 1 and "20,0" in cut[0]  # names the stage and its size
+    found = re.search(r"(/\S+/digests/digest-[0-9a-f]+\.txt)", cut[0])
+    assert found, cut[0]
+    whole = Path(found.group(1)).read_text("utf-8")
+    assert f"{project.mark}-startup-" in whole and f"{big}-END" in whole and "y" * 20000 in whole
+
+
+def test_stage_hanging_past_the_budget_gives_the_banner(project: Project, fake_model: FakeModel) -> None:
+    harness_bin("claude")
+    project.configure(marker_toml(project.mark, budget=3, extra=(
+        '\n[[stages]]\nname = "hang"\nrun = ["sleep", "600"]\n')))
+    project.install("claude")
+    registered = json.loads((project.path / ".claude" / "settings.json").read_text())
+    timeout = registered["hooks"]["SessionStart"][0]["hooks"][0]["timeout"]
+    started = time.monotonic()
+    claude(project, fake_model, "-p", "turn 1")
+    elapsed = time.monotonic() - started
+    assert fake_model.seen("STARTUP TRUNCATED")
+    assert fake_model.seen(f"{project.mark}-startup-")
+    # The hook returned on its own budget, long before Claude's registered timeout would kill it
+    # (a killed hook delivers no context at all, so the banner above already proves it).
+    assert elapsed < timeout
+
+
+def test_deferred_stage_is_delivered_by_the_prompt_hook_exactly_once(
+        project: Project, fake_model: FakeModel) -> None:
+    harness_bin("claude")
+    late = f"LATE{project.mark}"
+    flag = project.path / "release-deferred"
+    project.configure(marker_toml(project.mark, extra=(
+        '\n[[stages]]\nname = "late"\ndeferred = true\ntimeout = 60\n'
+        f"run = [\"sh\", \"-c\", \"while [ ! -e '{flag}' ]; do sleep 0.05; done; echo {late}\"]\n")))
+    project.install("claude")
+    sid = claude(project, fake_model, "-p", "turn 1")["session_id"]
+    assert fake_model.seen("IN PROGRESS")
+    assert not fake_model.seen(late)
+    flag.write_text("go")
+    results = project.path / ".supervise" / "deferred" / "late"
+    deadline = time.monotonic() + 30
+    while not list(results.glob("result-*.json")):  # the runner's own completion record
+        assert time.monotonic() < deadline, "deferred stage never finished"
+        time.sleep(0.05)
+    since = fake_model.count()
+    claude(project, fake_model, "--resume", sid, "-p", "turn 2")
+    delivered = [b for b in fake_model.bodies(since) if late in b]
+    assert delivered, "the prompt hook did not deliver the deferred result"
+    since = fake_model.count()
+    claude(project, fake_model, "--resume", sid, "-p", "turn 3")
+    # Turn 3 re-sends the transcript (the delivered text once) but no second delivery.
+    assert all(b.count(late) == delivered[-1].count(late) for b in fake_model.bodies(since) if late in b)
+    assert not list(results.glob("result-*.json"))
