@@ -134,3 +134,23 @@ def test_gh_that_hangs_is_killed_at_the_deadline(git_repo: Path, tmp_path: Path)
     path = fake_gh(tmp_path / "bin", "time.sleep(600)")
     out = run_stage(git_repo, {"timeout": 0.5}, path=path).stdout
     assert "GitHub CLI: auth status unknown: no answer within 0.5 s" in out
+
+
+def test_deferred_through_the_digest_offline(git_repo: Path) -> None:
+    """No network: the digest does not wait for the stage; its UNREACHABLE result is shown
+    inline when done, else delivered by a later digest."""
+    from helpers import run_cli
+
+    set_origin(git_repo, f"http://127.0.0.1:{closed_port()}/repo.git")
+    (git_repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "network"\nbuiltin = "network"\ndeferred = true\n'
+        'options = { timeout = 5, gh = false }\n')
+    first = run_cli("digest", cwd=git_repo)
+    assert first.returncode == 0, first.stderr
+    text = first.stdout.decode()
+    assert "IN PROGRESS" in text or "UNREACHABLE" in text
+    for _ in range(40):  # each digest is a real run; a refused connection ends the stage at once
+        if "Remote origin" in text:
+            break
+        text = run_cli("digest", cwd=git_repo).stdout.decode()
+    assert "UNREACHABLE" in text and "reachable (" not in text
