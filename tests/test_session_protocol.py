@@ -323,6 +323,16 @@ def test_gate_env_is_silent(project: Path, harnesses: Harnesses) -> None:
     assert not (project / ".supervise").exists()
 
 
+def test_prerequisite_mode_is_the_only_non_zero_exit(project: Path, harnesses: Harnesses) -> None:
+    """Bridges ask "should I run at all?": 3 = intentional stand-down, 0 = go; never prints."""
+    h = harnesses()
+    run = h.run(["hook", "pi", "--prerequisite"], cwd=project, stdin=b"", env={"NO_MISTAKES_GATE": "1"})
+    assert (run.returncode, run.stdout) == (3, b"")
+    run = h.run(["hook", "pi", "--prerequisite"], cwd=project, stdin=b"")
+    assert (run.returncode, run.stdout) == (0, b"")
+    assert not (project / ".supervise").exists()
+
+
 def _worktree(repo: Path, where: Path) -> Path:
     subprocess.run(["git", "-C", str(repo), "worktree", "add", "-q", str(where)], check=True)
     (where / "supervise.toml").write_text(CONFIG)

@@ -13,6 +13,10 @@ Exit status: **always 0**, whatever happened, because a SessionStart hook that e
 blocks a Claude Code or Cursor session and any non-zero exit drops the context everywhere.
 An internal error is stated in the output (so the model knows the digest did not run) and
 on stderr. Bad arguments are reported on stderr and ignored.
+
+The one exception, never on a harness-facing path: ``--prerequisite`` (a bridge asking
+"should I run at all?") prints nothing and exits 3 (``EXIT_STAND_DOWN``) when a gate or the
+scope says stand down, else 0.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._exitcodes import EXIT_OK
+from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 
 EVENTS = ("session-start", "post-tool", "prompt")
 
@@ -35,6 +39,7 @@ class HookArgs:
     source: str | None = None
     event: str = "session-start"
     take_lock: bool = False
+    prerequisite: bool = False
     problems: tuple[str, ...] = ()
 
 
@@ -60,6 +65,8 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
                 problems.append(f"unknown --event {value!r} (known: {', '.join(EVENTS)})")
         elif item == "--take-lock" and verb == "hook":
             args.take_lock = True
+        elif item == "--prerequisite" and verb == "hook":
+            args.prerequisite = True
         elif not item.startswith("-") and not args.harness:
             args.harness = item
         else:
@@ -100,7 +107,7 @@ def internal_error_text(verb: str, err: BaseException) -> str:
             "this error.\n")
 
 
-def _run(args: HookArgs) -> None:
+def _run(args: HookArgs) -> int:
     from .. import _payload
 
     data = _payload.decode_payload(_payload.read_stdin_bounded())
@@ -114,7 +121,7 @@ def _run(args: HookArgs) -> None:
         pass
     else:
         if is_foreign(args.harness, data, os.environ):
-            return  # another harness runs this registration; its own one does the work
+            return EXIT_OK  # another harness runs this registration; its own one does the work
 
     from .._config import DigestConfig, load_config
     from .._context import SessionContext
@@ -127,7 +134,10 @@ def _run(args: HookArgs) -> None:
     except ConfigError as err:
         config, config_error = None, str(err)
     if stand_down_reason(config or DigestConfig(), project):
-        return  # gate agent or outside the primary scope: silent, nothing written
+        # gate agent or outside the primary scope: silent, nothing written
+        return EXIT_STAND_DOWN if args.prerequisite else EXIT_OK
+    if args.prerequisite:
+        return EXIT_OK
     context = SessionContext.for_project(project, source=source, harness=args.harness,
                                          session_id=_payload.payload_session_id(payload))
     if config is None:
@@ -135,28 +145,29 @@ def _run(args: HookArgs) -> None:
         emit(args.harness, f"SUPERVISE: configuration error, no digest ran: {config_error}\n"
              "Fix the configuration, then run `supervise digest` once.\n",
              state_dir=context.state_dir, kind="digest")
-        return
+        return EXIT_OK
     if args.event == "post-tool":
         try:
             from .._nested import handle_post_tool
         except ImportError:
-            return
+            return EXIT_OK
         emit(args.harness, handle_post_tool(data or {}, context) or "",
              state_dir=context.state_dir, kind="post-tool")
-        return
+        return EXIT_OK
     if args.event == "prompt":
         try:
             from .._deferred import take_undelivered
         except ImportError:
-            return
+            return EXIT_OK
         emit(args.harness, "".join(t if t.endswith("\n") else t + "\n"
                                    for t in take_undelivered(context.state_dir)),
              state_dir=context.state_dir, kind="prompt")
-        return
+        return EXIT_OK
     from .._session import run_session
 
     outcome = run_session(config, context, take_lock=args.take_lock)
     emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind)
+    return EXIT_OK
 
 
 def main(argv: list[str]) -> int:
@@ -166,7 +177,7 @@ def main(argv: list[str]) -> int:
         args = parse_hook_args(argv)
         for problem in args.problems:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)
-        _run(args)
+        return _run(args)
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
         if isinstance(err, SystemExit) and not err.code:
             return EXIT_OK
