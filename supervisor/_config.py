@@ -6,7 +6,6 @@ unknown keys, so a typo is an error naming the file and the key, never a silent 
 
 from __future__ import annotations
 
-import os
 import shlex
 import tomllib
 from importlib import resources
@@ -16,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError
+from ._plan import find_config
 
 DEFAULT_BUDGET = 120.0
 """Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
@@ -24,7 +24,6 @@ DEFAULT_GRACE = 1.0
 DEFAULT_MAX_OUTPUT = 1024 * 1024
 """Total bytes a digest may print before its output is cut with a marker."""
 
-CONFIG_FILE = "supervise.toml"
 
 
 class _Frozen(BaseModel):
@@ -168,31 +167,11 @@ def default_config_text() -> str:
     return resources.files("supervisor").joinpath("default.toml").read_text("utf-8")
 
 
-def find_config(project_dir: Path) -> Path | None:
-    """Return the file that configures ``project_dir``, or None for the embedded default.
-
-    ``supervise.toml`` wins; else ``pyproject.toml`` when it has a ``[tool.supervise]`` table.
-    """
-    candidate = project_dir / CONFIG_FILE
-    if candidate.is_file():
-        return candidate
-    pyproject = project_dir / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            text = pyproject.read_text("utf-8", errors="replace")
-        except OSError:
-            return None
-        if "[tool.supervise" in text:
-            return pyproject
-    return None
-
-
-def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
-    """Load the digest for ``project_dir`` and apply environment overrides.
+def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+    """Load and validate the digest for ``project_dir``, without environment overrides.
 
     Order: ``explicit`` (``--config``), ``supervise.toml``, ``[tool.supervise]`` in
-    ``pyproject.toml``, the embedded default. ``SUPERVISE_TIMEOUT`` and ``SUPERVISE_GRACE``
-    (seconds) override ``budget`` and ``grace``.
+    ``pyproject.toml``, the embedded default.
 
     Raises:
         ConfigError: the file cannot be read, is not TOML, or does not validate; the message
@@ -200,45 +179,27 @@ def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig
     """
     path = explicit if explicit is not None else find_config(project_dir)
     if path is None:
-        config = parse_config(tomllib.loads(default_config_text()), "<embedded default>")
-    elif path.name == "pyproject.toml" and explicit is None:
+        return embedded_default()
+    if path.name == "pyproject.toml" and explicit is None:
         table = _read_toml(path).get("tool", {}).get("supervise")
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: key 'tool.supervise': expected a table")
-        config = parse_config(table, f"{path} [tool.supervise]")
-    else:
-        config = parse_config(_read_toml(path), str(path))
-    return apply_env_overrides(config)
+        return parse_config(table, f"{path} [tool.supervise]")
+    return parse_config(_read_toml(path), str(path))
 
 
-def _env_seconds(name: str) -> float | None:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"environment: {name}={raw!r}: expected seconds (a number)") from None
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"environment: {name}={raw!r}: expected a finite number >= 0")
-    return value
+def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+    """:func:`load_config_raw` plus ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds).
 
-
-def apply_env_overrides(config: DigestConfig) -> DigestConfig:
-    """Apply ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds) to ``config``.
+    The hook's hot path uses :func:`supervisor._plan.load_plan` instead (cached, no pydantic).
 
     Raises:
-        ConfigError: a variable is set to something that is not a non-negative number.
+        ConfigError: as :func:`load_config_raw`, or a bad environment override.
     """
-    update: dict[str, float] = {}
-    budget = _env_seconds("SUPERVISE_TIMEOUT")
-    if budget is not None:
-        if budget <= 0:
-            raise ConfigError("environment: SUPERVISE_TIMEOUT must be > 0 seconds")
-        update["budget"] = budget
-    grace = _env_seconds("SUPERVISE_GRACE")
-    if grace is not None:
-        update["grace"] = grace
+    from ._plan import env_overrides
+
+    config = load_config_raw(project_dir, explicit)
+    update = env_overrides()
     return config.model_copy(update=update) if update else config
 
 

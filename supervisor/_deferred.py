@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._config import DigestConfig, StageSpec
     from ._context import SessionContext
+    from ._plan import DigestPlan, StagePlan
 
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
@@ -99,7 +99,7 @@ class Launch:
     error: str | None = None
 
 
-def launch_all(specs: Sequence[StageSpec], context: SessionContext, config: DigestConfig,
+def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: DigestPlan,
                run: Any = None) -> list[Launch]:
     """Start a detached runner for each deferred stage unless one is still running.
 
@@ -213,7 +213,7 @@ def take_undelivered(state_dir: Path) -> list[str]:
     return texts
 
 
-def collect(specs: Sequence[StageSpec], context: SessionContext,
+def collect(specs: Sequence[StagePlan], context: SessionContext,
             launches: Sequence[Launch]) -> list[str]:
     """Texts the digest shows for its deferred stages, at its end: each finished result not
     yet delivered (inline), else one ``IN PROGRESS`` line naming what is not yet confirmed."""
@@ -258,13 +258,13 @@ def _runner(argv: list[str] | None = None) -> int:
     import anyio
 
     from . import _tree
-    from ._config import DigestConfig, StageSpec
     from ._context import SessionContext
+    from ._plan import DigestPlan, StagePlan
     from ._engine import run_digest
 
     _tree.enable_subreaper()
-    spec = StageSpec(name=args.name, run=args.command, max_output=args.max_output)
-    config = DigestConfig(budget=args.deadline, grace=args.grace, max_output=args.max_output,
+    spec = StagePlan(name=args.name, run=tuple(args.command), max_output=args.max_output)
+    config = DigestPlan(budget=args.deadline, grace=args.grace, max_output=args.max_output,
                           stages=(spec,))
     context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
                              source=os.environ.get("SUPERVISE_SOURCE", ""),

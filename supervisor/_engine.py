@@ -15,17 +15,20 @@ from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import DEVNULL, PIPE, STDOUT
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 import anyio.abc
 
 from . import _banner, _deferred, _tree
 from ._builtins import builtin_argv
-from ._config import DigestConfig, StageSpec
 from ._context import SessionContext
 from ._errors import ConfigError
 from ._output import BufferSink, OrderedOutput, Sink
+from ._plan import DigestPlan, StagePlan, as_plan
+
+if TYPE_CHECKING:
+    from ._config import DigestConfig
 
 StageStatus = Literal["ok", "failed", "timed_out", "killed", "not_started", "deferred", "skipped"]
 """``ok`` exit 0; ``failed`` non-zero exit or could not start; ``timed_out`` killed at its own
@@ -117,7 +120,7 @@ class DigestResult:
 class _Run:
     """Mutable state of one digest run (private)."""
 
-    config: DigestConfig
+    config: DigestPlan
     context: SessionContext
     out: OrderedOutput
     kill_at: float
@@ -131,7 +134,7 @@ class _Run:
     abort_reason: str | None = None
 
 
-def stage_argv(spec: StageSpec) -> list[str]:
+def stage_argv(spec: StagePlan) -> list[str]:
     """The argv a stage runs (shell-free unless ``shell = true``).
 
     Raises:
@@ -145,7 +148,7 @@ def stage_argv(spec: StageSpec) -> list[str]:
     return [*spec.run, *spec.args]
 
 
-def stage_env(spec: StageSpec, context: SessionContext, token: str) -> dict[str, str]:
+def stage_env(spec: StagePlan, context: SessionContext, token: str) -> dict[str, str]:
     """The curated environment of a stage (see docs/stage-authors.md)."""
     env = {k: v for k, v in os.environ.items()
            if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")}
@@ -158,7 +161,7 @@ def stage_env(spec: StageSpec, context: SessionContext, token: str) -> dict[str,
     return env
 
 
-def _stage_cwd(spec: StageSpec, context: SessionContext) -> Path:
+def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     if spec.cwd is None:
         return context.project_dir
     cwd = Path(spec.cwd).expanduser()
@@ -186,7 +189,7 @@ async def _race(abort: anyio.Event, deadline: float, fn: Callable[[], Awaitable[
     return finished
 
 
-async def _run_stage(run: _Run, index: int, spec: StageSpec) -> None:
+async def _run_stage(run: _Run, index: int, spec: StagePlan) -> None:
     out = run.out
     try:
         await _run_stage_inner(run, index, spec)
@@ -195,7 +198,7 @@ async def _run_stage(run: _Run, index: int, spec: StageSpec) -> None:
         run.done[spec.name].set()
 
 
-async def _run_stage_inner(run: _Run, index: int, spec: StageSpec) -> None:
+async def _run_stage_inner(run: _Run, index: int, spec: StagePlan) -> None:
     acquired = False
 
     async def wait_turn() -> None:
@@ -218,7 +221,7 @@ async def _run_stage_inner(run: _Run, index: int, spec: StageSpec) -> None:
         run.limiter.release_on_behalf_of(spec.name)
 
 
-async def _spawn_and_watch(run: _Run, index: int, spec: StageSpec) -> None:
+async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
     token = uuid.uuid4().hex
     started = now()
@@ -302,7 +305,7 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StageSpec) -> None:
                                          out.stage_text(index))
 
 
-async def run_digest(config: DigestConfig, context: SessionContext, *, sink: Sink | None = None,
+async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext, *, sink: Sink | None = None,
                      only: Collection[str] | None = None, abort: anyio.Event | None = None,
                      abort_reason: str | Callable[[], str] = "signal",
                      rerun_hint: str | None = None) -> DigestResult:
@@ -328,10 +331,10 @@ async def run_digest(config: DigestConfig, context: SessionContext, *, sink: Sin
         Nothing for stage failures (they are results). A cancellation from the caller kills
         every stage (bounded, shielded) and propagates.
     """
-    return await _execute(config, context, sink, only, abort, abort_reason, rerun_hint)
+    return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint)
 
 
-async def _execute(config: DigestConfig, context: SessionContext, sink: Sink | None,
+async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
                    only: Collection[str] | None, abort: anyio.Event | None,
                    abort_reason: str | Callable[[], str],
                    rerun_hint: str | None, *, transparent: bool = False) -> DigestResult:
@@ -387,7 +390,7 @@ async def _execute(config: DigestConfig, context: SessionContext, sink: Sink | N
                         buffer.getvalue().decode("utf-8", "replace"))
 
 
-async def _all_done(run: _Run, live: list[StageSpec]) -> None:
+async def _all_done(run: _Run, live: list[StagePlan]) -> None:
     for spec in live:
         await run.done[spec.name].wait()
 
@@ -420,9 +423,9 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         A :class:`StageResult` named ``run``: ``ok``/``failed`` with the command's exit code,
         or ``killed`` at the budget (the CLI maps that to exit 124).
     """
-    spec = StageSpec(name="run", run=argv, cwd=str(cwd) if cwd else None,
+    spec = StagePlan(name="run", run=tuple(argv), cwd=str(cwd) if cwd else None,
                      max_output=1 << 62)
-    config = DigestConfig(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
+    config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
     context = SessionContext.for_project(cwd or Path.cwd())
     result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True)
     return result.stages[0]

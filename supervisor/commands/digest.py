@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -43,7 +44,7 @@ def main(argv: list[str]) -> int:
     import anyio
 
     from .. import _tree
-    from .._config import embedded_default, load_config
+    from .._plan import as_plan, load_plan
     from .._context import SessionContext
     from .._engine import run_digest
     from .._errors import ConfigError
@@ -59,17 +60,19 @@ def main(argv: list[str]) -> int:
     project = find_project_root(start)
     code = EXIT_OK
     notice = None
+    context = SessionContext.for_project(project)
     try:
-        config = load_config(project, args.config)
+        config = load_plan(project, args.config)
     except ConfigError as err:
+        from .._config import embedded_default
+
         print(f"supervise: {err}", file=sys.stderr)
         notice = f"[supervise] config error: {err}; running the embedded default digest instead."
-        config = embedded_default()
+        config = as_plan(embedded_default())
         code = EXIT_FAILURE
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
-        config = config.model_copy(update=update)
-    context = SessionContext.for_project(project)
+        config = dataclasses.replace(config, **update)
     _tree.enable_subreaper()
     sink = StreamSink(1) if args.format == "text" else BufferSink()
     if notice and args.format == "text":

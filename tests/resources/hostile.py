@@ -49,8 +49,10 @@ def main() -> None:
         os.waitpid(pid, 0)
         note("leader"); print("leader ready", flush=True); forever()
     elif kind == "hold-pipe":  # leader exits at once; a setsid grandchild holds stdout 60 s
+        r, w = os.pipe()
         if os.fork() == 0:
-            os.setsid(); note("holder"); time.sleep(60); os._exit(0)
+            os.setsid(); note("holder"); os.write(w, b"k"); time.sleep(60); os._exit(0)
+        os.read(r, 1)  # handshake: the holder is set up before the leader exits
         note("leader"); print("leader done", flush=True); os._exit(0)
     elif kind == "stdin-reader":
         data = sys.stdin.read()

@@ -1,0 +1,220 @@
+"""The validated digest as the engine runs it: stdlib frozen dataclasses, cached on disk.
+
+``supervise.toml`` is validated once by the pydantic models of :mod:`supervisor._config`; the
+result is a :class:`DigestPlan` and is cached as JSON in the state dir, keyed by the source
+file's identity (path, size, mtime, inode) and the package's own files. A hook run whose
+config did not change loads the plan with :mod:`json` alone: pydantic (about 80 ms of imports)
+stays off the hot path. Environment overrides (``SUPERVISE_TIMEOUT``, ``SUPERVISE_GRACE``)
+are applied after the cache, so they are never cached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from ._errors import ConfigError
+
+CACHE_FILE = "config-cache.json"
+CONFIG_FILE = "supervise.toml"
+_CODE_FILES = ("_config.py", "_plan.py", "default.toml")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage, validated (field meanings: docs/stage-authors.md, "Config keys")."""
+
+    name: str
+    run: tuple[str, ...] | None = None
+    builtin: str | None = None
+    args: tuple[str, ...] = ()
+    shell: bool = False
+    title: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    max_output: int | None = None
+    needs: tuple[str, ...] = ()
+    deferred: bool = False
+    reemit: bool = False
+    exclusive: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DigestPlan:
+    """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes."""
+
+    budget: float = 120.0
+    grace: float = 1.0
+    max_output: int = 1024 * 1024
+    reemit_budget: int = 24 * 1024
+    scope: Literal["primary", "any"] = "primary"
+    gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
+    gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)
+    inline_cap: dict[str, int] = field(default_factory=dict)
+    stages: tuple[StagePlan, ...] = ()
+    source: str = "<embedded default>"
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> DigestPlan:
+        """Build from an already-validated mapping (``model_dump()`` or the cache)."""
+        known = {f.name for f in fields(cls)}
+        stage_known = {f.name for f in fields(StagePlan)}
+        top = {k: v for k, v in data.items() if k in known and k != "stages"}
+        for key in ("gate_env", "gate_common_dirs"):
+            if key in top:
+                top[key] = tuple(top[key])
+        stages = []
+        for raw in data.get("stages", ()):
+            item = {k: v for k, v in raw.items() if k in stage_known}
+            for key in ("run", "args", "needs"):
+                if item.get(key) is not None:
+                    item[key] = tuple(item[key])
+            stages.append(StagePlan(**item))
+        return cls(**top, stages=tuple(stages))
+
+    def to_mapping(self) -> dict[str, Any]:
+        """A JSON-ready mapping (inverse of :meth:`from_mapping`)."""
+        return asdict(self)
+
+    def stage(self, name: str) -> StagePlan:
+        """The stage called ``name``. Raises KeyError when there is none."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+
+def find_config(project_dir: Path) -> Path | None:
+    """Return the file that configures ``project_dir``, or None for the embedded default.
+
+    ``supervise.toml`` wins; else ``pyproject.toml`` when it has a ``[tool.supervise]`` table.
+    """
+    candidate = project_dir / CONFIG_FILE
+    if candidate.is_file():
+        return candidate
+    pyproject = project_dir / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            text = pyproject.read_text("utf-8", errors="replace")
+        except OSError:
+            return None
+        if "[tool.supervise" in text:
+            return pyproject
+    return None
+
+
+def _identity(path: Path | None) -> list[Any]:
+    here = Path(__file__).resolve().parent
+    key: list[Any] = []
+    for name in _CODE_FILES:
+        try:
+            st = (here / name).stat()
+            key.append([name, st.st_size, st.st_mtime_ns])
+        except OSError:
+            key.append([name, None])
+    if path is not None:
+        st = path.stat()
+        key.append([str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])
+    return key
+
+
+def _env_seconds(name: str) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"environment: {name}={raw!r}: expected seconds (a number)") from None
+    if not value >= 0 or value == float("inf"):
+        raise ConfigError(f"environment: {name}={raw!r}: expected a finite number >= 0")
+    return value
+
+
+def env_overrides() -> dict[str, float]:
+    """``{"budget": ..., "grace": ...}`` from ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE``
+    (seconds), only for the variables that are set.
+
+    Raises:
+        ConfigError: a variable is set to something that is not a non-negative number (or a
+            zero budget).
+    """
+    update: dict[str, float] = {}
+    budget = _env_seconds("SUPERVISE_TIMEOUT")
+    if budget is not None:
+        if budget <= 0:
+            raise ConfigError("environment: SUPERVISE_TIMEOUT must be > 0 seconds")
+        update["budget"] = budget
+    grace = _env_seconds("SUPERVISE_GRACE")
+    if grace is not None:
+        update["grace"] = grace
+    return update
+
+
+def apply_env_overrides(plan: DigestPlan) -> DigestPlan:
+    """``plan`` with :func:`env_overrides` applied. Raises ConfigError like it."""
+    update = env_overrides()
+    return replace(plan, **update) if update else plan  # type: ignore[arg-type]
+
+
+def default_cache_dir(project_dir: Path) -> Path:
+    """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
+    a terminal digest must not create ``.supervise/`` in a project that never installed us."""
+    import hashlib
+
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(str(project_dir).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return base / "watchkeeper" / digest
+
+
+def load_plan(project_dir: Path, explicit: Path | None = None,
+              cache_dir: Path | None = None) -> DigestPlan:
+    """Load the digest for ``project_dir`` as a plan, from the cache when it is current.
+
+    Same order and errors as :func:`supervisor._config.load_config`; ``cache_dir`` (default:
+    :func:`default_cache_dir`) holds ``config-cache.json``; an unwritable cache dir just means
+    no cache. Environment overrides are applied to the result.
+
+    Raises:
+        ConfigError: one line naming the file and the key.
+    """
+    path = explicit if explicit is not None else find_config(project_dir)
+    try:
+        key = _identity(path)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    if cache_dir is None:
+        cache_dir = default_cache_dir(project_dir)
+    cache = cache_dir / CACHE_FILE
+    try:
+        cached = json.loads(cache.read_text("utf-8"))
+        if cached.get("key") == key and isinstance(cached.get("plan"), dict):
+            return apply_env_overrides(DigestPlan.from_mapping(cached["plan"]))
+    except (OSError, ValueError, TypeError, AttributeError):
+        pass
+    from ._config import load_config_raw
+
+    config = load_config_raw(project_dir, explicit)
+    plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
+    tmp = cache.with_name(f".{CACHE_FILE}.{os.getpid()}.tmp")
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        if not cache_dir.is_symlink():
+            tmp.write_text(json.dumps({"key": key, "plan": plan.to_mapping()}), "utf-8")
+            os.replace(tmp, cache)
+    except OSError:
+        pass
+    return apply_env_overrides(plan)
+
+
+def as_plan(config: Any) -> DigestPlan:
+    """``config`` as a :class:`DigestPlan`: a plan is returned as is; a pydantic
+    :class:`~supervisor._config.DigestConfig` is converted (no new imports either way)."""
+    if isinstance(config, DigestPlan):
+        return config
+    return DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
