@@ -1,0 +1,75 @@
+"""Codex CLI 0.171.0 (``codex exec``), against the fake model server (Responses API).
+
+Facts used (brief, harnesses.md section 2): project ``.codex/hooks.json`` loads only for a
+trusted project, and unmanaged hooks run only once trusted, so the tests trust the project in
+``config.toml`` and pass ``--dangerously-bypass-hook-trust``; ``codex exec resume ID`` fires
+``source=resume``; with ``model_auto_compact_token_limit = 1000`` a reply reporting 200,000
+input tokens makes the next turn compact first, firing ``source=compact``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeModel, Project, clean_env, harness_bin, run_harness
+
+pytestmark = pytest.mark.e2e
+
+NUDGE = "SUPERVISE_OP: v1 session-start"
+
+
+@pytest.fixture
+def codex_home(project: Project, fake_model: FakeModel, tmp_path: Path) -> Path:
+    harness_bin("codex")
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'model = "fake-model"\nmodel_provider = "fake"\ncheck_for_update_on_startup = false\n'
+        "model_auto_compact_token_limit = 1000\n\n"
+        f'[model_providers.fake]\nname = "fake"\nbase_url = "{fake_model.url}/v1"\n'
+        'wire_api = "responses"\nenv_key = "FAKE_API_KEY"\n\n'
+        f'[projects."{project.path}"]\ntrust_level = "trusted"\n\n[analytics]\nenabled = false\n')
+    project.install("codex")
+    return home
+
+
+def codex(project: Project, home: Path, *args: str) -> str:
+    """Run ``codex exec ARGS`` in the project; return stdout."""
+    env = clean_env(CODEX_HOME=str(home), FAKE_API_KEY="dummy")
+    proc = run_harness([harness_bin("codex"), "exec", "--dangerously-bypass-hook-trust",
+                        "--skip-git-repo-check", *args], project.path, env)
+    assert proc.returncode == 0, f"codex exec {args} failed: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def start(project: Project, home: Path) -> str:
+    """A new ``codex exec`` session; returns its thread id."""
+    for line in codex(project, home, "--json", "turn 1").splitlines():
+        event = json.loads(line)
+        if event.get("type") == "thread.started":
+            return str(event["thread_id"])
+    raise AssertionError("codex exec --json printed no thread.started event")
+
+
+def test_startup_digest_reaches_the_model(project: Project, fake_model: FakeModel, codex_home: Path) -> None:
+    start(project, codex_home)
+    assert fake_model.seen(f"{project.mark}-startup-")
+
+
+def test_resume_gets_the_nudge(project: Project, fake_model: FakeModel, codex_home: Path) -> None:
+    tid = start(project, codex_home)
+    since = fake_model.count()
+    codex(project, codex_home, "resume", tid, "turn 2")
+    assert fake_model.seen(NUDGE, since)
+
+
+def test_compact_digest_reaches_the_model(project: Project, fake_model: FakeModel, codex_home: Path) -> None:
+    tid = start(project, codex_home)
+    fake_model.report_tokens_once(200_000)  # the next reply reports a full context...
+    codex(project, codex_home, "resume", tid, "turn 2")
+    since = fake_model.count()
+    codex(project, codex_home, "resume", tid, "turn 3")  # ...so this turn compacts first
+    assert fake_model.seen(f"{project.mark}-compact-", since)
