@@ -21,6 +21,7 @@ VERBS: dict[str, str] = {
     "uninstall": "remove our registration from a harness",
     "doctor": "check registrations, timeouts, state dir and config",
     "config": "print the effective or the embedded default configuration",
+    "bridge": "machine interface for extension bridges (Pi, OpenCode): JSON result",
 }
 
 USAGE = "usage: supervise VERB [OPTIONS]  (supervise VERB --help for a verb's options)"
