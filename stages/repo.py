@@ -103,6 +103,16 @@ def worktrees(git_dir: Path, common_dir: Path) -> list[str]:
     return out
 
 
+def own_state_dir(cwd: Path) -> str:
+    """The status line our own state dir makes when it is untracked (``?? .supervise/``)."""
+    state = os.environ.get("SUPERVISE_STATE_DIR", "")
+    try:
+        rel = Path(state).relative_to(cwd) if state else None
+    except ValueError:
+        rel = None
+    return f"?? {rel.as_posix()}/" if rel else ""
+
+
 def main() -> int:
     options = stage_options()
     max_status = opt_int(options, "max_status", 20)
@@ -140,6 +150,7 @@ def main() -> int:
         headers, changes = {}, []
     else:
         headers, changes = parse_status(s_out)
+        changes = [c for c in changes if c != own_state_dir(cwd)]
     head = headers.get("branch.head")
     if head:
         branch = f"detached at {headers.get('branch.oid', '?')[:12]}" if head == "(detached)" else head

@@ -131,3 +131,11 @@ def test_inherited_git_dir_is_stripped(git_repo: Path, tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", "-b", "decoy-branch", str(decoy)], check=True)
     out = run_stage(git_repo, env={"GIT_DIR": str(decoy / ".git"), "GIT_INDEX_FILE": str(decoy / "x")})
     assert "Branch: main" in out and "decoy" not in out
+
+
+def test_own_state_dir_is_not_reported_as_a_change(git_repo: Path) -> None:
+    (git_repo / ".supervise").mkdir()
+    (git_repo / ".supervise" / "lock").write_text("x")
+    assert "?? .supervise/" in run_stage(git_repo)
+    out = run_stage(git_repo, env={"SUPERVISE_STATE_DIR": str(git_repo / ".supervise")})
+    assert ".supervise" not in out and "Working tree clean" in out
