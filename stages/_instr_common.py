@@ -118,7 +118,11 @@ class Place:
         project = os.environ.get("SUPERVISE_PROJECT_DIR", "")
         root = Path(project).absolute() if project else (find_git_root(cwd) or cwd)
         if not is_within(cwd, root):
-            root = cwd  # a cwd outside the project: only its own dir counts
+            real_cwd, real_root = Path(os.path.realpath(cwd)), Path(os.path.realpath(root))
+            if is_within(real_cwd, real_root):  # same place through a symlink (macOS /tmp)
+                cwd = root / real_cwd.relative_to(real_root)
+            else:
+                root = cwd  # a cwd outside the project: only its own dir counts
         return cls(cwd=cwd, root=root, home=Path(os.path.expanduser("~")))
 
     def dirs_root_to_cwd(self) -> list[Path]:

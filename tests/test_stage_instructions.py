@@ -256,3 +256,10 @@ def test_nested_files_are_listed_for_harnesses_without_a_read_hook(tree: Path) -
     assert "Nested instruction files" in out
     assert "- pkg/deep/AGENTS.md" in out and "- sub/AGENTS.md" in out
     assert "Nested instruction files" not in run_stage(tree, "claude").stdout
+
+
+def test_project_dir_reached_through_a_symlink(tree: Path, tmp_path: Path) -> None:
+    link = tmp_path / "link-to-repo"
+    link.symlink_to(tree)
+    out = run_stage(link / "sub", "claude", project=tree).stdout
+    assert headings(out) == ["AGENTS.md", "sub/AGENTS.md"]
