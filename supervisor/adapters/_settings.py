@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,7 +53,7 @@ def find_project_dir(start: Path) -> Path:
 
 
 def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
-                  env: dict[str, str] | None = None) -> Path:
+                  env: Mapping[str, str] | None = None) -> Path:
     """The settings file ``install`` edits for ``adapter`` at ``scope``.
 
     Codex's user layer follows ``CODEX_HOME`` when it is set (``$CODEX_HOME/hooks.json``).
@@ -60,9 +61,9 @@ def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
     Raises:
         ValueError: the harness has no file for that scope.
     """
-    env = os.environ if env is None else env
-    if adapter.name == "codex" and scope == "user" and env.get("CODEX_HOME"):
-        return Path(env["CODEX_HOME"]) / "hooks.json"
+    codex_home = (os.environ if env is None else env).get("CODEX_HOME")
+    if adapter.name == "codex" and scope == "user" and codex_home:
+        return Path(codex_home) / "hooks.json"
     return adapter.settings_path(scope, project_dir, home)
 
 

@@ -158,6 +158,7 @@ def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> 
         seconds, what = adapter.default_timeout, "no timeout registered (harness default)"
         if seconds is None:
             return Check("warn", adapter.name, f"{what}; the harness's default is not documented")
+    assert seconds is not None
     if seconds >= budget + MIN_HEADROOM:
         return Check("ok", adapter.name, f"{what} is above the budget {budget:g}s")
     return Check("FAIL", adapter.name, f"{what} is not above the budget {budget:g}s + {MIN_HEADROOM:g}s: "

@@ -17,10 +17,14 @@ import math
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
+
+if TYPE_CHECKING:
+    from ..adapters._settings import Entry
 
 USAGE = "supervise install HARNESS... [--scope project|user] [--project DIR]"
 
@@ -62,7 +66,7 @@ def session_timeout(budget: float) -> float:
     return float(math.ceil(budget) + TIMEOUT_MARGIN)
 
 
-def entries(adapter: Adapter, budget: float, python: str | None = None) -> list:
+def entries(adapter: Adapter, budget: float, python: str | None = None) -> list[Entry]:
     """The handlers ``install`` registers for ``adapter`` (see :class:`_settings.Entry`)."""
     from ..adapters._settings import Entry
 
