@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 import anyio.abc
 
-from . import _banner, _deferred, _tree
+from . import _banner, _cgroup, _deferred, _tree
 from ._builtins import builtin_argv
 from ._context import SessionContext
 from ._errors import ConfigError
@@ -132,6 +132,7 @@ class _Run:
     running: dict[str, float] = field(default_factory=dict)
     leaders: set[int] = field(default_factory=set)
     abort_reason: str | None = None
+    cgroup_root: Path | None = None
 
 
 def stage_argv(spec: StagePlan) -> list[str]:
@@ -225,13 +226,18 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
     token = uuid.uuid4().hex
     started = now()
+    cgroup = _cgroup.create(run.cgroup_root) if run.cgroup_root is not None else None
     try:
         argv = stage_argv(spec)
+        if cgroup is not None:
+            argv = _cgroup.wrap(cgroup, argv)
         proc = await anyio.open_process(
             argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT, cwd=_stage_cwd(spec, run.context),
             env=stage_env(spec, run.context, token), start_new_session=True)
     except (OSError, ConfigError) as err:
         reason = getattr(err, "strerror", None) or str(err)
+        if cgroup is not None:
+            _cgroup.remove(cgroup)
         out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
         run.results[spec.name] = StageResult(spec.name, "failed", output=out.stage_text(index))
         return
@@ -265,10 +271,11 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
                 others = run.leaders - {proc.pid}
                 if outcome != "exited":
                     await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token,
-                                           run.grace, others)
-                elif _tree.has_leftovers(proc.pid, token, others):
+                                           run.grace, others, cgroup)
+                elif _tree.has_leftovers(proc.pid, token, others, cgroup):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
-                    await _tree.kill_stage(proc.pid, lambda: False, token, run.grace, others)
+                    await _tree.kill_stage(proc.pid, lambda: False, token, run.grace, others,
+                                           cgroup)
                 with anyio.move_on_after(DRAIN):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
             tg.cancel_scope.cancel()
@@ -277,13 +284,15 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
         # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
         with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
             await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token, run.grace,
-                                   run.leaders - {proc.pid})
+                                   run.leaders - {proc.pid}, cgroup)
         raise
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
             if proc.returncode is None:
                 proc.kill()
             await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
+            while cgroup is not None and not _cgroup.remove(cgroup):
+                await anyio.sleep(0.005)  # empties within ms of the kill
         run.running.pop(spec.name, None)
         run.leaders.discard(proc.pid)
     seconds = now() - started
@@ -349,7 +358,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
                         config.max_output, transparent=transparent)
     run = _Run(config, context, out, kill_at, grace, abort or anyio.Event(),
-               anyio.CapacityLimiter(MAX_PARALLEL), {s.name: anyio.Event() for s in config.stages})
+               anyio.CapacityLimiter(MAX_PARALLEL), {s.name: anyio.Event() for s in config.stages},
+               cgroup_root=_cgroup.cgroup_root())
     for spec in config.stages:
         if spec not in selected or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait

@@ -18,9 +18,12 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 import anyio
 import psutil
+
+from . import _cgroup
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage inherits this variable; the sweep finds escapees by it."""
@@ -74,7 +77,7 @@ def _pgid(pid: int) -> int | None:
 
 
 def snapshot(leader_pid: int | None, pgid: int, token: str,
-             exclude: Iterable[int] = ()) -> dict[int, psutil.Process]:
+             exclude: Iterable[int] = (), cgroup: Path | None = None) -> dict[int, psutil.Process]:
     """The members of a stage right now, as ``{pid: psutil.Process}``.
 
     Args:
@@ -83,6 +86,7 @@ def snapshot(leader_pid: int | None, pgid: int, token: str,
         pgid: the stage's process group id (= the leader's pid).
         token: the stage's ``SUPERVISE_STAGE_TOKEN`` value.
         exclude: pids never to include (other stages' leaders, deferred runners).
+        cgroup: the stage's cgroup (rule 11), whose processes are all members.
 
     Never raises for vanished or inaccessible processes; they are simply not members.
     """
@@ -97,6 +101,13 @@ def snapshot(leader_pid: int | None, pgid: int, token: str,
                 found[child.pid] = child
         except psutil.Error:
             pass
+    if cgroup is not None:
+        for pid in _cgroup.pids(cgroup):
+            if pid not in found and pid not in skip:
+                try:
+                    found[pid] = psutil.Process(pid)
+                except psutil.Error:
+                    pass
     pool: Iterable[psutil.Process]
     if subreaper_enabled():
         try:
@@ -165,7 +176,8 @@ class KillReport:
 
 
 async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token: str,
-                     grace: float, exclude: Iterable[int] = ()) -> KillReport:
+                     grace: float, exclude: Iterable[int] = (),
+                     cgroup: Path | None = None) -> KillReport:
     """Kill every member of a stage: TERM + CONT, up to ``grace`` seconds, re-snapshot, KILL.
 
     Args:
@@ -175,6 +187,8 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
         grace: seconds between TERM and KILL; polling every 20 ms ends the wait early when
             every member is gone.
         exclude: pids that are never members.
+        cgroup: the stage's cgroup, if it has one: its processes are members, and the KILL
+            phase also writes ``cgroup.kill``.
 
     Cancellation-safe: call it inside a shielded, bounded scope.
     """
@@ -182,7 +196,8 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
     exclude = frozenset(exclude)
 
     def members_now() -> dict[int, psutil.Process]:
-        return snapshot(leader_pid if leader_unreaped() else None, leader_pid, token, exclude)
+        return snapshot(leader_pid if leader_unreaped() else None, leader_pid, token, exclude,
+                        cgroup)
 
     members = members_now()
     ok = group_is_ours(leader_unreaped(), members.values(), leader_pid)
@@ -192,6 +207,8 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
         await anyio.sleep(POLL)
     members.update(members_now())  # whatever forked during the grace period
     live = [p for p in members.values() if alive(p)]
+    if cgroup is not None and live:
+        _cgroup.kill(cgroup)
     if live:
         _signal_all(live, leader_pid, signal.SIGKILL, group_is_ours(leader_unreaped(), live, leader_pid))
         end = time.monotonic() + KILL_WAIT
@@ -202,9 +219,12 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
     return KillReport(len(members), len(live), survivors, time.monotonic() - t0)
 
 
-def has_leftovers(leader_pid: int, token: str, exclude: Iterable[int] = ()) -> bool:
+def has_leftovers(leader_pid: int, token: str, exclude: Iterable[int] = (),
+                  cgroup: Path | None = None) -> bool:
     """Whether any member of a stage whose leader is already reaped is still alive."""
-    return any(alive(p) for p in snapshot(None, leader_pid, token, exclude).values())
+    if cgroup is not None and _cgroup.pids(cgroup):
+        return True
+    return any(alive(p) for p in snapshot(None, leader_pid, token, exclude, cgroup).values())
 
 
 def reap_zombie_children(keep: Iterable[int] = ()) -> int:

@@ -48,6 +48,15 @@ def main() -> None:
             os._exit(0)
         os.waitpid(pid, 0)
         note("leader"); print("leader ready", flush=True); forever()
+    elif kind == "env-clearing-daemon":  # double fork, setsid, TERM ignored, empty environment
+        pid = os.fork()
+        if pid == 0:
+            if os.fork() == 0:
+                os.setsid(); ignore_term(); note("daemon")
+                os.execve("/bin/sleep", ["sleep", "60"], {})  # SIG_IGN survives exec
+            os._exit(0)
+        os.waitpid(pid, 0)
+        note("leader"); print("leader ready", flush=True); forever()
     elif kind == "hold-pipe":  # leader exits at once; a setsid grandchild holds stdout 60 s
         r, w = os.pipe()
         if os.fork() == 0:
