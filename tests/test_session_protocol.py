@@ -213,9 +213,29 @@ def test_a_b_completion(project: Path, harnesses: Harnesses) -> None:
     assert is_reemit(hook(b, project, "compact", sid="B"))
 
 
-def test_forty_concurrent_starts_have_one_owner(project: Path, harnesses: Harnesses) -> None:
+WIDEN_RACE = """\
+import time
+import supervisor._lock as lock
+_read = lock.read_record
+def read_record(path, model):
+    record = _read(path, model)
+    if path.name == "lock.json":
+        time.sleep(0.03)  # fault injection: widen the read-decide-write window
+    return record
+lock.read_record = read_record
+"""
+
+
+def test_forty_concurrent_starts_have_one_owner(project: Path, harnesses: Harnesses,
+                                                tmp_path: Path) -> None:
+    """Exactly one owner even when each start lingers between reading and writing the lock
+    (without the flock, several would read "free" and all claim it)."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(WIDEN_RACE)
     hs = [harnesses() for _ in range(40)]
-    started = [(h, h.start(["hook"], cwd=project, stdin=payload("startup", project, f"s{i}")))
+    started = [(h, h.start(["hook"], cwd=project, stdin=payload("startup", project, f"s{i}"),
+                           env={"PYTHONPATH": str(inject)}))
                for i, h in enumerate(hs)]
     runs = [(h, h.wait(n)) for h, n in started]
     assert all(r.returncode == 0 for _, r in runs)
