@@ -1,0 +1,71 @@
+"""``supervise bridge --harness H --source S [--session-id ID] [--cwd DIR] [--prerequisite]``.
+
+The machine interface the Pi extension and the OpenCode plugin run, once per session event
+(``docs/bridge-protocol.md``). It prints exactly **one line of JSON** on stdout,
+:class:`supervisor._bridge.BridgeResult`::
+
+    {"kind": "ready", "text": "...", "source": "startup", "mode": "full", "action": "digest",
+     "harness": "pi", "project": "/path", "error": "", "protocol": 1}
+
+and exits 0 on every path, including bad arguments (``kind: failed``): the caller reads the
+kind, never the exit status.
+
+``--prerequisite`` is the one exception: it only answers "should a bridge run at all here?",
+prints nothing, and exits 3 (:data:`~supervisor._exitcodes.EXIT_STAND_DOWN`) for a gate agent
+or a worktree outside the primary scope, else 0. Nothing a harness reads ever sees that code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise ValueError(message)
+
+
+def _parser() -> _Parser:
+    p = _Parser(prog="supervise bridge", add_help=True,
+                description="machine interface for extension bridges (Pi, OpenCode): "
+                            "prints one JSON document (docs/bridge-protocol.md)")
+    p.add_argument("--harness", required=True, help="pi or opencode (SUPERVISE_HARNESS)")
+    p.add_argument("--source", default="",
+                   help="startup, new, clear, compact, resume, reload or fork; anything else "
+                        "routes as a full start")
+    p.add_argument("--session-id", default="", help="the harness session id (display only)")
+    p.add_argument("--cwd", default=None, help="the harness's working directory (default: ours)")
+    p.add_argument("--prerequisite", action="store_true",
+                   help="print nothing; exit 3 to stand down (gate or scope), 0 to go on")
+    return p
+
+
+def _print(line: str) -> None:
+    try:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError, OSError):
+        pass
+
+
+def main(argv: list[str]) -> int:
+    """Run one bridge request; see the module docstring for the output and exit status."""
+    from .. import _bridge
+
+    try:
+        args = _parser().parse_args(argv)
+    except ValueError as err:
+        _print(_bridge.BridgeResult("failed", error=f"usage: {err}").to_json())
+        return EXIT_OK
+    if args.prerequisite:
+        try:
+            project = _bridge.resolve_project(args.cwd)
+        except ValueError:
+            return EXIT_OK  # no verdict here: the full run reports the problem
+        return EXIT_STAND_DOWN if _bridge.stand_down(project) else EXIT_OK
+    result = _bridge.run_bridge(args.harness, args.source, session_id=args.session_id, cwd=args.cwd)
+    _print(result.to_json())
+    return EXIT_OK
