@@ -32,6 +32,8 @@ class SessionContext:
         mode: ``full``, ``reemit`` or ``read-only``.
         harness: harness name (``claude``, ``codex``, ...) or ``""`` for a terminal.
         session_id: the harness session id as given; for display only, never a path part.
+        cwd: the harness's working directory (payload ``cwd``) when it differs from the
+            project root, e.g. a session started in a subdirectory; None otherwise.
     """
 
     project_dir: Path
@@ -40,6 +42,7 @@ class SessionContext:
     mode: Mode = "full"
     harness: str = ""
     session_id: str = ""
+    cwd: Path | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -57,5 +60,6 @@ class SessionContext:
             "SUPERVISE_SESSION_ID": self.session_id,
             "SUPERVISE_PROJECT_DIR": str(self.project_dir),
             "SUPERVISE_STATE_DIR": str(self.state_dir),
+            "SUPERVISE_CWD": str(self.cwd or self.project_dir),
             **self.extra_env,
         }

@@ -23,13 +23,13 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._context import SessionContext
-    from ._plan import DigestPlan, StagePlan
+    from ._plan import DigestPlan
 
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
@@ -124,13 +124,15 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                     continue
                 run_id = f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
                 token = uuid.uuid4().hex
-                argv = stage_argv(spec)
+                stage_argv(spec)  # an unknown builtin is reported here, not in the runner
                 cwd = spec.cwd or str(context.project_dir)
                 cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
+                inner = replace(spec, deferred=False, timeout=None,
+                                max_output=spec.max_output or config.max_output)
                 runner = [sys.executable, "-m", "supervisor._deferred", "--dir", str(directory),
-                          "--run-id", run_id, "--name", spec.name, "--deadline", str(deadline),
+                          "--run-id", run_id, "--deadline", str(deadline),
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
-                          "--max-output", str(spec.max_output or config.max_output), "--", *argv]
+                          "--spec", json.dumps(asdict(inner))]
                 devnull = os.devnull
                 pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token), setsid=True,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
@@ -247,25 +249,25 @@ def _runner(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m supervisor._deferred")
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--run-id", required=True)
-    parser.add_argument("--name", required=True)
+    parser.add_argument("--spec", required=True, help="the stage, as JSON (StagePlan fields)")
     parser.add_argument("--deadline", required=True, type=float)
     parser.add_argument("--grace", type=float, default=1.0)
     parser.add_argument("--cwd", type=Path, default=Path.cwd())
-    parser.add_argument("--max-output", type=int, default=1 << 20)
-    parser.add_argument("command", nargs="+")
     args = parser.parse_args(argv)
 
     import anyio
 
     from . import _tree
     from ._context import SessionContext
-    from ._plan import DigestPlan, StagePlan
+    from ._plan import DigestPlan
     from ._engine import run_digest
 
     _tree.enable_subreaper()
-    spec = StagePlan(name=args.name, run=tuple(args.command), max_output=args.max_output)
-    config = DigestPlan(budget=args.deadline, grace=args.grace, max_output=args.max_output,
-                          stages=(spec,))
+    # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
+    # environment already carries the stage env, and run_digest rebuilds it from the spec.
+    spec = DigestPlan.from_mapping({"stages": [json.loads(args.spec)]}).stages[0]
+    config = DigestPlan(budget=args.deadline, grace=args.grace,
+                        max_output=spec.max_output or 1 << 20, stages=(spec,))
     context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
                              source=os.environ.get("SUPERVISE_SOURCE", ""),
                              mode=os.environ.get("SUPERVISE_MODE", "full"),  # type: ignore[arg-type]
@@ -275,9 +277,9 @@ def _runner(argv: list[str] | None = None) -> int:
     result = anyio.run(run_digest, config, context)
     stage = result.stages[0]
     running = args.dir / "running.json"
-    title = (_read_json(running) or {}).get("title", args.name)
+    title = spec.title or spec.name
     write_json_atomic(args.dir / f"result-{args.run_id}.json", {
-        "name": args.name, "title": title, "run_id": args.run_id, "status": stage.status,
+        "name": spec.name, "title": title, "run_id": args.run_id, "status": stage.status,
         "exit_code": stage.exit_code, "seconds": round(stage.seconds, 3),
         "started": started, "finished": time.time(),
         "output": result.text if result.truncated else stage.output})

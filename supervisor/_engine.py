@@ -133,6 +133,14 @@ class _Run:
     leaders: set[int] = field(default_factory=set)
     abort_reason: str | None = None
     cgroup_root: Path | None = None
+    on_stage: Callable[[str, StageResult | None], None] | None = None
+
+    def report(self, name: str, result: StageResult | None) -> None:
+        """Tell the observer a stage started (None) or ended (its result)."""
+        if result is not None:
+            self.results[name] = result
+        if self.on_stage is not None:
+            self.on_stage(name, result)
 
 
 def stage_argv(spec: StagePlan) -> list[str]:
@@ -214,7 +222,7 @@ async def _run_stage_inner(run: _Run, index: int, spec: StagePlan) -> None:
     if not acquired or run.abort.is_set() or anyio.current_time() >= run.kill_at:
         if acquired:
             run.limiter.release_on_behalf_of(spec.name)
-        run.results[spec.name] = StageResult(spec.name, "not_started")
+        run.report(spec.name, StageResult(spec.name, "not_started"))
         return
     try:
         await _spawn_and_watch(run, index, spec)
@@ -239,8 +247,9 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
         if cgroup is not None:
             _cgroup.remove(cgroup)
         out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
-        run.results[spec.name] = StageResult(spec.name, "failed", output=out.stage_text(index))
+        run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
         return
+    run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
     deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
@@ -310,14 +319,17 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
         if run.abort_reason is None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
     raw, cut = out.stage_bytes(index)
-    run.results[spec.name] = StageResult(spec.name, status, code, seconds, raw, cut,
-                                         out.stage_text(index))
+    out.finish(index)  # flush a cut character before the text is taken
+    run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
+                                      out.stage_text(index)))
 
 
 async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext, *, sink: Sink | None = None,
                      only: Collection[str] | None = None, abort: anyio.Event | None = None,
                      abort_reason: str | Callable[[], str] = "signal",
-                     rerun_hint: str | None = None) -> DigestResult:
+                     rerun_hint: str | None = None,
+                     on_stage: Callable[[str, StageResult | None], None] | None = None,
+                     ) -> DigestResult:
     """Run a digest: every stage concurrently, output in declared order, one deadline.
 
     Args:
@@ -331,6 +343,9 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
             returning it, called when the abort happens.
         rerun_hint: the exact command the banner tells the user to re-run with (without the
             ``--budget`` part, which the banner adds).
+        on_stage: observer called as ``on_stage(name, None)`` when a stage starts and
+            ``on_stage(name, result)`` when it ends (live progress, bridges' events). It runs
+            in the event loop: keep it quick and never raise from it.
 
     Returns:
         A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
@@ -340,13 +355,16 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         Nothing for stage failures (they are results). A cancellation from the caller kills
         every stage (bounded, shielded) and propagates.
     """
-    return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint)
+    return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
+                          on_stage=on_stage)
 
 
 async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
                    only: Collection[str] | None, abort: anyio.Event | None,
                    abort_reason: str | Callable[[], str],
-                   rerun_hint: str | None, *, transparent: bool = False) -> DigestResult:
+                   rerun_hint: str | None, *, transparent: bool = False,
+                   on_stage: Callable[[str, StageResult | None], None] | None = None,
+                   ) -> DigestResult:
     started = anyio.current_time()
     wall0 = time.time()
     buffer = BufferSink()
@@ -359,7 +377,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                         config.max_output, transparent=transparent)
     run = _Run(config, context, out, kill_at, grace, abort or anyio.Event(),
                anyio.CapacityLimiter(MAX_PARALLEL), {s.name: anyio.Event() for s in config.stages},
-               cgroup_root=_cgroup.cgroup_root())
+               cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage)
     for spec in config.stages:
         if spec not in selected or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait

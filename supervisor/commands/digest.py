@@ -8,8 +8,12 @@ import os
 import shlex
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from .._engine import DigestResult, StageResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,7 +54,6 @@ def main(argv: list[str]) -> int:
     from .._errors import ConfigError
     from .._output import BufferSink, StreamSink
     from .._project import find_project_root
-    from .._engine import DigestResult
     from ._common import Aborter, with_signals
 
     start = args.directory or Path.cwd()
@@ -79,12 +82,15 @@ def main(argv: list[str]) -> int:
         sink.write(notice.encode() + b"\n")
     async def body(aborter: Aborter) -> DigestResult:
         return await run_digest(config, context, sink=sink, abort=aborter.event,
-                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project))
+                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
+                                on_stage=live)
 
-    progress = _progress_printer() if args.format == "text" and sys.stderr.isatty() else None
+    live = _live_progress if sys.stderr.isatty() else None
     result, aborter = anyio.run(with_signals, body)
-    if progress:
-        progress(result)
+    if live is not None:
+        state = "TRUNCATED" if result.truncated else "complete"
+        print(f"supervise: digest {state} in {result.seconds:.2f}s (budget {result.budget:g}s)",
+              file=sys.stderr)
     if args.format == "json":
         out = StreamSink(1)
         out.write(result.to_json().encode() + b"\n")
@@ -94,12 +100,11 @@ def main(argv: list[str]) -> int:
     return code
 
 
-def _progress_printer():  # type: ignore[no-untyped-def]
-    def show(result):  # type: ignore[no-untyped-def]
-        for stage in result.stages:
-            print(f"supervise: {stage.name:<20} {stage.status:<11} {stage.seconds:6.2f}s "
-                  f"{stage.bytes:>8} bytes", file=sys.stderr)
-        state = "TRUNCATED" if result.truncated else "complete"
-        print(f"supervise: digest {state} in {result.seconds:.2f}s (budget {result.budget:g}s)",
-              file=sys.stderr)
-    return show
+def _live_progress(name: str, result: StageResult | None) -> None:
+    """Live per-stage progress on a TTY's stderr (stdout stays the digest itself)."""
+    if result is None:
+        print(f"supervise: \u25b8 {name} started", file=sys.stderr, flush=True)
+        return
+    mark = {"ok": "\u2713", "failed": "\u2717"}.get(result.status, "\u25cf")
+    print(f"supervise: {mark} {name} {result.status} in {result.seconds:.2f}s, "
+          f"{result.bytes} bytes", file=sys.stderr, flush=True)
