@@ -221,8 +221,6 @@ def test_seed_003_through_supervise_hook_claude_post_tool(project: Path) -> None
     assert hook(project, payload, "--event", "post-tool") == ""
 
 
-@pytest.mark.xfail(strict=True, reason="the session protocol does not call "
-                   "supervisor._nested.advance_epoch at compact/clear yet")
 def test_compact_through_the_hook_reinjects_nested_instructions(project: Path) -> None:
     payload = read_payload(project, "sub dir/déep/file.txt")
     assert "SUB-RULES" in hook(project, payload, "--event", "post-tool")

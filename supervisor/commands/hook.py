@@ -25,8 +25,12 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+
+if TYPE_CHECKING:
+    from .._context import SessionContext
 
 EVENTS = ("session-start", "post-tool", "prompt")
 
@@ -123,17 +127,17 @@ def _run(args: HookArgs) -> int:
         if is_foreign(args.harness, data, os.environ):
             return EXIT_OK  # another harness runs this registration; its own one does the work
 
-    from .._config import DigestConfig, load_config
     from .._context import SessionContext
     from .._errors import ConfigError
     from .._gates import stand_down_reason
+    from .._plan import DigestPlan, load_plan
 
     try:
-        config: DigestConfig | None = load_config(project)
+        config: DigestPlan | None = load_plan(project)  # cached: no pydantic on the hot path
         config_error = ""
     except ConfigError as err:
         config, config_error = None, str(err)
-    if stand_down_reason(config or DigestConfig(), project):
+    if stand_down_reason(config or DigestPlan(), project):
         # gate agent or outside the primary scope: silent, nothing written
         return EXIT_STAND_DOWN if args.prerequisite else EXIT_OK
     if args.prerequisite:
@@ -151,8 +155,14 @@ def _run(args: HookArgs) -> int:
             from .._nested import handle_post_tool
         except ImportError:
             return EXIT_OK
-        emit(args.harness, handle_post_tool(data or {}, context) or "",
-             state_dir=context.state_dir, kind="post-tool")
+        from .._errors import SupervisorError
+
+        try:
+            text = handle_post_tool(data or {}, context) or ""
+        except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
+            print(f"supervise hook: post-tool: {err}", file=sys.stderr)
+            return EXIT_OK
+        emit(args.harness, text, state_dir=context.state_dir, kind="post-tool")
         return EXIT_OK
     if args.event == "prompt":
         try:
@@ -163,11 +173,28 @@ def _run(args: HookArgs) -> int:
                                    for t in take_undelivered(context.state_dir)),
              state_dir=context.state_dir, kind="prompt")
         return EXIT_OK
+    if source in ("compact", "clear"):
+        _advance_nested_epoch(context)
     from .._session import run_session
 
     outcome = run_session(config, context, take_lock=args.take_lock)
     emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind)
     return EXIT_OK
+
+
+def _advance_nested_epoch(context: SessionContext) -> None:
+    """Context was lost (compact, clear): nested instruction files injected earlier in this
+    session must be injected again on the next read (the bug fixed in seed 003)."""
+    if not context.session_id:
+        return
+    from .._errors import SupervisorError
+    from .._nested import advance_epoch
+
+    try:
+        advance_epoch(context)
+    except (SupervisorError, OSError) as err:
+        print(f"supervise hook: cannot advance the nested-instructions epoch: {err}",
+              file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:
