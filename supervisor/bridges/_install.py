@@ -1,0 +1,269 @@
+"""Placing, removing and checking the extension bridges (Pi, OpenCode).
+
+Pi and OpenCode have no hook command to register: they load extension files from a folder.
+``supervise install pi|opencode`` copies three files there:
+
+* the entry the harness discovers (Pi ``.pi/extensions/watchkeeper/index.ts``, OpenCode
+  ``.opencode/plugins/watchkeeper.ts``), carrying :data:`MARK`;
+* ``core.mjs``, the shared logic (generations, cap, delivery);
+* ``watchkeeper.json`` beside ``core.mjs``: the absolute interpreter path (so nothing depends
+  on ``PATH``) and the digest budget in seconds.
+
+Uninstall removes only files carrying our mark (and ``core.mjs``/``watchkeeper.json`` in our
+own folder). Every function here returns printable lines; errors are :class:`OSError`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+MARK = "watchkeeper-bridge"
+"""Substring of every entry file we write: how uninstall and doctor recognise ours."""
+CORE = "core.mjs"
+SETTINGS = "watchkeeper.json"
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """Where one harness's bridge lives.
+
+    Attributes:
+        name: ``pi`` or ``opencode``.
+        title: human name.
+        package_entry: the entry file inside ``supervisor/bridges/`` (``pi/index.ts``).
+        project_entry: entry path relative to the project root.
+        user_entry: entry path relative to the user's harness config dir (:meth:`user_root`).
+        core_dir: folder of ``core.mjs`` and ``watchkeeper.json``, relative to the entry's folder.
+        next_steps: what the user must know beyond the files.
+        caveats: known limits, for ``doctor``.
+    """
+
+    name: str
+    title: str
+    package_entry: str
+    project_entry: str
+    user_entry: str
+    core_dir: str
+    user_env: str
+    user_default: str
+    next_steps: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+
+    def user_root(self, home: Path) -> Path:
+        """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
+        raw = os.environ.get(self.user_env)
+        return Path(raw).expanduser() if raw else home / self.user_default
+
+    def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
+        """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""
+        if scope == "project":
+            return project_dir / self.project_entry
+        if scope == "user":
+            return self.user_root(home) / self.user_entry
+        raise ValueError(f"unknown scope {scope!r} (project or user)")
+
+    def files(self, scope: str, project_dir: Path, home: Path) -> tuple[Path, Path, Path]:
+        """``(entry, core.mjs, watchkeeper.json)`` for ``scope``."""
+        entry = self.entry(scope, project_dir, home)
+        folder = entry.parent / self.core_dir
+        return entry, folder / CORE, folder / SETTINGS
+
+
+def packaged(relative: str) -> str:
+    """Text of a packaged bridge file (``core.mjs``, ``pi/index.ts``)."""
+    return resources.files("supervisor.bridges").joinpath(relative).read_text("utf-8")
+
+
+def settings_text(python: str, budget: float) -> str:
+    """The ``watchkeeper.json`` we write (interpreter path, budget in seconds)."""
+    return json.dumps({"python": python, "budget": budget, "protocol": 1,
+                       "written_by": "supervise install"}, indent=2) + "\n"
+
+
+def _write(path: Path, text: str) -> bool:
+    """Write ``text`` to ``path`` atomically; False when it already held exactly that."""
+    try:
+        if path.read_text("utf-8") == text:
+            return False
+    except (OSError, UnicodeDecodeError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, "utf-8")
+    os.replace(tmp, path)
+    return True
+
+
+def install(bridge: Bridge, scope: str, project_dir: Path, home: Path, budget: float,
+            python: str | None = None) -> str:
+    """Place ``bridge``'s files; return one line saying what happened.
+
+    Raises:
+        OSError: a file could not be written.
+        ValueError: the entry path holds a file that is not ours (left untouched).
+    """
+    entry, core, settings = bridge.files(scope, project_dir, home)
+    if entry.exists() and MARK not in _read(entry):
+        raise ValueError(f"{entry} exists and is not watchkeeper's; move it away first")
+    changed = [_write(entry, packaged(bridge.package_entry)),
+               _write(core, packaged(CORE)),
+               _write(settings, settings_text(python or sys.executable, budget))]
+    where = _rel(entry, project_dir)
+    if not any(changed):
+        return f"{bridge.name}: already installed in {where} (unchanged)"
+    return f"{bridge.name}: placed the {bridge.title} bridge in {where}"
+
+
+def uninstall(bridge: Bridge, scope: str, project_dir: Path, home: Path) -> str:
+    """Remove ``bridge``'s files (ours only); return one line. Raises OSError."""
+    entry, core, settings = bridge.files(scope, project_dir, home)
+    where = _rel(entry, project_dir)
+    if not entry.exists() and not core.exists():
+        return f"{bridge.name}: nothing to remove ({where} does not exist)"
+    if entry.exists() and MARK not in _read(entry):
+        return f"{bridge.name}: {where} is not watchkeeper's; left untouched"
+    removed = 0
+    for path in (entry, core, settings):
+        try:
+            path.unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    stop = {project_dir, home, bridge.user_root(home)}
+    for folder in sorted({core.parent, entry.parent}, key=lambda p: -len(p.parts)):
+        while folder not in stop and folder != folder.parent:
+            try:
+                folder.rmdir()  # only when now empty: .pi/extensions/watchkeeper, .pi/extensions, .pi
+            except OSError:
+                break
+            folder = folder.parent
+    return f"{bridge.name}: removed {removed} watchkeeper bridge file(s) from {where}"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", errors="replace")
+    except OSError:
+        return ""
+
+
+def _rel(path: Path, project_dir: Path) -> str:
+    try:
+        return str(path.relative_to(project_dir))
+    except ValueError:
+        return str(path)
+
+
+def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
+          named: bool) -> list[tuple[str, str, str]]:
+    """``doctor`` lines for ``bridge``: ``(status, text, fix)``, status ``ok``/``warn``/``FAIL``.
+
+    Checks, per scope with a placed entry: the entry and ``core.mjs`` are present and current,
+    ``watchkeeper.json`` names an absolute interpreter that imports watchkeeper without
+    ``PATH``, and its budget matches the config's.
+    """
+    fix = f"supervise install {bridge.name}"
+    out: list[tuple[str, str, str]] = []
+    found = False
+    for scope in ("project", "user"):
+        entry, core, settings = bridge.files(scope, project_dir, home)
+        if not entry.exists() or MARK not in _read(entry):
+            continue
+        found = True
+        out.append(("ok", f"{bridge.title} bridge placed in {entry}", ""))
+        if not core.is_file():
+            out.append(("FAIL", f"{core} is missing", fix))
+            continue
+        if _read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry):
+            out.append(("warn", f"{entry.parent} holds another watchkeeper version's bridge; "
+                        f"`{fix}` refreshes it", ""))
+        out += _settings_check(settings, budget, fix, project_dir)
+    if not found and named:
+        out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
+    if found:
+        out += [("warn", caveat, "") for caveat in bridge.caveats]
+    return out
+
+
+def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path) -> list[tuple[str, str, str]]:
+    try:
+        data = json.loads(settings.read_text("utf-8"))
+        python = data["python"]
+        written = float(data.get("budget", 0))
+    except (OSError, ValueError, KeyError, TypeError):
+        return [("FAIL", f"{settings} is missing or unreadable", fix)]
+    if not isinstance(python, str) or not os.path.isabs(python):
+        return [("FAIL", f"{settings}: interpreter {python!r} is not an absolute path "
+                 "(it would depend on PATH)", fix)]
+    if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        return [("FAIL", f"{settings}: interpreter {python} is missing or not executable",
+                 f"{fix} (from the environment watchkeeper is installed in)")]
+    try:
+        probe = subprocess.run([python, "-P", "-c", "import supervisor.commands.bridge"],
+                               capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
+                               cwd=project_dir)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return [("FAIL", f"{python} did not run ({err})", fix)]
+    if probe.returncode != 0:
+        tail = (probe.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
+        return [("FAIL", f"{python} cannot import watchkeeper ({tail})", fix)]
+    out = [("ok", f"bridge command works without PATH ({shlex.quote(python)} -m supervisor bridge)", "")]
+    if written != budget:
+        out.append(("warn", f"{settings} says budget {written:g}s but the config says {budget:g}s: "
+                    f"OpenCode waits on the written one; `{fix}` updates it", ""))
+    return out
+
+
+# ---------------------------------------------------------------- the verbs' door
+
+NAMES: tuple[str, ...] = ("pi", "opencode")
+"""Harness names served by a bridge (``supervise install pi``), not by a hook command."""
+
+
+def get(name: str) -> Bridge:
+    """The :class:`Bridge` for ``name`` (``supervisor.adapters.pi``/``opencode``). KeyError."""
+    if name not in NAMES:
+        raise KeyError(name)
+    from importlib import import_module
+
+    bridge: Bridge = import_module(f"supervisor.adapters.{name}").BRIDGE
+    return bridge
+
+
+def split(names: list[str]) -> tuple[list[str], list[str]]:
+    """``(hook-command names, bridge names)`` from a verb's HARNESS arguments (``all``: both)."""
+    bridged = list(NAMES) if "all" in names else [n for n in dict.fromkeys(names) if n in NAMES]
+    return [n for n in names if n not in NAMES], bridged
+
+
+def run_verb(verb: str, names: list[str], scope: str, project_dir: Path) -> bool:
+    """``install`` or ``uninstall`` the bridges ``names``, printing one line each (errors on
+    stderr); return True when one failed."""
+    budget = 120.0
+    if verb == "install":
+        from ..commands.install import project_budget
+
+        budget, _ = project_budget(project_dir)
+    failed = False
+    for name in names:
+        bridge = get(name)
+        try:
+            if verb == "install":
+                print(install(bridge, scope, project_dir, Path.home(), budget))
+            else:
+                print(uninstall(bridge, scope, project_dir, Path.home()))
+        except (OSError, ValueError) as err:
+            print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
+            failed = True
+            continue
+        if verb == "install":
+            for step in bridge.next_steps:
+                print(f"  - {step}")
+    return failed
