@@ -234,7 +234,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join(ADAPTERS)})")
     p.add_argument("--project", type=Path, default=None, help="project root (default: git top level)")
     args = p.parse_args(argv)
-    unknown = [h for h in args.harnesses if h not in ADAPTERS]
+    from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
+
+    unknown = [h for h in args.harnesses if h not in ADAPTERS and h not in BRIDGES]
     if unknown:
         print(f"supervise doctor: unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)})",
               file=sys.stderr)
@@ -248,8 +250,11 @@ def main(argv: list[str]) -> int:
     if config is not None:
         checks += _stage_checks(config, project)
     names = args.harnesses or list(ADAPTERS)
-    harness_checks = [c for name in names
+    harness_checks = [c for name in names if name in ADAPTERS
                       for c in _harness_checks(ADAPTERS[name], project, budget, bool(args.harnesses))]
+    harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
+                       if name in BRIDGES for status, text, fix in
+                       bridge_check(bridge(name), project, Path.home(), budget, bool(args.harnesses))]
     if not harness_checks:
         harness_checks = [Check("FAIL", "harness", "no watchkeeper registration found for any harness",
                                 f"supervise install HARNESS ({', '.join(ADAPTERS)})")]

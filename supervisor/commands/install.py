@@ -33,7 +33,7 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     """The shared argument parser of ``install`` and ``uninstall``."""
     p = argparse.ArgumentParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
-                   help=f"one or more of: {', '.join(ADAPTERS)}, or 'all'")
+                   help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
     p.add_argument("--scope", choices=("project", "user"), default="project",
                    help="project settings (default) or the user's settings in $HOME")
     p.add_argument("--project", type=Path, default=None,
@@ -104,6 +104,9 @@ def main(argv: list[str]) -> int:
     from ..adapters import _settings
 
     args = parser("supervise install", "register the watchkeeper hook with harnesses").parse_args(argv)
+    from ..bridges._install import run_verb, split
+
+    args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
     adapters = pick(args.harnesses)
     if isinstance(adapters, str):
         print(f"supervise install: {adapters}", file=sys.stderr)
@@ -113,7 +116,7 @@ def main(argv: list[str]) -> int:
     if warning:
         print(warning, file=sys.stderr)
     home = Path.home()
-    failed = False
+    failed = run_verb("install", bridged, args.scope, project_dir)
     steps: list[str] = []
     for adapter in adapters:
         scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]

@@ -19,13 +19,16 @@ from .install import _rel, parser, pick
 def main(argv: list[str]) -> int:
     """Uninstall each named harness; exit 1 if a settings file was refused, 2 on bad usage."""
     args = parser("supervise uninstall", "remove the watchkeeper hook from harnesses").parse_args(argv)
+    from ..bridges._install import run_verb, split
+
+    args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
     adapters = pick(args.harnesses)
     if isinstance(adapters, str):
         print(f"supervise uninstall: {adapters}", file=sys.stderr)
         return EXIT_USAGE
     project_dir = _settings.find_project_dir(args.project or Path.cwd())
     home = Path.home()
-    failed = False
+    failed = run_verb("uninstall", bridged, args.scope, project_dir)
     for adapter in adapters:
         scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
         path = _settings.settings_path(adapter, scope, project_dir, home)
