@@ -215,6 +215,38 @@ def take_undelivered(state_dir: Path) -> list[str]:
     return texts
 
 
+def pending(state_dir: Path) -> list[dict[str, Any]]:
+    """Finished deferred results not yet delivered, read without claiming them (for
+    ``supervise status``); each is the result record (name, status, seconds, finished, ...).
+    Never raises."""
+    found = []
+    try:
+        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for directory in stage_dirs:
+        for path in sorted(directory.glob("result-*.json")):
+            data = _read_json(path)
+            if data is not None:
+                found.append(data)
+    return found
+
+
+def running(state_dir: Path) -> list[dict[str, Any]]:
+    """Deferred runners still alive (their ``running.json`` records). Never raises."""
+    found = []
+    try:
+        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
+    except OSError:
+        return []
+    for directory in stage_dirs:
+        record = _read_json(directory / "running.json")
+        if _runner_alive(record):
+            assert record is not None
+            found.append(record)
+    return found
+
+
 def collect(specs: Sequence[StagePlan], context: SessionContext,
             launches: Sequence[Launch]) -> list[str]:
     """Texts the digest shows for its deferred stages, at its end: each finished result not

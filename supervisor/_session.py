@@ -167,7 +167,8 @@ def compose_reemit(config: DigestConfig, result: DigestResult, context: SessionC
             f"{context.project_dir}\n"
             "This session already completed its full session-start digest; only the stages "
             "marked reemit are repeated below.\n"
-            + (f"NOT repeated: {', '.join(skipped)} (run `supervise digest` to see them again).\n"
+            + (f"NOT repeated: {', '.join(skipped)} (run `supervise digest --only NAME` to see "
+               "one again).\n"
                if skipped else "Every stage is marked reemit.\n")
             + "\n")
     parts = [head]
@@ -182,7 +183,8 @@ def compose_reemit(config: DigestConfig, result: DigestResult, context: SessionC
         size = len(block.encode())
         if used + size > limit:
             block = (f"RE-EMIT BUDGET: {name} omitted ({size} bytes would exceed the {budget}-byte "
-                     f"re-emit budget). Read it directly: supervise digest\n")
+                     f"re-emit budget). Read it directly: "
+                     f"{shlex.join(['supervise', 'digest', '-C', str(context.project_dir), '--only', name])}\n")
         elif block and not block.endswith("\n"):
             block += "\n"
         parts.append(block)

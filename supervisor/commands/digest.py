@@ -23,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
     p.add_argument("--config", type=Path, metavar="FILE", help="config file to use")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--only", action="append", metavar="STAGE",
+                   help="run only this stage (repeatable); the others are skipped")
     p.add_argument("-C", dest="directory", type=Path, metavar="DIR",
                    help="run as if started in DIR")
     return p
@@ -73,6 +75,11 @@ def main(argv: list[str]) -> int:
         notice = f"[supervise] config error: {err}; running the embedded default digest instead."
         config = as_plan(embedded_default())
         code = EXIT_FAILURE
+    unknown = sorted(set(args.only or ()) - {s.name for s in config.stages})
+    if unknown:
+        print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
+              f"(stages: {', '.join(s.name for s in config.stages) or 'none'})", file=sys.stderr)
+        return EXIT_USAGE
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
         config = dataclasses.replace(config, **update)
@@ -81,7 +88,7 @@ def main(argv: list[str]) -> int:
     if notice and args.format == "text":
         sink.write(notice.encode() + b"\n")
     async def body(aborter: Aborter) -> DigestResult:
-        return await run_digest(config, context, sink=sink, abort=aborter.event,
+        return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
                                 abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
                                 on_stage=live)
 

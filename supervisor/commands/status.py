@@ -35,18 +35,14 @@ def _when(epoch: float | None) -> str:
 
 
 def _pending(state_dir: Path) -> list[dict[str, Any]]:
-    """Finished deferred results not yet delivered (``deferred/<stage>/result-*.json``)."""
-    out = []
-    for path in sorted((state_dir / "deferred").glob("*/result-*.json")):
-        try:
-            data = json.loads(path.read_text("utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        if not isinstance(data, dict):
-            data = {}
-        out.append({"stage": data.get("name", path.parent.name), "status": data.get("status", "?"),
-                    "seconds": data.get("seconds"), "finished": data.get("finished")})
-    return out
+    """Finished deferred results not yet delivered, and runners still going."""
+    from .._deferred import pending, running
+
+    done = [{"stage": d.get("name", "?"), "status": d.get("status", "?"),
+             "seconds": d.get("seconds"), "finished": d.get("finished")} for d in pending(state_dir)]
+    going = [{"stage": r.get("name", "?"), "status": "running", "seconds": None,
+              "finished": None} for r in running(state_dir)]
+    return done + going
 
 
 def collect(project: Path) -> dict[str, Any]:
