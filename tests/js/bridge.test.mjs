@@ -1,0 +1,239 @@
+// Extension logic tests without a model: the real core.mjs driven through a fake Pi API and
+// the OpenCode hooks, spawning tests/js/fake_bridge.sh as the bridge. Run: node --test tests/js
+import { test } from "node:test"
+import assert from "node:assert/strict"
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { tmpdir } from "node:os"
+import { dirname, join } from "node:path"
+import { fileURLToPath } from "node:url"
+
+const HERE = dirname(fileURLToPath(import.meta.url))
+const core = await import(join(HERE, "..", "..", "supervisor", "bridges", "core.mjs"))
+const FAKE = join(HERE, "fake_bridge.sh")
+
+function fakePi() {
+  const handlers = {}
+  return {
+    on(name, fn) {
+      handlers[name] = fn
+    },
+    emit(name, event = {}, ctx = fakeCtx()) {
+      return handlers[name](event, ctx)
+    },
+  }
+}
+
+function fakeCtx({ entries = [], header = null, id = "S1" } = {}) {
+  return {
+    cwd: tmpdir(),
+    sessionManager: { getEntries: () => entries, getHeader: () => header, getSessionId: () => id },
+  }
+}
+
+function setup(mode = "ready", python = FAKE) {
+  const dir = mkdtempSync(join(tmpdir(), "wk-bridge-"))
+  const log = join(dir, "launches.log")
+  const pids = join(dir, "pids")
+  const env = { ...process.env, FAKE_MODE: mode, FAKE_LOG: log, FAKE_PIDS: pids }
+  const settings = { python, budget: 30, file: join(dir, "watchkeeper.json") }
+  const launches = () => (existsSync(log) ? readFileSync(log, "utf8").trim().split("\n").filter(Boolean) : [])
+  const cleanup = () => rmSync(dir, { recursive: true, force: true })
+  return { dir, env, settings, launches, pids, cleanup }
+}
+
+function alive(pid) {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8")
+    return stat.slice(stat.lastIndexOf(")") + 2)[0] !== "Z" // a zombie is dead
+  } catch {
+    return false
+  }
+}
+
+async function until(cond, what, ms = 10000) {
+  const end = Date.now() + ms
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`)
+    await new Promise((r) => setTimeout(r, 10))
+  }
+}
+
+test("two rapid session events launch only the newest generation; it delivers once", async () => {
+  const t = setup("ready")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env, argv: ["node", "pi"] })
+  await Promise.all([
+    pi.emit("session_start", { reason: "startup" }),
+    pi.emit("session_start", { reason: "new" }),
+  ])
+  const first = await pi.emit("before_agent_start", { prompt: "hi" })
+  assert.deepEqual(t.launches(), ["clear"])
+  assert.equal(first.message.content, "DIGEST-clear\n")
+  assert.equal(first.message.display, false)
+  assert.equal(first.message.customType, core.PI_MESSAGE_TYPE)
+  assert.equal(await pi.emit("before_agent_start", { prompt: "again" }), undefined)
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("a generation replaced while awaited never delivers; the newer one does", async () => {
+  const t = setup("slow")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env, stopGraceMs: 200 })
+  await pi.emit("session_start", { reason: "startup" })
+  await until(() => existsSync(t.pids), "the slow bridge")
+  const waiting = pi.emit("before_agent_start", { prompt: "hi" })
+  t.env.FAKE_MODE = "ready"
+  await pi.emit("session_compact", {})
+  assert.equal(await waiting, undefined) // the stale startup generation delivers nothing
+  const next = await pi.emit("before_agent_start", { prompt: "again" })
+  assert.equal(next.message.content, "DIGEST-compact\n")
+  assert.deepEqual(t.launches(), ["startup", "compact"])
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("session_compact delivers the re-emit at the next before_agent_start, once", async () => {
+  const t = setup("ready")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
+  await pi.emit("session_start", { reason: "startup" })
+  assert.equal((await pi.emit("before_agent_start", {})).message.content, "DIGEST-startup\n")
+  await pi.emit("session_compact", {})
+  assert.equal((await pi.emit("before_agent_start", {})).message.content, "DIGEST-compact\n")
+  assert.equal(await pi.emit("before_agent_start", {}), undefined)
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("shutdown leaves no process, TERM-ignoring grandchildren included", async () => {
+  const t = setup("slow")
+  const pi = fakePi()
+  core.piExtension(pi, { settings: t.settings, env: t.env, stopGraceMs: 200 })
+  await pi.emit("session_start", { reason: "startup" })
+  await until(() => existsSync(t.pids), "the slow bridge")
+  const pids = readFileSync(t.pids, "utf8").trim().split("\n").map(Number)
+  assert.equal(pids.length, 3)
+  assert.ok(pids.every(alive))
+  await pi.emit("session_shutdown", {})
+  await until(() => !pids.some(alive), "every process to be gone", 5000)
+  t.cleanup()
+})
+
+test("a spawn error delivers the one-line fallback", async () => {
+  const t = setup("ready", join(tmpdir(), "no-such-dir-wk", "python"))
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
+  await pi.emit("session_start", { reason: "startup" })
+  const got = await pi.emit("before_agent_start", {})
+  assert.equal(got.message.content, core.FALLBACK)
+  assert.ok(!core.FALLBACK.includes("\n"))
+  assert.match(core.FALLBACK, /supervise digest/)
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("a failed or unreadable bridge delivers the fallback", async () => {
+  for (const mode of ["failed", "garbage"]) {
+    const t = setup(mode)
+    const pi = fakePi()
+    const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
+    await pi.emit("session_start", { reason: "startup" })
+    assert.equal((await pi.emit("before_agent_start", {})).message.content, core.FALLBACK, mode)
+    await gens.shutdown()
+    t.cleanup()
+  }
+})
+
+test("an ineligible (gated) session delivers nothing", async () => {
+  const t = setup("ineligible")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
+  await pi.emit("session_start", { reason: "startup" })
+  assert.equal(await pi.emit("before_agent_start", {}), undefined)
+  assert.deepEqual(t.launches(), ["startup"])
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("reload starts no generation", async () => {
+  const t = setup("ready")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
+  await pi.emit("session_start", { reason: "reload" })
+  assert.equal(await pi.emit("before_agent_start", {}), undefined)
+  assert.deepEqual(t.launches(), [])
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("Pi sources: startup with history is resume, or fork with a parent session", () => {
+  const msg = [{ type: "message" }]
+  const m = (reason, opts, argv = ["node", "pi"]) => core.mapPiSource({ reason }, fakeCtx(opts), argv)
+  assert.equal(m("startup", {}), "startup")
+  assert.equal(m("startup", { entries: [{ type: "model_change" }] }), "startup")
+  assert.equal(m("startup", { entries: msg }), "resume")
+  assert.equal(m("startup", { entries: msg }, ["node", "pi", "-c"]), "resume")
+  assert.equal(m("startup", { entries: msg, header: { parentSession: "/x.jsonl" } }), "fork")
+  assert.equal(m("startup", { entries: msg }, ["node", "pi", "--fork", "f.jsonl"]), "fork")
+  assert.equal(m("startup", {}, ["node", "pi", "-c"]), "startup") // argv alone proves nothing
+  assert.equal(m("new", {}), "clear")
+  assert.equal(m("resume", {}), "resume")
+  assert.equal(m("fork", {}), "fork")
+  assert.equal(m("reload", {}), null)
+})
+
+test("the cap cuts on a UTF-8 character boundary and appends the marker", () => {
+  const text = "x" + "\u00e9\u4e2d\u{1F600}".repeat(100000) // 1-, 2-, 3- and 4-byte characters
+  for (const max of [1000, 1001, 1002, 1003, core.MAX_BYTES]) {
+    const { text: out, cut } = core.capUtf8(text, max)
+    assert.ok(cut)
+    assert.ok(out.endsWith(core.TRUNCATION_MARKER))
+    const body = out.slice(0, -core.TRUNCATION_MARKER.length)
+    assert.ok(!body.includes("\uFFFD"))
+    const bytes = Buffer.byteLength(body, "utf8")
+    assert.ok(bytes <= max && bytes > max - 4, `${bytes} for ${max}`)
+    assert.ok(text.startsWith(body))
+  }
+  assert.deepEqual(core.capUtf8("short"), { text: "short", cut: false })
+  assert.match(core.TRUNCATION_MARKER, /unread/)
+})
+
+test("OpenCode: internal calls get nothing; one push per request; compaction refreshes", async () => {
+  const t = setup("ready")
+  const hooks = core.openCodeHooks({ directory: tmpdir() }, { settings: t.settings, env: t.env })
+  const call = async (system, input = { sessionID: "ses_1" }) => {
+    const out = { system: [...system] }
+    await hooks["experimental.chat.system.transform"](input, out)
+    return out.system
+  }
+  assert.deepEqual(await call(["You are a title generator. You output ONLY a thread title."]),
+    ["You are a title generator. You output ONLY a thread title."])
+  assert.deepEqual(await call(["base"], { model: {} }), ["base"]) // no session: internal
+  assert.deepEqual(await call(["base"]), ["base", "DIGEST-startup\n"])
+  assert.deepEqual(await call(["base"]), ["base", "DIGEST-startup\n"])
+  assert.deepEqual(await call(["base", "DIGEST-startup\n"]), ["base", "DIGEST-startup\n"]) // no duplicate
+  assert.deepEqual(await call(["You are a context summarization agent. ..."]), ["You are a context summarization agent. ..."])
+  await hooks["experimental.session.compacting"]({ sessionID: "ses_1" }, { context: [] })
+  await hooks.event({ event: { type: "session.compacted", properties: { sessionID: "ses_1" } } })
+  assert.deepEqual(await call(["base"]), ["base", "DIGEST-compact\n"])
+  await hooks.event({ event: { type: "session.created", properties: { info: { id: "ses_2", parentID: "ses_1" } } } })
+  assert.deepEqual(await call(["base"], { sessionID: "ses_2" }), ["base"]) // a subagent session
+  assert.deepEqual(t.launches(), ["startup", "compact"])
+  await hooks._shutdown()
+  t.cleanup()
+})
+
+test("OpenCode: a model call waits at most the budget", async () => {
+  const t = setup("slow")
+  t.settings.budget = 0.3
+  const hooks = core.openCodeHooks({ directory: tmpdir() }, { settings: t.settings, env: t.env, stopGraceMs: 200 })
+  const out = { system: ["base"] }
+  await hooks["experimental.chat.system.transform"]({ sessionID: "ses_1" }, out)
+  assert.deepEqual(out.system, ["base"])
+  await until(() => existsSync(t.pids), "the slow bridge")
+  const pids = readFileSync(t.pids, "utf8").trim().split("\n").map(Number)
+  await hooks._shutdown()
+  await until(() => !pids.some(alive), "every process to be gone", 5000)
+  t.cleanup()
+})
