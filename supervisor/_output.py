@@ -101,7 +101,7 @@ class _Slot:
     decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
     )
-    pending: list[bytes] = field(default_factory=list)
+    pending: list[tuple[bytes, bool]] = field(default_factory=list)
     kept: list[bytes] = field(default_factory=list)
     raw_bytes: int = 0
     kept_bytes: int = 0
@@ -133,8 +133,13 @@ class OrderedOutput:
         self._total_cut: list[str] = []
 
     # -- raw writes --------------------------------------------------------------------------
-    def _emit(self, data: bytes, owner: str | None) -> None:
+    def _emit(self, data: bytes, owner: str | None, forced: bool = False) -> None:
         if not data:
+            return
+        if forced:  # supervisor notes are never cut: they say what is missing
+            self._sink.write(data)
+            self.written += len(data)
+            self._last = data[-1]
             return
         room = self._total_cap - self.written
         if room <= 0:
@@ -196,7 +201,7 @@ class OrderedOutput:
         if index == self._head:
             self._emit(data, slot.name)
         else:
-            slot.pending.append(data)
+            slot.pending.append((data, False))
 
     def note(self, index: int, text: str) -> None:
         """Add a one-line supervisor note to stage ``index``'s output (kept in order)."""
@@ -209,9 +214,9 @@ class OrderedOutput:
         slot.kept_bytes += len(data)
         slot.last = 10
         if index == self._head:
-            self._emit(data, slot.name)
+            self._emit(data, slot.name, forced=True)
         else:
-            slot.pending.append(data)
+            slot.pending.append((data, True))
 
     def finish(self, index: int) -> None:
         """Stage ``index`` has ended: flush its decoder (a cut character becomes U+FFFD), add
@@ -231,8 +236,8 @@ class OrderedOutput:
             self._head += 1
             if self._head < len(self._slots):
                 head = self._slots[self._head]
-                for chunk in head.pending:
-                    self._emit(chunk, head.name)
+                for chunk, forced in head.pending:
+                    self._emit(chunk, head.name, forced)
                 head.pending.clear()
 
     def stage_text(self, index: int) -> str:

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -191,3 +192,32 @@ def test_usage_errors_are_one_line(argv: list[str], tmp_path: Path) -> None:
     proc = run_cli(*argv, cwd=tmp_path)
     assert proc.returncode == 2
     assert b"Traceback" not in proc.stderr
+
+
+def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None:
+    """A stage printing 200 MB: the digest shows its cap marker and our RSS stays bounded
+    (we read and drop, never buffer it all). The figure itself is in docs/benchmarks.md."""
+    write_config(tmp_path, "max_output = 65536\n" + stage("flood", f"{HOSTILE} flood 200"))
+    proc = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    peak = 0
+    status = Path(f"/proc/{proc.pid}/status")
+    assert proc.stdout is not None
+    chunks: list[bytes] = []
+    reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
+    reader.start()
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            break
+        time.sleep(0.01)
+    reader.join(timeout=30)
+    proc.wait(timeout=30)
+    out = b"".join(chunks)
+    assert proc.returncode == 0
+    assert b"OUTPUT CUT" in out and b"209715200 bytes" in out
+    assert len(out) < 70000
+    assert 0 < peak < 150 * 1024 * 1024  # 200 MB buffered would be far above this
