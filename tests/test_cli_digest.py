@@ -199,7 +199,7 @@ def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None
     (we read and drop, never buffer it all). The figure itself is in docs/benchmarks.md."""
     write_config(tmp_path, "max_output = 65536\n" + stage("flood", f"{HOSTILE} flood 200"))
     proc = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+                            stderr=subprocess.DEVNULL)
     peak = 0
     status = Path(f"/proc/{proc.pid}/status")
     assert proc.stdout is not None
@@ -216,6 +216,7 @@ def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None
         time.sleep(0.01)
     reader.join(timeout=30)
     proc.wait(timeout=30)
+    proc.stdout.close()
     out = b"".join(chunks)
     assert proc.returncode == 0
     assert b"OUTPUT CUT" in out and b"209715200 bytes" in out
