@@ -1,0 +1,143 @@
+"""Pi 0.73.1 with the watchkeeper extension (``supervise install pi``) against the fake model
+server (OpenAI chat completions).
+
+Facts used (brief, harnesses.md section 4): a project extension in ``.pi/extensions/*/index.ts``
+loads in ``-p`` and RPC modes without a prompt; the ``before_agent_start`` message is sent as an
+extra user message and stored in the session; ``pi -c`` reports ``session_start`` reason
+``startup``; RPC ``{"type": "compact"}`` fires ``session_compact``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import RUN_TIMEOUT, FakeModel, Project, clean_env, harness_bin, marker_toml, run_harness
+
+pytestmark = pytest.mark.e2e
+
+NUDGE = "SUPERVISE_OP: v1 session-start"
+TRUNCATED = "SESSION-START DELIVERY TRUNCATED"
+
+
+@pytest.fixture
+def pi_env(project: Project, fake_model: FakeModel, tmp_path: Path) -> dict[str, str]:
+    harness_bin("pi")
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    project.install("pi")
+    return clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1", PI_SKIP_VERSION_CHECK="1",
+                     PI_TELEMETRY="0")
+
+
+def pi(project: Project, env: dict[str, str], *args: str) -> str:
+    proc = run_harness([harness_bin("pi"), "--provider", "fake", "--model", "fake-model", *args],
+                       project.path, env)
+    assert proc.returncode == 0, f"pi {args} failed: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+class Rpc:
+    """``pi --mode rpc``: send one command, read events until the one that ends it."""
+
+    def __init__(self, project: Project, env: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen([str(harness_bin("pi")), "--provider", "fake", "--model", "fake-model",
+                                      "--mode", "rpc", *args], cwd=project.path, env=env, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def send(self, command: dict, until: str) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("type") == until or (event.get("type") == "response" and event.get("id") == command["id"]
+                                              and event.get("success") is False):
+                assert event.get("success", True), event
+                return
+        raise AssertionError(f"pi rpc ended before {until!r}")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def test_startup_digest_reaches_the_model_once(project: Project, fake_model: FakeModel, pi_env: dict[str, str]) -> None:
+    pi(project, pi_env, "-p", "turn 1")
+    bodies = fake_model.bodies()
+    assert sum(b.count(f"{project.mark}-startup-full") for b in bodies) == 1
+
+
+def test_resumed_session_is_routed_as_resume(project: Project, fake_model: FakeModel, pi_env: dict[str, str]) -> None:
+    pi(project, pi_env, "-p", "turn 1")
+    since = fake_model.count()
+    pi(project, pi_env, "-c", "-p", "turn 2")
+    assert fake_model.seen(NUDGE, since)  # resume routes to the nudge...
+    assert not fake_model.seen(f"{project.mark}-resume-", since)  # ...and no digest runs for it
+    assert fake_model.seen(f"{project.mark}-startup-full", since)  # the stored start is still there
+
+
+def test_re_emit_after_rpc_compact_reaches_the_next_request_once(project: Project, fake_model: FakeModel,
+                                                                 pi_env: dict[str, str]) -> None:
+    rpc = Rpc(project, pi_env)
+    try:
+        rpc.send({"id": "1", "type": "prompt", "message": "turn 1"}, until="agent_end")
+        assert fake_model.seen(f"{project.mark}-startup-full")
+        rpc.send({"id": "2", "type": "compact"}, until="compaction_end")
+        since = fake_model.count()
+        rpc.send({"id": "3", "type": "prompt", "message": "after compact"}, until="agent_end")
+        rpc.send({"id": "4", "type": "prompt", "message": "later"}, until="agent_end")
+    finally:
+        rpc.close()
+    first, *later = fake_model.bodies(since)
+    assert first.count(f"{project.mark}-compact-reemit") == 1
+    assert first.count("CONTEXT RE-EMIT after compact") == 1
+    assert all(b.count("CONTEXT RE-EMIT after compact") == 1 for b in later)  # stored once, not re-sent
+
+
+def test_a_digest_over_512_KiB_arrives_cut_on_a_character_boundary(project: Project, fake_model: FakeModel,
+                                                                   pi_env: dict[str, str]) -> None:
+    # one ASCII byte, then 700,000 bytes of 2-byte characters: a cut at 512 KiB splits one
+    project.configure(f"""\
+        budget = 20
+        grace = 0.5
+        max_output = 4000000
+
+        [[stages]]
+        name = "mark"
+        run = ["sh", "-c", "echo {project.mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE"]
+
+        [[stages]]
+        name = "big"
+        max_output = 2000000
+        run = ["python3", "-c", "import sys; sys.stdout.write('x' + chr(233) * 350000)"]
+        """)
+    pi(project, pi_env, "-p", "turn 1")
+    body = next(b for b in fake_model.bodies() if TRUNCATED in b)
+    assert body.count(TRUNCATED) == 1
+    assert "\ufffd" not in body and "\\ufffd" not in body
+    text = json.loads(body)  # the request as sent: find the message carrying the digest
+    content = next(m["content"] for m in text["messages"] if TRUNCATED in json.dumps(m, ensure_ascii=False))
+    if isinstance(content, list):
+        content = "".join(part.get("text", "") for part in content)
+    kept = content[:content.index("\n\nSESSION-START DELIVERY TRUNCATED")]
+    assert project.mark in kept
+    assert len(kept.encode("utf-8")) <= 512 * 1024
+    assert kept.endswith("\u00e9")  # whole characters only
