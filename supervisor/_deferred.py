@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._context import SessionContext
-    from ._plan import DigestPlan
+    from ._plan import DigestPlan, StagePlan
 
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
@@ -81,8 +81,8 @@ def _runner_alive(record: dict[str, Any] | None) -> bool:
 
     try:
         proc = psutil.Process(int(record["pid"]))
-        return (abs(proc.create_time() - float(record["create_time"])) < 0.05
-                and proc.status() != psutil.STATUS_ZOMBIE)
+        return bool(abs(proc.create_time() - float(record["create_time"])) < 0.05
+                    and proc.status() != psutil.STATUS_ZOMBIE)
     except (psutil.Error, KeyError, TypeError, ValueError):
         return False
 

@@ -177,7 +177,7 @@ def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     return cwd if cwd.is_absolute() else context.project_dir / cwd
 
 
-async def _race(abort: anyio.Event, deadline: float, fn: Callable[[], Awaitable[None]]) -> bool:
+async def _race(abort: anyio.Event, deadline: float, fn: Callable[[], Awaitable[object]]) -> bool:
     """Run ``fn`` until it returns (True), or until ``abort`` is set or ``deadline`` passes
     (False)."""
     finished = False

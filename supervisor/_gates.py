@@ -18,8 +18,11 @@ from __future__ import annotations
 import fnmatch
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ._config import DigestConfig
+if TYPE_CHECKING:
+    from ._plan import DigestPlan
+
 
 PRIMARY_MARKER = ".supervise-primary"
 """A regular file at a linked worktree's top level that opts it into the session protocol."""
@@ -65,7 +68,7 @@ def git_dirs(top: Path) -> tuple[Path, Path] | None:
         return None
 
 
-def gate_reason(config: DigestConfig, project_dir: Path, env: dict[str, str] | None = None) -> str:
+def gate_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | None = None) -> str:
     """Why this is a gate agent (``""`` when it is not)."""
     env = dict(os.environ) if env is None else env
     for name in config.gate_env:
@@ -80,7 +83,7 @@ def gate_reason(config: DigestConfig, project_dir: Path, env: dict[str, str] | N
     return ""
 
 
-def scope_reason(config: DigestConfig, project_dir: Path) -> str:
+def scope_reason(config: DigestPlan, project_dir: Path) -> str:
     """Why ``project_dir`` is outside the primary scope (``""`` when it is inside)."""
     if config.scope == "any":
         return ""
@@ -94,6 +97,6 @@ def scope_reason(config: DigestConfig, project_dir: Path) -> str:
             "(create that file there, or set scope = \"any\")")
 
 
-def stand_down_reason(config: DigestConfig, project_dir: Path, env: dict[str, str] | None = None) -> str:
+def stand_down_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | None = None) -> str:
     """The gate or scope reason to stay silent, or ``""`` to go on."""
     return gate_reason(config, project_dir, env) or scope_reason(config, project_dir)

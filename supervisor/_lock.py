@@ -33,10 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from ._ancestry import ProcessId, is_alive
 from ._errors import StateError
+from ._records import RecordError, dump_record, load_record
 
 LOCK_FILE = "lock.json"
 COMPLETE_FILE = "complete.json"
@@ -46,11 +45,8 @@ MUTEX_TIMEOUT = 5.0
 _MAX_RECORD = 64 * 1024
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class LockRecord(_Record):
+@dataclass(frozen=True)
+class LockRecord:
     """Who holds the lock. ``create_time`` and ``acquired_at`` are seconds since the epoch."""
 
     pid: int
@@ -62,10 +58,12 @@ class LockRecord(_Record):
 
     @property
     def ident(self) -> ProcessId:
+        """The owner's identity: (pid, process create time)."""
         return ProcessId(self.pid, self.create_time)
 
 
-class CompletionRecord(_Record):
+@dataclass(frozen=True)
+class CompletionRecord:
     """A full start under lock nonce ``nonce`` ran every stage to its end (no truncation)."""
 
     nonce: str
@@ -74,7 +72,7 @@ class CompletionRecord(_Record):
     completed_at: float
 
 
-R = TypeVar("R", bound=_Record)
+R = TypeVar("R")
 
 
 def prepare_state_dir(state_dir: Path) -> None:
@@ -151,12 +149,12 @@ def read_record(path: Path, model: type[R]) -> R | None:
     if len(data) > _MAX_RECORD:
         return None
     try:
-        return model.model_validate(json.loads(data))
-    except (ValueError, ValidationError):
+        return load_record(model, json.loads(data))
+    except (ValueError, RecordError):
         return None
 
 
-def write_record(path: Path, record: BaseModel) -> None:
+def write_record(path: Path, record: object) -> None:
     """Atomically replace ``path`` with ``record`` (temp file, fsync, ``os.replace``).
 
     Raises:
@@ -168,7 +166,7 @@ def write_record(path: Path, record: BaseModel) -> None:
     try:
         fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, record.model_dump_json().encode() + b"\n")
+            os.write(fd, json.dumps(dump_record(record)).encode() + b"\n")
             os.fsync(fd)
         finally:
             os.close(fd)

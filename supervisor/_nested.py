@@ -272,7 +272,7 @@ def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> i
         raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
     try:
         ledger = _load(base)
-        epoch = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
+        epoch: int = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
         ledger.update(epoch=epoch, injected={})
         _save(base, ledger)
     finally:

@@ -1,4 +1,4 @@
-"""The hook payload: a bounded read of stdin, pydantic models, the source and the project dir.
+"""The hook payload: a bounded read of stdin, typed records, the source and the project dir.
 
 A harness hands its hook a JSON object on stdin. We read it with a bound (at most
 :data:`READ_TIMEOUT` seconds and :data:`MAX_PAYLOAD` bytes) because a hook that waits on a
@@ -21,12 +21,12 @@ import os
 import select
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
-
 from ._project import find_project_root
+from ._records import load_record
 
 READ_TIMEOUT = 1.0
 """Seconds the hook waits, in total, for the payload on stdin."""
@@ -40,59 +40,35 @@ PROJECT_DIR_ENV: tuple[str, ...] = ("CLAUDE_PROJECT_DIR", "CURSOR_PROJECT_DIR", 
 """Environment variables a harness sets to the project directory, in the order we trust them."""
 
 
-def _keep_typed(data: Any, fields: dict[str, type]) -> Any:
-    """Drop known keys whose value has the wrong JSON type, so a bad field never fails the model."""
-    if not isinstance(data, dict):
-        return data
-    out = dict(data)
-    for key, kind in fields.items():
-        if key in out and not isinstance(out[key], kind):
-            del out[key]
-    return out
-
-
-class HookPayload(BaseModel):
-    """The Claude/Codex/Gemini-shaped SessionStart payload; unknown keys are kept, not rejected.
+@dataclass(frozen=True)
+class HookPayload:
+    """The Claude/Codex/Gemini-shaped SessionStart payload; unknown keys are kept in ``extra``.
 
     A known key with a value of the wrong type is dropped (treated as absent) rather than
     failing: a harness that sends ``"source": 5`` gets an unrecognized source, not a crash.
     """
-
-    model_config = ConfigDict(frozen=True, extra="allow")
 
     session_id: str | None = None
     transcript_path: str | None = None
     cwd: str | None = None
     hook_event_name: str | None = None
     source: str | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tolerate(cls, data: Any) -> Any:
-        return _keep_typed(data, {k: str for k in ("session_id", "transcript_path", "cwd",
-                                                   "hook_event_name", "source")})
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-class CursorPayload(BaseModel):
-    """Cursor's ``sessionStart`` payload: no ``source``, the project in ``workspace_roots[0]``."""
+@dataclass(frozen=True)
+class CursorPayload:
+    """Cursor's ``sessionStart`` payload: no ``source``, the project in ``workspace_roots[0]``.
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    Non-string roots are dropped; a ``workspace_roots`` that is not a list is absent.
+    """
 
     session_id: str | None = None
     conversation_id: str | None = None
     hook_event_name: str | None = None
     transcript_path: str | None = None
     workspace_roots: tuple[str, ...] = ()
-
-    @model_validator(mode="before")
-    @classmethod
-    def _tolerate(cls, data: Any) -> Any:
-        data = _keep_typed(data, {"session_id": str, "conversation_id": str,
-                                  "hook_event_name": str, "transcript_path": str,
-                                  "workspace_roots": list})
-        if isinstance(data, dict) and "workspace_roots" in data:
-            data["workspace_roots"] = [r for r in data["workspace_roots"] if isinstance(r, str)]
-        return data
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 Payload = HookPayload | CursorPayload
@@ -156,8 +132,11 @@ def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | N
     if data is None:
         return None
     if harness == "cursor" or ("workspace_roots" in data and "source" not in data):
-        return CursorPayload.model_validate(data)
-    return HookPayload.model_validate(data)
+        roots = data.get("workspace_roots")
+        if isinstance(roots, list):
+            data = {**data, "workspace_roots": [r for r in roots if isinstance(r, str)]}
+        return load_record(CursorPayload, data, tolerant=True, extra="extra")
+    return load_record(HookPayload, data, tolerant=True, extra="extra")
 
 
 def read_payload(harness: str = "", fd: int = 0) -> Payload | None:

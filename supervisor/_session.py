@@ -26,13 +26,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict
 
 from . import _ancestry, _lock
 from ._context import SessionContext
 
 if TYPE_CHECKING:
-    from ._config import DigestConfig
+    from ._plan import DigestPlan
     from ._engine import DigestResult
 
 Action = Literal["full", "reemit", "nudge"]
@@ -52,10 +51,10 @@ def route(source: str) -> Action:
     return ROUTES.get(source, "full")
 
 
-class StageSummary(BaseModel):
+@dataclass(frozen=True)
+class StageSummary:
     """One stage of the last digest, as ``supervise status`` shows it (seconds, bytes)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
     name: str
     status: str
     exit_code: int | None = None
@@ -64,10 +63,10 @@ class StageSummary(BaseModel):
     truncated: bool = False
 
 
-class LastDigest(BaseModel):
+@dataclass(frozen=True)
+class LastDigest:
     """Summary of the last digest this project's hook ran (``last-digest.json``)."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore")
     finished_at: float
     source: str
     mode: str
@@ -108,7 +107,7 @@ def read_only_notice(why: str, exclusive: list[str]) -> str:
             "resolved.\n\n")
 
 
-def _run_engine(config: DigestConfig, context: SessionContext, notice: str,
+def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
                 only: list[str] | None) -> tuple[DigestResult, str]:
     """Run the engine's digest into a buffer; return ``(result, text as printed)``.
 
@@ -154,7 +153,7 @@ def _save_last_digest(state_dir: Path, result: DigestResult, context: SessionCon
         pass
 
 
-def compose_reemit(config: DigestConfig, result: DigestResult, context: SessionContext) -> str:
+def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionContext) -> str:
     """The labelled re-emit text: reemit stages' output under ``config.reemit_budget`` bytes.
 
     A block that would overflow the budget is replaced by one line naming the stage and how
@@ -196,7 +195,7 @@ def compose_reemit(config: DigestConfig, result: DigestResult, context: SessionC
     return "".join(parts)
 
 
-def run_session(config: DigestConfig, context: SessionContext, *, take_lock: bool = False) -> SessionOutcome:
+def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False) -> SessionOutcome:
     """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
 
     Never raises for state problems (they make the session read-only with the reason). Engine
@@ -261,7 +260,7 @@ def _with(context: SessionContext, **changes: str) -> SessionContext:
     return replace(context, **changes)  # type: ignore[arg-type]
 
 
-def _read_only(config: DigestConfig, context: SessionContext, why: str,
+def _read_only(config: DigestPlan, context: SessionContext, why: str,
                exclusive: list[str]) -> SessionOutcome:
     ctx = _with(context, mode="read-only")
     notice = read_only_notice(why, exclusive) if why else ""

@@ -64,7 +64,7 @@ def subreaper_enabled() -> bool:
 def alive(proc: psutil.Process) -> bool:
     """True while ``proc`` runs; a zombie counts as dead (we never wait for init to reap)."""
     try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
     except psutil.Error:
         return False
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -177,7 +179,7 @@ def test_completion_of_another_session_proves_nothing(tmp_path: Path, other_proc
     assert view.completion.nonce == view.lock.nonce
     assert not proven_start(view, ancestors, "B")
     # and a matching nonce without ownership, or ownership without nonce, are both refused
-    assert not proven_start(LockView(view.lock, view.completion.model_copy(update={"nonce": "x"})),
+    assert not proven_start(LockView(view.lock, dataclasses.replace(view.completion, nonce="x")),
                             [other_process], "A")
     assert proven_start(view, [other_process], "A")
 

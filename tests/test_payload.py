@@ -113,7 +113,7 @@ def test_claude_payload_keeps_extra_keys_and_tolerates_bad_types() -> None:
     assert isinstance(payload, HookPayload)
     assert payload.session_id is None and payload.cwd is None
     assert payload.source == "compact"
-    assert payload.model_extra == {"model": "m", "prompt_id": "p"}
+    assert payload.extra == {"model": "m", "prompt_id": "p"}
 
 
 def test_cursor_payload_has_no_source() -> None:

@@ -20,7 +20,7 @@ from .hook import HookArgs, emit, internal_error_text, parse_hook_args
 def _run(args: HookArgs) -> None:
     from .. import _payload
     from .._ancestry import NUDGE_HOPS, ancestry
-    from .._config import DigestConfig, load_config
+    from .._plan import DigestPlan, load_plan
     from .._context import state_dir_for
     from .._errors import ConfigError
     from .._gates import stand_down_reason
@@ -29,9 +29,9 @@ def _run(args: HookArgs) -> None:
     payload = _payload.read_payload(args.harness)
     project = _payload.project_dir(payload)
     try:
-        config = load_config(project)
+        config = load_plan(project)  # cached: no pydantic on the hot path
     except ConfigError:
-        config = DigestConfig()  # the nudge itself needs no stages; gates use the defaults
+        config = DigestPlan()  # the nudge itself needs no stages; gates use the defaults
     if stand_down_reason(config, project):
         return
     state_dir = state_dir_for(project)

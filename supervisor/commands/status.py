@@ -51,6 +51,7 @@ def collect(project: Path) -> dict[str, Any]:
     from .._context import state_dir_for
     from .._errors import StateError
     from .._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
+    from .._records import dump_record
     from .._session import LAST_DIGEST_FILE, LastDigest
 
     state_dir = state_dir_for(project)
@@ -61,17 +62,18 @@ def collect(project: Path) -> dict[str, Any]:
             raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
         lock = read_record(state_dir / LOCK_FILE, LockRecord)
         done = read_record(state_dir / COMPLETE_FILE, CompletionRecord)
-        last = read_record(state_dir / LAST_DIGEST_FILE, LastDigest)  # type: ignore[type-var]
+        last = read_record(state_dir / LAST_DIGEST_FILE, LastDigest)
     except StateError as err:
         doc["error"] = str(err)
         return doc
     if lock is not None:
-        doc["lock"] = {**lock.model_dump(exclude={"nonce"}), "alive": is_alive(lock.ident)}
+        doc["lock"] = {**dump_record(lock, exclude=frozenset({"nonce"})),
+                       "alive": is_alive(lock.ident)}
     if done is not None:
-        doc["completion"] = {**done.model_dump(exclude={"nonce"}),
+        doc["completion"] = {**dump_record(done, exclude=frozenset({"nonce"})),
                              "matches_lock": lock is not None and done.nonce == lock.nonce}
     if last is not None:
-        doc["last_digest"] = last.model_dump()
+        doc["last_digest"] = dump_record(last)
     doc["pending"] = _pending(state_dir)
     return doc
 
