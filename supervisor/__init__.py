@@ -49,8 +49,8 @@ _WHERE = {
     "StageSpec": "._config",
     "load_config": "._config",
     "SessionContext": "._context",
-    "DigestResult": "._engine",
-    "StageResult": "._engine",
+    "DigestResult": "._results",
+    "StageResult": "._results",
     "run_digest": "._engine",
     "run_command": "._engine",
 }
@@ -60,8 +60,8 @@ if TYPE_CHECKING:
     from ._config import StageSpec as StageSpec
     from ._config import load_config as load_config
     from ._context import SessionContext as SessionContext
-    from ._engine import DigestResult as DigestResult
-    from ._engine import StageResult as StageResult
+    from ._results import DigestResult as DigestResult
+    from ._results import StageResult as StageResult
     from ._engine import run_command as run_command
     from ._engine import run_digest as run_digest
     from ._errors import ConfigError as ConfigError

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._engine import StageResult
+    from ._results import StageResult
 
 BANNER_PREFIX = "\u25cf STARTUP TRUNCATED".encode()
 _BAR = "\u25cf" + "\u2501" * 71

@@ -32,7 +32,7 @@ from ._context import SessionContext
 
 if TYPE_CHECKING:
     from ._plan import DigestPlan
-    from ._engine import DigestResult
+    from ._results import DigestResult
 
 Action = Literal["full", "reemit", "nudge"]
 
@@ -113,8 +113,14 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     ``notice`` goes first through the same sink as the digest (the one output choke point).
     SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
-    of killing us mid-write.
+    of killing us mid-write. With no stage to run, the engine (and anyio) is not loaded.
     """
+    selected = [s for s in config.stages if only is None or s.name in only]
+    if not selected:
+        from ._results import DigestResult, StageResult
+
+        skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
+        return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
     import anyio
 
     from . import _tree

@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
-from supervisor._engine import DigestResult
+from supervisor._results import DigestResult
 from supervisor._output import BufferSink
 from supervisor._tree import group_is_ours
 

@@ -11,7 +11,7 @@ import pytest
 from fake_harness import FakeHarness
 from supervisor._config import parse_config
 from supervisor._context import SessionContext
-from supervisor._engine import DigestResult, StageResult
+from supervisor._results import DigestResult, StageResult
 from supervisor._nudge import NUDGE_TEXT
 from supervisor._session import compose_reemit, route
 

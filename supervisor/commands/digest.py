@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 
 if TYPE_CHECKING:
-    from .._engine import DigestResult, StageResult
+    from .._results import DigestResult, StageResult
 
 
 def build_parser() -> argparse.ArgumentParser:

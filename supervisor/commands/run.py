@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
     import anyio
 
     from .. import _tree
-    from .._engine import StageResult, run_command
+    from .._engine import run_command
+    from .._results import StageResult
     from .._output import BufferSink, StreamSink
     from ._common import Aborter, with_signals
 
