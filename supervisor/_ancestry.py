@@ -1,13 +1,15 @@
-"""Who runs us: a psutil ancestry walk, one harness matcher, process identities.
+"""Who runs us: an ancestry walk, one harness matcher, process identities.
 
 A process is identified by ``(pid, create_time)``, never by pid alone, so a recycled pid is
 not mistaken for the process that took the lock (a known weakness of pid-only lock files).
-``create_time`` is psutil's (seconds since the epoch, derived from boot time); two readings
+``create_time`` is psutil's definition (seconds since the epoch, derived from boot time; read
+from ``/proc`` on Linux by :mod:`supervisor._procinfo`); two readings
 of the same process are compared with :data:`CREATE_TIME_TOLERANCE` seconds of slack because
 the boot time psutil derives can drift by a clock tick on some kernels (WSL2, NTP steps).
 
-The walk (:func:`ancestry`) climbs with ``Process.parent()``; a vanished, zombie or
-access-denied parent simply ends it. :func:`find_harness` applies one matcher to every
+The walk (:func:`ancestry`) climbs parent by parent; a vanished, zombie or unreadable parent,
+or a "parent" younger than its child (the pid was reused: psutil's ``parent()`` guard),
+simply ends it. :func:`find_harness` applies one matcher to every
 hop (first :data:`HARNESS_HOPS` parents): a non-Claude match ends the walk (innermost wins);
 a Claude match keeps climbing through contiguous Claude processes and the outermost is the
 owner, because Claude Code runs hooks from helper processes that are themselves named
@@ -20,7 +22,7 @@ import os
 import re
 from dataclasses import dataclass
 
-import psutil
+from ._procinfo import ProcInfo, proc_info
 
 HARNESS_HOPS = 16
 """Parents examined when looking for the harness process."""
@@ -114,13 +116,8 @@ def match_harness(name: str, cmdline: list[str] | tuple[str, ...]) -> str | None
 
 def identify(pid: int) -> ProcessId | None:
     """``(pid, create_time)`` of a live, non-zombie process, else ``None``."""
-    try:
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-        return ProcessId(pid, proc.create_time())
-    except (psutil.Error, OSError):
-        return None
+    info = proc_info(pid)
+    return None if info is None else ProcessId(pid, info.create_time)
 
 
 def is_alive(ident: ProcessId) -> bool:
@@ -129,49 +126,30 @@ def is_alive(ident: ProcessId) -> bool:
     return now is not None and now.same(ident)
 
 
-def ancestry(hops: int = OWNER_HOPS, start: int | None = None) -> list[psutil.Process]:
+def ancestry(hops: int = OWNER_HOPS, start: int | None = None) -> list[ProcInfo]:
     """``start`` (default: us) then up to ``hops`` parents, stopping at a vanished,
-    inaccessible or repeated process. Never raises."""
-    chain: list[psutil.Process] = []
-    try:
-        proc: psutil.Process | None = psutil.Process(os.getpid() if start is None else start)
-    except (psutil.Error, OSError):
-        return chain
+    unreadable, repeated or younger-than-its-child process. Never raises."""
+    chain: list[ProcInfo] = []
+    info = proc_info(os.getpid() if start is None else start)
     seen: set[int] = set()
-    while proc is not None and proc.pid not in seen and len(chain) <= hops:
-        chain.append(proc)
-        seen.add(proc.pid)
-        try:
-            proc = proc.parent()
-        except (psutil.Error, OSError):
+    while info is not None and info.pid not in seen and len(chain) <= hops:
+        chain.append(info)
+        seen.add(info.pid)
+        if info.ppid <= 0:
             break
+        parent = proc_info(info.ppid)
+        if parent is not None and parent.create_time > info.create_time + CREATE_TIME_TOLERANCE:
+            break  # pid reuse: that process is newer than its "child"
+        info = parent
     return chain
 
 
-def ancestor_ids(chain: list[psutil.Process]) -> list[ProcessId]:
-    """Identities of ``chain`` (processes that vanished meanwhile are left out)."""
-    out = []
-    for proc in chain:
-        try:
-            out.append(ProcessId(proc.pid, proc.create_time()))
-        except (psutil.Error, OSError):
-            continue
-    return out
+def ancestor_ids(chain: list[ProcInfo]) -> list[ProcessId]:
+    """Identities of ``chain``."""
+    return [ProcessId(p.pid, p.create_time) for p in chain]
 
 
-def _describe(proc: psutil.Process) -> tuple[str, list[str]]:
-    try:
-        name = proc.name()
-    except (psutil.Error, OSError):
-        name = ""
-    try:
-        cmdline = proc.cmdline()
-    except (psutil.Error, OSError):
-        cmdline = []
-    return name, cmdline
-
-
-def find_harness(chain: list[psutil.Process]) -> HarnessProcess | None:
+def find_harness(chain: list[ProcInfo]) -> HarnessProcess | None:
     """The harness owning this session among the first :data:`HARNESS_HOPS` parents of ``chain``.
 
     ``chain[0]`` (ourselves) is not examined. For Claude, the outermost of a contiguous run
@@ -179,18 +157,14 @@ def find_harness(chain: list[psutil.Process]) -> HarnessProcess | None:
     """
     found: HarnessProcess | None = None
     for proc in chain[1:HARNESS_HOPS + 1]:
-        name, cmdline = _describe(proc)
-        harness = match_harness(name, cmdline)
+        harness = match_harness(proc.name, proc.cmdline)
         if found is not None:
             if harness != "claude":
                 break
         elif harness is None:
             continue
-        try:
-            ident = ProcessId(proc.pid, proc.create_time())
-        except (psutil.Error, OSError):
-            break
-        found = HarnessProcess(ident, harness, name)
+        assert harness is not None
+        found = HarnessProcess(ProcessId(proc.pid, proc.create_time), harness, proc.name)
         if harness != "claude":
             break
     return found

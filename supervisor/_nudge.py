@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psutil
-
 from ._ancestry import NUDGE_HOPS, ancestor_ids, is_alive
-from ._lock import LOCK_FILE, LockRecord, read_record
 from ._errors import StateError
+from ._lock import LOCK_FILE, LockRecord, read_record
+from ._procinfo import ProcInfo
 
 MARK = "\u2063"
 LABEL = "SUPERVISE_OP:"
@@ -27,7 +26,7 @@ NUDGE_TEXT = f"{MARK}{LABEL} {KIND}: {BODY}\n"
 """The exact nudge payload (UTF-8: ``E2 81 A3`` then ASCII, one trailing newline)."""
 
 
-def digest_ran_here(state_dir: Path, chain: list[psutil.Process]) -> bool:
+def digest_ran_here(state_dir: Path, chain: list[ProcInfo]) -> bool:
     """True when ``lock.json`` names a live process among ``chain[:NUDGE_HOPS + 1]``.
 
     ``chain`` is :func:`supervisor._ancestry.ancestry` output (ourselves first). An unreadable,
