@@ -1,0 +1,81 @@
+"""OpenCode 1.18.33 with the watchkeeper plugin (``supervise install opencode``) against the
+fake model server (``@ai-sdk/openai-compatible``).
+
+Facts used (brief, harnesses.md section 5): a project plugin in ``.opencode/plugins/`` loads
+with no install step; ``experimental.chat.system.transform`` runs before every model call,
+title generation included; a reply reporting more input tokens than the model's context limit
+makes OpenCode compact (summary request, ``session.compacted``, then a "Continue" turn). The
+usage is reported once (one-shot file): a constant one loops compaction.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeModel, Project, clean_env, harness_bin, run_harness
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # the first run installs the provider
+
+
+@pytest.fixture(scope="module")
+def oc_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One XDG cache for the module: OpenCode installs the provider package there once."""
+    return tmp_path_factory.mktemp("oc-cache")
+
+TITLE = "You are a title generator."
+SUMMARY = "You are a context summarization agent."
+
+
+@pytest.fixture
+def oc_env(project: Project, fake_model: FakeModel, tmp_path: Path, oc_cache: Path) -> dict[str, str]:
+    harness_bin("opencode")
+    (project.path / "opencode.json").write_text(json.dumps({
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": f"{fake_model.url}/v1", "apiKey": "dummy"},
+                              "models": {"fake-model": {"name": "Fake",
+                                                        "limit": {"context": 100000, "output": 1000}}}}},
+        "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False,
+        "share": "disabled"}))
+    project.install("opencode")
+    xdg = tmp_path / "oc-xdg"
+    return clean_env(XDG_CONFIG_HOME=str(xdg / "config"), XDG_DATA_HOME=str(xdg / "data"),
+                     XDG_CACHE_HOME=str(oc_cache), XDG_STATE_HOME=str(xdg / "state"),
+                     OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
+                     OPENCODE_DISABLE_LSP_DOWNLOAD="1")
+
+
+def opencode(project: Project, env: dict[str, str], *args: str) -> None:
+    # OpenCode takes its directory from $PWD, which a subprocess cwd does not set
+    proc = run_harness([harness_bin("opencode"), "run", *args], project.path, {**env, "PWD": str(project.path)})
+    assert proc.returncode == 0, f"opencode run {args} failed: {proc.stderr[-2000:]}"
+
+
+def test_startup_digest_reaches_the_model_once_and_not_the_title_call(
+        project: Project, fake_model: FakeModel, oc_env: dict[str, str]) -> None:
+    opencode(project, oc_env, "turn 1")
+    bodies = fake_model.bodies()
+    main = [b for b in bodies if TITLE not in b]
+    titles = [b for b in bodies if TITLE in b]
+    assert main and all(b.count(f"{project.mark}-startup-full") == 1 for b in main)
+    assert all(project.mark not in b for b in titles)
+
+
+def test_re_emit_after_auto_compaction_reaches_the_next_request_once(
+        project: Project, fake_model: FakeModel, oc_env: dict[str, str]) -> None:
+    opencode(project, oc_env, "turn 1")
+    fake_model.report_tokens_once(200_000)  # the next reply reports an overflowing context
+    since = fake_model.count()
+    opencode(project, oc_env, "-c", "turn 2")
+    bodies = fake_model.bodies(since)
+    summaries = [i for i, b in enumerate(bodies) if SUMMARY in b]
+    assert summaries, "no compaction happened"
+    assert project.mark not in bodies[summaries[0]]  # not added to the compaction summary request
+    after = [b for b in bodies[summaries[0] + 1:] if TITLE not in b]
+    assert after, "no request followed the compaction"
+    assert after[0].count("CONTEXT RE-EMIT after compact") == 1
+    assert after[0].count(f"{project.mark}-compact-reemit") == 1
+    assert f"{project.mark}-startup-" not in after[0]  # the re-emit replaced the start digest
