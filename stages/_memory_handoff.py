@@ -25,15 +25,13 @@ exclusive ``flock``, so concurrent digests neither lose nor double a count.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
-import os
-import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
+
+from supervisor._fsutil import atomic_write, flocked
 
 RECORD_NAME = "handoff.delivered"
 LOCK_NAME = "handoff.lock"
@@ -86,40 +84,12 @@ def read_record(path: Path) -> dict[str, str]:
 def _write_record(path: Path, fields: dict[str, str]) -> None:
     body = "# watchkeeper memory stage: handoff delivery record (per machine, safe to delete)\n"
     body += "".join(f"{k}={v}\n" for k, v in fields.items())
-    fd, tmp = tempfile.mkstemp(prefix=".handoff.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(body)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, body.encode("utf-8"))
 
 
-@contextmanager
-def _locked(lock_path: Path) -> Iterator[bool]:
+def _locked(lock_path: Path) -> AbstractContextManager[bool]:
     """Hold an exclusive flock on ``lock_path`` (yields False when it cannot be had in time)."""
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + LOCK_TIMEOUT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    yield False
-                    return
-                time.sleep(0.01)
-        try:
-            yield True
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
+    return flocked(lock_path, LOCK_TIMEOUT, poll=0.01)
 
 
 def _sanitize(value: str) -> str:

@@ -15,7 +15,6 @@ prompt hook (:func:`take_undelivered`) or the next digest.
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import os
 import sys
@@ -26,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ._fsutil import atomic_write, flocked
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -48,12 +49,7 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     Raises:
         OSError: the directory is not writable.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, ensure_ascii=False).encode("utf-8"), fsync=True)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -66,12 +62,10 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 @contextmanager
 def _locked(directory: Path) -> Iterator[None]:
-    fd = os.open(directory / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with flocked(directory / ".lock", timeout=10.0) as held:
+        if not held:
+            raise OSError(f"{directory / '.lock'} stayed locked for 10s")
         yield
-    finally:
-        os.close(fd)
 
 
 def _runner_alive(record: dict[str, Any] | None) -> bool:

@@ -35,6 +35,7 @@ from typing import Literal, TypeVar
 
 from ._ancestry import ProcessId, is_alive
 from ._errors import StateError
+from ._fsutil import atomic_write
 from ._records import RecordError, dump_record, load_record
 
 LOCK_FILE = "lock.json"
@@ -162,22 +163,9 @@ def write_record(path: Path, record: object) -> None:
     """
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise StateError(f"{path} is a symlink or not a regular file; refusing to replace it")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            os.write(fd, json.dumps(dump_record(record)).encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        atomic_write(path, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise StateError(f"{path} cannot be written: {err.strerror}") from err
 
 

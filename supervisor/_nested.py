@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import StateError
+from ._fsutil import atomic_write
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -101,12 +102,9 @@ def _load(base: Path) -> dict[str, object]:
 
 
 def _save(base: Path, ledger: dict[str, object]) -> None:
-    tmp = Path(f"{base}.json.{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(ledger, sort_keys=True), encoding="utf-8")
-        os.replace(tmp, f"{base}.json")
+        atomic_write(Path(f"{base}.json"), json.dumps(ledger, sort_keys=True).encode("utf-8"))
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise StateError(f"cannot write the nested-instructions ledger {base}.json: {err.strerror}") from err
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ConfigError
+from ._fsutil import atomic_write
 
 CACHE_FILE = "config-cache.json"
 CONFIG_FILE = "supervise.toml"
@@ -201,12 +202,10 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
 
     config = load_config_raw(project_dir, explicit)
     plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
-    tmp = cache.with_name(f".{CACHE_FILE}.{os.getpid()}.tmp")
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
         if not cache_dir.is_symlink():
-            tmp.write_text(json.dumps({"key": key, "plan": plan.to_mapping()}), "utf-8")
-            os.replace(tmp, cache)
+            atomic_write(cache, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
     except OSError:
         pass
     return apply_env_overrides(plan)

@@ -10,10 +10,10 @@ does not fit is replaced by one line naming its size and the file.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import tempfile
 from pathlib import Path
+
+from .._fsutil import atomic_write
 
 DIGESTS_DIR = "digests"
 """Sub-folder of the state dir holding whole digests that were over an inline cap."""
@@ -45,17 +45,7 @@ def save_full(text: str, state_dir: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     data = text.encode("utf-8", "replace")
     path = folder / f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".digest-", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(path, data)
     _prune(folder, keep=path)
     return path
 

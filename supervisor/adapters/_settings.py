@@ -13,12 +13,12 @@ import json
 import os
 import re
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._errors import ConfigError
+from .._fsutil import atomic_write
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 _PLAIN_RE = re.compile(r"(^|[\s/\"'])supervise hook(\s|$)")
@@ -104,19 +104,8 @@ def write_settings(path: Path, data: dict[str, Any]) -> None:
         mode: int | None = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = None
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    atomic_write(target, (json.dumps(data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+                 mode=mode)
 
 
 def _table(data: dict[str, Any], key: str, path: Path, kind: type, create: bool) -> Any:

@@ -1,0 +1,86 @@
+"""Small file-system primitives shared by every writer of state: atomic replace, bounded flock.
+
+Stdlib only and cheap to import: the hook, the stages and the deferred runner all use it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: bool = False) -> None:
+    """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never a
+    part. A temp file is created exclusively (``O_EXCL | O_NOFOLLOW``) in the same folder,
+    written, optionally fsynced (with the folder) and renamed over ``path``; a symlink at
+    ``path`` is replaced, not followed.
+
+    Args:
+        path: the file to replace.
+        data: its new content (bytes).
+        mode: permission bits for the new file (default 0o644 minus the umask).
+        fsync: flush file and folder to disk before returning (records that must survive a
+            crash: the lock).
+
+    Raises:
+        OSError: the folder is not writable or the disk is full; the temp file is removed.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644 if mode is None else mode)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if mode is not None:
+                os.fchmod(fd, mode)  # exact bits, whatever the umask
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if fsync:
+        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+@contextmanager
+def flocked(path: Path, timeout: float, *, poll: float = 0.005) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``path`` (created if missing, never through a symlink)
+    for the ``with`` body; yields False when it could not be had within ``timeout`` seconds.
+
+    The kernel releases the lock when the holder dies, so a crash never leaves it stuck.
+
+    Raises:
+        OSError: ``path`` cannot be opened (ELOOP for a symlink).
+    """
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(poll)
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the flock
