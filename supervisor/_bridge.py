@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
 KINDS: tuple[str, ...] = ("ready", "empty", "failed", "ineligible", "cancelled")
@@ -41,10 +41,6 @@ FALLBACK = ("\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest` now, e
 """The one line a failed generation delivers: the nudge sentence (``supervisor._nudge``),
 without its trailing newline. The extensions carry a copy; ``tests/test_bridge.py`` keeps
 the three equal."""
-
-_SIGNAL_BANNER = "because the supervisor received SIG"
-"""Fragment of the truncation banner (``supervisor._banner``) written when a signal, not the
-budget, ended the digest: how a bridge run tells ``cancelled`` from a budget truncation."""
 
 
 @dataclass(frozen=True)
@@ -110,7 +106,7 @@ def stand_down(project: Path) -> str:
         config = load_plan(project)
     except ConfigError:
         config = DigestPlan()
-    return stand_down_reason(config, project)  # type: ignore[arg-type]  # duck-typed: gate fields
+    return stand_down_reason(config, project)
 
 
 def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | None = None) -> BridgeResult:
@@ -130,7 +126,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
     from ._payload import recognize_source
 
     routed = recognize_source(source)
-    base = {"source": routed, "harness": harness}
+    base: dict[str, Any] = {"source": routed, "harness": harness}
     try:
         project = resolve_project(cwd)
     except ValueError as err:
@@ -146,18 +142,18 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
             config = load_plan(project)
         except ConfigError as err:
             return BridgeResult("failed", error=f"configuration error, no digest ran: {err}", **base)
-        reason = stand_down_reason(config, project)  # type: ignore[arg-type]
+        reason = stand_down_reason(config, project)
         if reason:
             return BridgeResult("ineligible", error=reason, **base)
         from ._session import run_session
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
                                              session_id=session_id)
-        outcome = run_session(config, context)  # type: ignore[arg-type]  # a plan is accepted
+        outcome = run_session(config, context)
     except Exception as err:  # noqa: BLE001 - the extension must get a document, not a traceback
         return BridgeResult("failed", error=f"internal error: {type(err).__name__}: {err}", **base)
     mode = "nudge" if outcome.kind == "nudge" else outcome.mode
-    if _SIGNAL_BANNER in outcome.text:
+    if outcome.truncation not in (None, "budget"):  # a signal ended it: the bridge cancelled us
         kind: Kind = "cancelled"
     else:
         kind = "ready" if outcome.text.strip() else "empty"

@@ -85,6 +85,8 @@ class SessionOutcome:
     text: str
     kind: str  # "digest", "reemit" or "nudge"
     mode: str = "full"
+    truncation: str | None = None
+    """Why the digest was cut short: ``"budget"``, a signal name (``"SIGTERM"``), or None."""
 
 
 def _when(epoch: float) -> str:
@@ -225,7 +227,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
             only = [s.name for s in config.stages if s.reemit]
             result, _ = _run_engine(config, ctx, "", only)
             _save_last_digest(context.state_dir, result, ctx)
-            return SessionOutcome(compose_reemit(config, result, ctx), "reemit", "reemit")
+            return SessionOutcome(compose_reemit(config, result, ctx), "reemit", "reemit",
+                                  result.reason)
     exclusive = [s.name for s in config.stages if s.exclusive]
     owner: _ancestry.ProcessId | None = harness_proc.ident if harness_proc else None
     if owner is None and take_lock and len(ancestors) > 1:
@@ -257,7 +260,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
                  f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
                  "will run a full start.\n")
     _save_last_digest(context.state_dir, result, ctx)
-    return SessionOutcome(text, "digest", "full")
+    return SessionOutcome(text, "digest", "full", result.reason)
 
 
 def _with(context: SessionContext, **changes: str) -> SessionContext:
@@ -271,5 +274,5 @@ def _read_only(config: DigestPlan, context: SessionContext, why: str,
     ctx = _with(context, mode="read-only")
     notice = read_only_notice(why, exclusive) if why else ""
     only = [s.name for s in config.stages if not s.exclusive] if exclusive else None
-    _, text = _run_engine(config, ctx, notice, only)
-    return SessionOutcome(text, "digest", "read-only")
+    result, text = _run_engine(config, ctx, notice, only)
+    return SessionOutcome(text, "digest", "read-only", result.reason)
