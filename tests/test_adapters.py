@@ -221,3 +221,23 @@ def test_render_without_stage_headings_keeps_a_prefix_and_names_the_rest(tmp_pat
     assert len(rest) == 1
     saved = next((tmp_path / "digests").glob("digest-*.txt"))
     assert str(saved) in rest[0] and saved.read_text("utf-8") == digest
+
+
+def test_config_inline_cap_is_honoured(tmp_path: Path) -> None:
+    """`inline_cap = {claude = N}` in supervise.toml caps the inline text of the hook."""
+    import json as _json
+    import subprocess as _sp
+    import sys as _sys
+
+    (tmp_path / "supervise.toml").write_text(
+        "[inline_cap]\nclaude = 2000\n[[stages]]\nname = \"big\"\n"
+        "run = [\"python3\", \"-c\", \"print('z' * 6000)\"]\n")
+    payload = _json.dumps({"session_id": "s", "cwd": str(tmp_path), "source": "startup",
+                           "hook_event_name": "SessionStart"}).encode()
+    proc = _sp.run([_sys.executable, "-m", "supervisor", "hook", "claude"], input=payload,
+                   capture_output=True, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0
+    text = _json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert len(text) <= 2000 and "2,000-character inline limit" in text
+    saved = next((tmp_path / ".supervise" / "digests").glob("digest-*.txt"))
+    assert "z" * 6000 in saved.read_text() and str(saved) in text

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .._context import SessionContext
 
 EVENTS = ("session-start", "post-tool", "prompt")
@@ -79,18 +81,21 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
     return args
 
 
-def emit(harness: str, text: str, *, state_dir: Path, kind: str) -> None:
+def emit(harness: str, text: str, *, state_dir: Path, kind: str,
+         caps: Mapping[str, int] | None = None) -> None:
     """Write ``text`` to stdout in ``harness``'s envelope; nothing at all for empty text.
 
-    The envelope comes from :func:`supervisor.adapters.render`; without it, plain text. A
-    closed stdout (the harness stopped reading) is not an error.
+    The envelope comes from :func:`supervisor.adapters.render`; without it, plain text.
+    ``caps`` is the config's ``inline_cap`` table (characters per harness). A closed stdout
+    (the harness stopped reading) is not an error.
     """
     if not text:
         return
     try:
-        from ..adapters import render
+        from ..adapters import inline_cap, render
 
-        data = render(harness, text, state_dir=state_dir, kind=kind)
+        data = render(harness, text, state_dir=state_dir, kind=kind,
+                      cap=inline_cap(harness, caps))
     except ImportError:
         data = text.encode("utf-8", "replace")
     try:
@@ -178,7 +183,8 @@ def _run(args: HookArgs) -> int:
     from .._session import run_session
 
     outcome = run_session(config, context, take_lock=args.take_lock)
-    emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind)
+    emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind,
+         caps=config.inline_cap)
     return EXIT_OK
 
 
