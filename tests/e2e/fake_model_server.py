@@ -22,11 +22,14 @@ Usage: python3 fake_model_server.py --port 0 --port-file port.txt --pid-file pid
                       one request and F is deleted: a one-shot auto-compaction trigger that does
                       not loop (a constant huge N makes OpenCode compact after every reply).
 Replies: "<summary>FAKE-SUMMARY ...</summary>" when the tail of the conversation looks like a
-summarisation/compaction prompt, else --reply. No tool calls are ever emitted.
+summarisation/compaction prompt, else --reply. Anthropic only: a user prompt containing
+`FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
+that path, so tests can drive a harness's PostToolUse hook.
 """
 import argparse
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -79,6 +82,25 @@ def reply_text(body):
     if "summary" in s and ("compact" in s or "summarize" in s or "handoff" in s or "checkpoint" in s):
         return "<summary>FAKE-SUMMARY of the conversation so far.</summary>"
     return ARGS.reply
+
+
+def wanted_read(body):
+    """The path of a `FAKE_READ <path>` request in the last user turn, unless that turn
+    already carries a tool result (the read happened)."""
+    # Claude Code appends role "system" messages (hook context, agent lists) after the turn.
+    messages = [m for m in body.get("messages") or [] if m.get("role") != "system"]
+    if not messages or messages[-1].get("role") != "user":
+        return None
+    content = messages[-1].get("content")
+    blocks = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    if any(isinstance(b, dict) and b.get("type") == "tool_result" for b in blocks):
+        return None
+    for b in blocks:
+        if isinstance(b, dict) and b.get("type") == "text":
+            m = re.search(r"FAKE_READ (\S+)", b.get("text") or "")
+            if m:
+                return m.group(1)
+    return None
 
 
 class H(BaseHTTPRequestHandler):
@@ -148,6 +170,9 @@ class H(BaseHTTPRequestHandler):
 
     # ---- Anthropic Messages -------------------------------------------------------
     def anthropic(self, body):
+        read = wanted_read(body)
+        if read is not None:
+            return self.anthropic_tool_use(body, read)
         text = reply_text(body)
         model = body.get("model", ARGS.model)
         n_in = input_tokens()
@@ -169,6 +194,32 @@ class H(BaseHTTPRequestHandler):
         self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
         self._ev("message_delta", {"type": "message_delta",
                                    "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                                   "usage": {"output_tokens": 5}})
+        self._ev("message_stop", {"type": "message_stop"})
+
+    def anthropic_tool_use(self, body, path):
+        model = body.get("model", ARGS.model)
+        tool = {"type": "tool_use", "id": f"toolu_fake{abs(hash(path)) % 10**8}", "name": "Read",
+                "input": {"file_path": path}}
+        usage = {"input_tokens": input_tokens(), "output_tokens": 5,
+                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        if not body.get("stream"):
+            return self._json({"id": "msg_fake", "type": "message", "role": "assistant",
+                               "model": model, "content": [tool], "stop_reason": "tool_use",
+                               "stop_sequence": None, "usage": usage})
+        self._sse_start()
+        self._ev("message_start", {"type": "message_start", "message": {
+            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "content": [], "stop_reason": None, "stop_sequence": None,
+            "usage": {**usage, "output_tokens": 1}}})
+        self._ev("content_block_start", {"type": "content_block_start", "index": 0,
+                                         "content_block": {**tool, "input": {}}})
+        self._ev("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                         "delta": {"type": "input_json_delta",
+                                                   "partial_json": json.dumps(tool["input"])}})
+        self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        self._ev("message_delta", {"type": "message_delta",
+                                   "delta": {"stop_reason": "tool_use", "stop_sequence": None},
                                    "usage": {"output_tokens": 5}})
         self._ev("message_stop", {"type": "message_stop"})
 

@@ -1,0 +1,82 @@
+"""Built-in context stages through the real Claude Code CLI (2.1.197) and the fake model.
+
+- Seed 000: after ``/compact`` the model's request holds identity in full and every other
+  memory file as its path and byte size, never its body.
+- Seed 003: a Read below a nested AGENTS.md injects that file once (PostToolUse hook); after
+  a compaction the next Read in the subtree injects it again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FakeModel, Project
+from test_claude import claude, compact
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def installed(project: Project) -> Project:
+    from conftest import harness_bin
+
+    harness_bin("claude")
+    project.install("claude")
+    return project
+
+
+def test_memory_recap_then_compact_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
+    remember = installed.path / ".remember"
+    remember.mkdir()
+    (remember / "identity.md").write_text("IDENTITYE2E I am the careful agent.\n")
+    (remember / "now.md").write_text("NOWE2E writing tests\n")
+    (remember / "recent.md").write_text("RECENTE2E fixed a bug\n")
+    (remember / "remember.md").write_text("# Handoff\nHANDOFFE2E finish it\n")
+    installed.configure('budget = 20\ngrace = 0.5\n[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+                        'reemit = true\n')
+    sid = claude(installed, fake_model, "-p", "turn 1")["session_id"]
+    assert fake_model.seen("NOWE2E") and fake_model.seen("IDENTITYE2E")
+    for i in (2, 3):
+        claude(installed, fake_model, "--resume", sid, "-p", f"turn {i}")
+    compact(installed, fake_model, sid)
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", sid, "-p", "after compact")
+    after = [b for b in fake_model.bodies(since) if "Not re-injected at compact" in b]
+    assert after, "no request after /compact carried the compact recap"
+    text = after[-1]
+    assert "IDENTITYE2E" in text and "HANDOFFE2E" in text
+    assert f"{remember / 'now.md'} (21 bytes)" in text and "NOWE2E" not in text
+
+
+def _nested_hits(fake: FakeModel, since: int) -> int:
+    """Requests from ``since`` on that carry the nested AGENTS.md text for the first time in
+    their own conversation (an injection shows up in every later request of the session)."""
+    return sum("NESTEDE2E" in body for body in fake.bodies(since))
+
+
+def test_nested_agents_md_injected_on_read_and_again_after_compaction(
+        installed: Project, fake_model: FakeModel) -> None:
+    sub = installed.path / "pkg" / "inner"
+    sub.mkdir(parents=True)
+    (installed.path / "pkg" / "AGENTS.md").write_text("NESTEDE2E rules for pkg: use tabs.\n")
+    target = sub / "file.txt"
+    target.write_text("hello from the file\n")
+    installed.configure('budget = 20\ngrace = 0.5\n[[stages]]\nname = "instructions"\n'
+                        'builtin = "instructions"\nreemit = true\n')
+    read = ("-p", f"FAKE_READ {target}", "--allowedTools", "Read")
+    sid = claude(installed, fake_model, *read)["session_id"]
+    assert fake_model.seen("hello from the file"), "the fake model never saw the Read result"
+    assert fake_model.seen("NESTEDE2E"), "the nested AGENTS.md did not reach the model"
+    # A second read in the same session: the text is already in the conversation, and the
+    # hook must not add a second copy.
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", sid, *read)
+    last = fake_model.bodies(since)[-1]
+    assert last.count("NESTEDE2E rules") == 1
+    compact(installed, fake_model, sid)
+    since = fake_model.count()
+    claude(installed, fake_model, "--resume", sid, *read)
+    assert any("NESTEDE2E rules" in body for body in fake_model.bodies(since)), \
+        "after compaction the nested AGENTS.md was not injected again"
