@@ -1,7 +1,9 @@
 """End-to-end fixtures: the real harness CLIs against the project's fake model server.
 
 The CLIs are pinned and installed by ``scripts/install-harnesses.sh`` into ``.cache/harnesses``
-(``HARNESS_CACHE`` overrides); a test whose CLI is missing skips and says how to install it.
+(``HARNESS_CACHE`` overrides). The first e2e test of a run installs them (npm registry only,
+idempotent, about 30 s the first time; ``WATCHKEEPER_NO_HARNESS_INSTALL=1`` turns that off);
+a test whose CLI is still missing (no npm) skips and says why.
 Every test gets its own fake model server on 127.0.0.1 (a free port) that logs each request
 body; a test passes only when the text our hook printed is found in a request the model got.
 """
@@ -31,9 +33,36 @@ _FOREIGN_PREFIXES = ("CLAUDE", "ANTHROPIC", "CODEX", "OPENAI", "GEMINI", "GOOGLE
                      "CURSOR", "GROK", "SUPERVISE_", "NO_MISTAKES")
 
 
+_INSTALL_TRIED: list[str] = []
+
+
+def _ensure_installed() -> None:
+    """Run the project's installer once per test run (so the README's test command needs no
+    separate set-up step); its output is kept for the skip message."""
+    if _INSTALL_TRIED or os.environ.get("WATCHKEEPER_NO_HARNESS_INSTALL"):
+        return
+    try:
+        proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-harnesses.sh")],
+                              capture_output=True, text=True, timeout=900,
+                              stdin=subprocess.DEVNULL)
+        _INSTALL_TRIED.append((proc.stdout + proc.stderr).strip()[-300:])
+    except (OSError, subprocess.TimeoutExpired) as err:
+        _INSTALL_TRIED.append(f"installer failed: {err}")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Install the pinned CLIs before the first test when any e2e test is selected: outside
+    every test's timeout, and not at all for a unit-test-only run."""
+    if any(item.get_closest_marker("e2e") for item in session.items):
+        _ensure_installed()
+
+
 def harness_bin(name: str) -> Path:
-    """Path of an installed harness CLI; skips the test when it is not installed."""
+    """Path of an installed harness CLI (installing the pinned CLIs on first use); skips the
+    test when it cannot be installed."""
     path = CACHE / "node_modules" / ".bin" / name
+    if not path.exists():
+        _ensure_installed()
     if not path.exists():
         pytest.skip(f"{name} CLI not installed in {CACHE}: run `bash scripts/install-harnesses.sh` (needs npm)")
     return path
