@@ -22,15 +22,17 @@ def truncation_banner(budget: float, results: Sequence[StageResult], reason: str
 
     It names the budget (seconds), each stage that did not finish with its run time and byte
     count, each stage that never started, and the exact command to re-run with a larger
-    budget (twice the current one). Everything printed above it stays valid.
+    budget (twice the current one, at least 30 s more) when the budget ended it, or the plain
+    re-run command after a signal. Everything printed above it stays valid.
     """
     unfinished = [r for r in results if r.status == "killed"]
     never = [r for r in results if r.status == "not_started"]
-    why = (f"its {_fmt_seconds(budget)}s budget ran out" if reason in (None, "budget")
-           else f"the supervisor received {reason}")
+    by_budget = reason in (None, "budget")
+    why = (f"to end within its {_fmt_seconds(budget)}s budget (the time to kill stages is "
+           f"reserved inside it)" if by_budget else f"because the supervisor received {reason}")
     lines = [_BAR,
-             f"\u25cf STARTUP TRUNCATED: the digest stopped after {now - started:.1f}s because "
-             f"{why} (budget {_fmt_seconds(budget)}s).",
+             f"\u25cf STARTUP TRUNCATED: the digest stopped after {now - started:.1f}s {why} "
+             f"(budget {_fmt_seconds(budget)}s).",
              "\u25cf Everything above is complete up to where each stage stopped."]
     if unfinished:
         lines.append("\u25cf Did not finish (killed): " + ", ".join(
@@ -39,8 +41,11 @@ def truncation_banner(budget: float, results: Sequence[StageResult], reason: str
         lines.append("\u25cf Never started: " + ", ".join(f"'{r.name}'" for r in never))
     if unfinished or never:
         lines.append("\u25cf Treat what those stages would have shown as UNKNOWN, not as absent.")
-    bigger = _fmt_seconds(max(budget * 2, budget + 30))
     hint = rerun_hint or "supervise digest"
-    lines.append(f"\u25cf Re-run with a larger budget: {hint} --budget {bigger}")
+    if by_budget:
+        bigger = _fmt_seconds(max(budget * 2, budget + 30))
+        lines.append(f"\u25cf Re-run with a larger budget: {hint} --budget {bigger}")
+    else:
+        lines.append(f"\u25cf Re-run it: {hint}")
     lines.append(_BAR)
     return "\n".join(lines)

@@ -170,6 +170,10 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
             env=stage_env(spec, run.context, token), start_new_session=True)
     except (OSError, ConfigError) as err:
         reason = getattr(err, "strerror", None) or str(err)
+        if isinstance(err, OSError) and err.filename is None and spec.run:
+            reason = f"{spec.run[0]}: {reason}"
+        elif isinstance(err, OSError) and err.filename is not None:
+            reason = f"{err.filename}: {reason}"
         if cgroup is not None:
             _cgroup.remove(cgroup)
         out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
@@ -238,8 +242,10 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
             out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}")
     elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
         status = "timed_out"
+        what = ("its output above is incomplete" if out.stage_bytes(index)[0]
+                else "it printed nothing before that")
         out.note(index, f"[supervise] stage '{spec.name}' timed out after {spec.timeout:g}s and "
-                        f"was killed; its output above is incomplete")
+                        f"was killed; {what}")
     else:
         status = "killed"
         if run.abort_reason is None:
@@ -295,8 +301,15 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     wall0 = time.time()
     buffer = BufferSink()
     tee = _Tee(sink, None if transparent else buffer)
-    grace = min(config.grace, config.budget / 3)
-    kill_at = started + config.budget - grace - KILL_MARGIN
+    if transparent:
+        # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
+        # sequence (grace + KILL) comes after it.
+        grace = config.grace
+        kill_at = started + config.budget
+    else:
+        # A digest reserves its kill sequence inside the budget: it returns by budget + 0.25 s.
+        grace = min(config.grace, config.budget / 3)
+        kill_at = started + config.budget - grace - KILL_MARGIN
     selected = [s for s in config.stages if only is None or s.name in only]
     live = [s for s in selected if not s.deferred]
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
@@ -341,7 +354,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         out.write_notice(_banner.truncation_banner(
             config.budget, results, reason, rerun_hint, started, anyio.current_time()))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
-                        buffer.getvalue().decode("utf-8", "replace"))
+                        buffer.getvalue().decode("utf-8", "replace"), tuple(out.notices))
 
 
 async def _all_done(run: _Run, live: list[StagePlan]) -> None:
@@ -365,9 +378,13 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
                       abort: anyio.Event | None = None) -> StageResult:
     """Run one command tree under a deadline (``supervise run``); the whole tree dies.
 
+    Unlike a digest, the command gets its whole budget (GNU ``timeout`` semantics): at
+    ``budget`` seconds the tree gets TERM, then KILL after ``grace``; the call returns by
+    ``budget + grace + 0.25`` seconds.
+
     Args:
         argv: the command (no shell).
-        budget: seconds until the tree is killed (kill time included).
+        budget: seconds until the tree is signalled.
         grace: seconds between TERM and KILL.
         sink: where its output streams (uncapped); a buffer when None.
         cwd: working directory (default: the current one).

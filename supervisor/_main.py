@@ -7,6 +7,7 @@ the chosen verb's module is imported, so the hook's hot path pays for nothing el
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from ._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE
@@ -69,6 +70,13 @@ def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
         sys.exit(main())
     except KeyboardInterrupt:
         sys.exit(130)
+    except BrokenPipeError:  # `supervise config | head -1`: the reader left; not an error
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except OSError:
+            pass
+        sys.exit(0)
     except SystemExit:
         raise
     except BaseException as err:  # the one top-level handler: one line, no traceback spew

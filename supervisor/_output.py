@@ -131,6 +131,8 @@ class OrderedOutput:
         self.written = 0
         self._last = 10
         self._total_cut: list[str] = []
+        self.notices: list[str] = []
+        """Every notice written (cut marker, deferred results, IN PROGRESS, banner), in order."""
 
     # -- raw writes --------------------------------------------------------------------------
     def _emit(self, data: bytes, owner: str | None, forced: bool = False) -> None:
@@ -165,6 +167,7 @@ class OrderedOutput:
         data = text.encode("utf-8", "replace")
         if not data or self._transparent:
             return
+        self.notices.append(text if text.endswith("\n") else text + "\n")
         if self._last != 10:
             data = b"\n" + data
         if not data.endswith(b"\n"):

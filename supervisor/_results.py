@@ -56,6 +56,8 @@ class DigestResult:
         seconds: wall time of the whole digest.
         reason: why it was truncated (``"budget"`` or a signal name), else None.
         text: the whole digest as printed (notices, stages, banner).
+        notices: the notices written after the stages, in order (output cut marker, deferred
+            results, IN PROGRESS lines, the truncation banner), each ending in a newline.
     """
 
     stages: tuple[StageResult, ...]
@@ -64,6 +66,7 @@ class DigestResult:
     seconds: float
     reason: str | None = None
     text: str = ""
+    notices: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:

@@ -87,6 +87,18 @@ class SessionOutcome:
     mode: str = "full"
     truncation: str | None = None
     """Why the digest was cut short: ``"budget"``, a signal name (``"SIGTERM"``), or None."""
+    parts: tuple[tuple[str, str], ...] | None = None
+    """``(stage name, stage output)`` in declared order, for an adapter that must cut the text
+    at stage boundaries (inline caps); None when the text is not made of stage blocks."""
+    notices: str = ""
+    """The notices of ``text`` (READ-ONLY first, then trailing notices and banners)."""
+
+
+def _structured(text: str, result: DigestResult, front: str, tail: str = "",
+                **kw: str | None) -> SessionOutcome:
+    parts = tuple((s.name, s.output) for s in result.stages if s.output)
+    notices = front + "".join(result.notices) + tail
+    return SessionOutcome(text, "digest", parts=parts, notices=notices, **kw)  # type: ignore[arg-type]
 
 
 def _when(epoch: float) -> str:
@@ -254,13 +266,17 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     if result.complete:
         reason = _lock.record_completion(context.state_dir, outcome.record.nonce, session_id)
     else:
-        reason = "the digest did not complete (a stage was cut, failed to finish or timed out)"
+        unfinished = [f"{s.name} ({s.status.replace('_', ' ')})" for s in result.stages
+                      if not s.completed]
+        reason = ("the digest did not complete: " + ", ".join(unfinished) if unfinished
+                  else "the digest was truncated")
+    tail = ""
     if reason:
-        text += (f"{'' if text.endswith(chr(10)) or not text else chr(10)}"
-                 f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
-                 "will run a full start.\n")
+        tail = (f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
+                "will run a full start.\n")
+        text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
     _save_last_digest(context.state_dir, result, ctx)
-    return SessionOutcome(text, "digest", "full", result.reason)
+    return _structured(text, result, "", tail, mode="full", truncation=result.reason)
 
 
 def _with(context: SessionContext, **changes: str) -> SessionContext:
@@ -275,4 +291,4 @@ def _read_only(config: DigestPlan, context: SessionContext, why: str,
     notice = read_only_notice(why, exclusive) if why else ""
     only = [s.name for s in config.stages if not s.exclusive] if exclusive else None
     result, text = _run_engine(config, ctx, notice, only)
-    return SessionOutcome(text, "digest", "read-only", result.reason)
+    return _structured(text, result, notice, mode="read-only", truncation=result.reason)

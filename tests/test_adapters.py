@@ -241,3 +241,22 @@ def test_config_inline_cap_is_honoured(tmp_path: Path) -> None:
     assert len(text) <= 2000 and "2,000-character inline limit" in text
     saved = next((tmp_path / ".supervise" / "digests").glob("digest-*.txt"))
     assert "z" * 6000 in saved.read_text() and str(saved) in text
+
+
+def test_over_cap_digest_is_cut_at_stage_boundaries_not_headings(tmp_path: Path) -> None:
+    """A stage without a `## ` heading after a large stage is kept (or named), never merged
+    into the large stage and lost (new-user report)."""
+    import json as _json
+    import subprocess as _sp
+    import sys as _sys
+
+    (tmp_path / "supervise.toml").write_text(
+        '[[stages]]\nname = "big"\nrun = ["python3", "-c", "print(\'## Big\'); print(\'x\' * 20000)"]\n'
+        '[[stages]]\nname = "small"\nrun = ["echo", "small-after"]\n')
+    payload = _json.dumps({"session_id": "s", "cwd": str(tmp_path), "source": "startup"}).encode()
+    proc = _sp.run([_sys.executable, "-m", "supervisor", "hook", "claude"], input=payload,
+                   capture_output=True, cwd=tmp_path, timeout=60)
+    text = _json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert len(text) <= 9000
+    assert "small-after" in text
+    assert "stage 'big'" in text and "x" * 9000 not in text

@@ -81,3 +81,19 @@ def test_status_refuses_a_symlinked_state_dir(git_repo: Path, tmp_path: Path) ->
     (git_repo / ".supervise").symlink_to(tmp_path / "real")
     code, out = status(git_repo)
     assert code == 1 and "symlink" in out
+
+
+def test_status_totals_exposure_per_file_and_source(git_repo: Path) -> None:
+    """Each injection the memory stage makes is logged; status totals them (issue 7 item 5)."""
+    remember = git_repo / ".remember"
+    remember.mkdir()
+    (remember / "identity.md").write_text("I am careful.\n")
+    (git_repo / ".git" / "info" / "exclude").write_text(".remember/\n.supervise/\n")
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "memory"\nbuiltin = "memory"\n')
+    assert run_cli("digest", "-C", str(git_repo)).returncode == 0
+    code, out = status(git_repo, "--format", "json")
+    doc = json.loads(out)
+    files = {f["what"]: f for f in doc["exposure"]["files"]}
+    assert any(what.endswith("identity.md") and f["count"] == 1 for what, f in files.items())
+    code, text = status(git_repo)
+    assert "exposure: 1 injections" in text or "exposure:" in text and "identity.md: 1x" in text

@@ -1,5 +1,7 @@
-"""``supervise config [--default] [-C DIR]``: print the embedded default or the effective
-configuration (after ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE``) and where it came from."""
+"""supervise config [--default] [--config FILE] [-C DIR]: print the embedded default digest
+(TOML, ready to copy into supervise.toml) or the effective configuration as one JSON document
+(after SUPERVISE_TIMEOUT / SUPERVISE_GRACE, every key with its value, and "source": where it
+was read from)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,5 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"supervise: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    print(f"# from {config.source}")
-    print(json.dumps(config.model_dump(mode="json"), indent=2))
+    print(json.dumps({"source": config.source, **config.model_dump(mode="json")}, indent=2))
     return EXIT_OK

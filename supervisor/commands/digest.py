@@ -1,4 +1,4 @@
-"""``supervise digest``: run the digest in a terminal (slow hosts, re-runs after a truncation)."""
+"""supervise digest: run the digest in a terminal (slow hosts, re-runs after a truncation)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
     parts = ["supervise", "digest", "-C", str(project)]
     if args.config is not None:
         parts += ["--config", str(args.config)]
+    for name in args.only or ():
+        parts += ["--only", name]
     return shlex.join(parts)
 
 

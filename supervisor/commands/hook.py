@@ -46,6 +46,7 @@ class HookArgs:
     event: str = "session-start"
     take_lock: bool = False
     prerequisite: bool = False
+    help: bool = False
     problems: tuple[str, ...] = ()
 
 
@@ -69,6 +70,8 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
                 args.event = value
             else:
                 problems.append(f"unknown --event {value!r} (known: {', '.join(EVENTS)})")
+        elif item in ("-h", "--help"):
+            args.help = True
         elif item == "--take-lock" and verb == "hook":
             args.take_lock = True
         elif item == "--prerequisite" and verb == "hook":
@@ -79,6 +82,18 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
             problems.append(f"unexpected argument {item!r}")
     args.problems = tuple(problems)
     return args
+
+
+HOOK_USAGE = """\
+usage: supervise hook [HARNESS] [--source SOURCE] [--event session-start|post-tool|prompt]
+                      [--take-lock] [--prerequisite]
+
+The entry a harness registration calls (`supervise install HARNESS` writes it). Reads the
+harness payload (JSON) from stdin, routes its source (startup/new: full digest; clear/compact:
+re-emit after a proven start; resume/reload/fork: the nudge), and prints the result in the
+harness's envelope. Always exits 0 (--prerequisite: 3 = stand down, for bridges only).
+See docs/session-protocol.md.
+"""
 
 
 def emit(harness: str, text: str, *, state_dir: Path, kind: str,
@@ -183,7 +198,14 @@ def _run(args: HookArgs) -> int:
     from .._session import run_session
 
     outcome = run_session(config, context, take_lock=args.take_lock)
-    emit(args.harness, outcome.text, state_dir=context.state_dir, kind=outcome.kind,
+    text = outcome.text
+    if outcome.parts is not None and text:
+        from ..adapters import fit_inline, inline_cap
+
+        cap = inline_cap(args.harness, config.inline_cap)
+        if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
+            text = fit_inline(list(outcome.parts), cap, context.state_dir, outcome.notices)
+    emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
          caps=config.inline_cap)
     return EXIT_OK
 
@@ -208,6 +230,9 @@ def main(argv: list[str]) -> int:
     args = HookArgs()
     try:
         args = parse_hook_args(argv)
+        if args.help:
+            sys.stdout.write(HOOK_USAGE)
+            return EXIT_OK
         for problem in args.problems:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)
         return _run(args)

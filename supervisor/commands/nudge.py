@@ -45,6 +45,11 @@ def main(argv: list[str]) -> int:
     args = HookArgs()
     try:
         args = parse_hook_args(argv, verb="nudge")
+        if args.help:
+            sys.stdout.write("usage: supervise nudge [HARNESS]\n\nPrints the one-line nudge that "
+                             "asks the model to run `supervise digest`, unless this\nharness "
+                             "session already ran the digest. Always exits 0.\n")
+            return EXIT_OK
         for problem in args.problems:
             print(f"supervise nudge: {problem} (ignored)", file=sys.stderr)
         _run(args)

@@ -1,6 +1,6 @@
-"""``supervise run [--budget S] [--grace S] [--format text|json] -- CMD ARGS...``
+"""supervise run [--budget S] [--grace S] [--format text|json] -- CMD ARGS...
 
-Bounds any command tree like GNU ``timeout``, but the whole tree dies (process group, setsid
+Bounds any command tree like GNU timeout, but the whole tree dies (process group, setsid
 escapees, double-forked daemons). Exit status: CMD's own; 124 when the budget killed it; 125
 for our own usage errors; 126 when CMD cannot be executed; 127 when it is not found;
 128+n when the supervisor got signal n.

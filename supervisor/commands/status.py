@@ -1,4 +1,4 @@
-"""``supervise status [-C DIR] [--format text|json]``: the session state of a project.
+"""supervise status [-C DIR] [--format text|json]: the session state of a project.
 
 Shows the lock owner (alive or stale, which harness, since when), the completion record (and
 whether it matches the lock), the last digest the hook ran (per-stage status and seconds)
@@ -56,7 +56,8 @@ def collect(project: Path) -> dict[str, Any]:
 
     state_dir = state_dir_for(project)
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir), "error": None,
-                           "lock": None, "completion": None, "last_digest": None, "pending": []}
+                           "lock": None, "completion": None, "last_digest": None, "pending": [],
+                           "exposure": None}
     try:
         if state_dir.is_symlink():
             raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
@@ -75,6 +76,11 @@ def collect(project: Path) -> dict[str, Any]:
     if last is not None:
         doc["last_digest"] = dump_record(last)
     doc["pending"] = _pending(state_dir)
+    from .._exposure import summarize_exposure
+
+    exposure = summarize_exposure(state_dir)
+    doc["exposure"] = exposure.to_dict()
+    doc["_exposure_lines"] = exposure.lines()  # for render_text; dropped from the JSON
     return doc
 
 
@@ -111,6 +117,7 @@ def render_text(doc: dict[str, Any]) -> str:
     lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
     for item in pending:
         lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {_when(item['finished'])}")
+    lines += doc.get("_exposure_lines", [])
     return "\n".join(lines) + "\n"
 
 
@@ -125,6 +132,7 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILURE
     doc = collect(find_project_root(start))
     if args.format == "json":
+        doc.pop("_exposure_lines", None)
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(render_text(doc))
