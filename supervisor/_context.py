@@ -9,7 +9,7 @@ from typing import Literal
 
 Mode = Literal["full", "reemit", "read-only"]
 
-STATE_DIR_NAME = ".supervise"
+from ._project import STATE_DIR_NAME
 
 
 def state_dir_for(project_dir: Path) -> Path:

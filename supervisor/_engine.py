@@ -26,6 +26,7 @@ from ._context import SessionContext
 from ._errors import ConfigError
 from ._output import BufferSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan
+from ._project import ensure_state_dir
 from ._results import DigestResult, StageResult, StageStatus
 
 if TYPE_CHECKING:
@@ -321,6 +322,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         if spec not in selected or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
     deferred = [s for s in selected if s.deferred]
+    if live or deferred:
+        try:  # stages keep their state here; a first run must not leave it untracked
+            ensure_state_dir(context.state_dir)
+        except OSError:
+            pass  # stages report an unusable state dir themselves
     launched = _deferred.launch_all(deferred, context, config, run)
     async with anyio.create_task_group() as tg:
         if abort is not None:

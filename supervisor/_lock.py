@@ -84,8 +84,10 @@ def prepare_state_dir(state_dir: Path) -> None:
     """
     if state_dir.is_symlink():
         raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
+    from ._project import ensure_state_dir
+
     try:
-        state_dir.mkdir(parents=True, exist_ok=True)
+        ensure_state_dir(state_dir)
     except OSError as err:
         raise StateError(f"state dir {state_dir} cannot be created: {err.strerror}") from err
     if state_dir.is_symlink() or not state_dir.is_dir():

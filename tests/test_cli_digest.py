@@ -222,3 +222,18 @@ def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None
     assert b"OUTPUT CUT" in out and b"209715200 bytes" in out
     assert len(out) < 70000
     assert 0 < peak < 150 * 1024 * 1024  # 200 MB buffered would be far above this
+
+
+def test_first_digest_leaves_no_untracked_state_dir(git_repo: Path) -> None:
+    """A digest in a project that never ran `install` creates .supervise/ for its stages and
+    excludes it from git at once (new-user report: `git status` showed `?? .supervise/`)."""
+    write_config(git_repo, stage("d", "echo later", deferred=True, timeout=5))
+    assert run_cli("digest", cwd=git_repo).returncode == 0
+    assert (git_repo / ".supervise").is_dir()
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=git_repo, capture_output=True,
+                            text=True, check=True).stdout
+    assert ".supervise" not in status
+    results = git_repo / ".supervise" / "deferred" / "d"
+    deadline = time.monotonic() + 15
+    while (results / "running.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)

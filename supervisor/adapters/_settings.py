@@ -225,36 +225,3 @@ def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[
             if handlers:
                 found[event] = handlers
     return found
-
-
-def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | None:
-    """Append ``pattern`` to the repo's ``info/exclude`` unless it is already there.
-
-    Returns:
-        The exclude file's path when a line was added, None when nothing was needed (not a git
-        repo, or the pattern is present). Errors writing the file are returned as None too: a
-        missing exclude line is reported by ``doctor``, not fatal to ``install``.
-    """
-    try:
-        out = subprocess.run(["git", "-C", str(project_dir), "rev-parse", "--git-path", "info/exclude"],
-                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    exclude = Path(out.stdout.strip())
-    if not exclude.is_absolute():
-        exclude = project_dir / exclude
-    name = pattern.strip("/")
-    try:
-        lines = exclude.read_text("utf-8").splitlines() if exclude.exists() else []
-        if any(line.strip().strip("/") == name for line in lines):
-            return None
-        exclude.parent.mkdir(parents=True, exist_ok=True)
-        with exclude.open("a", encoding="utf-8") as f:
-            if lines and not exclude.read_text("utf-8").endswith("\n"):
-                f.write("\n")
-            f.write(pattern + "\n")
-    except OSError:
-        return None
-    return str(exclude)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .._project import add_git_exclude
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
 
@@ -142,7 +143,7 @@ def main(argv: list[str]) -> int:
             failed = True
             continue
         steps += adapter.next_steps
-    added = _settings.add_git_exclude(project_dir)
+    added = add_git_exclude(project_dir)
     if added:
         print(f"added /.supervise/ to {_rel(Path(added), project_dir)}")
     if steps:
