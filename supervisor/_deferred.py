@@ -182,9 +182,10 @@ def format_result(data: dict[str, Any], *, late: bool) -> str:
     finished = data.get("finished")
     if isinstance(finished, (int, float)):
         when = f", finished {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(finished))}"
-    head = (f"## {title} (deferred stage '{name}': {status} in {seconds:.1f}s{when})")
-    note = ("These checks ran AFTER the sections above were composed; they were not part of "
-            "the digest's start." if late else "Ran off the startup path.")
+    label = name if title == name else f"{name}: {title}"
+    head = f"[deferred stage '{label}': {status} in {seconds:.1f}s{when}]"
+    note = ("It ran AFTER the sections above were composed; it was not part of the digest's "
+            "start." if late else "It ran off the startup path.")
     output = str(data.get("output", "")).rstrip("\n") or "(no output: nothing to report)"
     return f"{head}\n{note}\n{output}"
 
@@ -263,7 +264,8 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
         if not delivered_ours:
             age = time.time() - launch.started
             texts.append(
-                f"IN PROGRESS: deferred stage '{launch.name}' ({launch.title}) has not finished "
+                f"IN PROGRESS: deferred stage '{launch.name}'"
+                f"{'' if launch.title == launch.name else f' ({launch.title})'} has not finished "
                 f"(running {age:.1f}s of its {launch.deadline:g}s deadline). NOT yet confirmed: "
                 f"{launch.title}. Its result will be delivered once, later (next prompt or next "
                 f"digest); `supervise status` shows it.")

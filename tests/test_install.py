@@ -139,9 +139,13 @@ def test_cursor_keeps_user_entries(git_repo: Path) -> None:
 
 
 def test_grok_goes_to_user_settings_only(git_repo: Path, isolated_home: Path) -> None:
+    # Without --scope user nothing is written under $HOME (a project install must not).
     proc = run_cli("install", "grok", cwd=git_repo)
+    assert proc.returncode == 0 and b"--scope user" in proc.stderr
+    assert not (isolated_home / ".grok").exists()
+    proc = run_cli("install", "grok", "--scope", "user", cwd=git_repo)
     assert proc.returncode == 0, proc.stderr
-    assert b"user settings only" in proc.stdout and b"supervise digest" in proc.stdout
+    assert b"supervise digest" in proc.stdout
     data = json.loads((isolated_home / ".grok" / "user-settings.json").read_text())
     assert data["hooks"]["SessionStart"][0]["hooks"][0]["timeout"] == 180
     assert not (git_repo / ".grok").exists()

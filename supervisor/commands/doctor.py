@@ -231,7 +231,7 @@ def main(argv: list[str]) -> int:
     """Run every check and print one line each; exit 1 if any failed."""
     p = argparse.ArgumentParser(prog="supervise doctor", description="check registrations, timeouts, "
                                 "state dir and config")
-    p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join(ADAPTERS)})")
+    p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")
     p.add_argument("--project", type=Path, default=None, help="project root (default: git top level)")
     args = p.parse_args(argv)
     from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
@@ -257,7 +257,7 @@ def main(argv: list[str]) -> int:
                        bridge_check(bridge(name), project, Path.home(), budget, bool(args.harnesses))]
     if not harness_checks:
         harness_checks = [Check("FAIL", "harness", "no watchkeeper registration found for any harness",
-                                f"supervise install HARNESS ({', '.join(ADAPTERS)})")]
+                                f"supervise install HARNESS ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")]
     checks += harness_checks
     for check in checks:
         print(check.line())

@@ -120,9 +120,13 @@ def main(argv: list[str]) -> int:
     failed = run_verb("install", bridged, args.scope, project_dir)
     steps: list[str] = []
     for adapter in adapters:
-        scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
-        if scope != args.scope:
-            print(f"{adapter.name}: {adapter.title} reads hooks from {scope} settings only; using --scope {scope}")
+        if args.scope not in adapter.scopes:
+            # Never write a user-level file the user did not ask for (Grok reads user settings only).
+            print(f"{adapter.name}: skipped: {adapter.title} reads hooks from {adapter.scopes[0]} "
+                  f"settings only; run `supervise install {adapter.name} --scope "
+                  f"{adapter.scopes[0]}` to register it there", file=sys.stderr)
+            continue
+        scope = args.scope
         path = _settings.settings_path(adapter, scope, project_dir, home)
         try:
             data = _settings.read_settings(path)
