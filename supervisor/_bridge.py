@@ -139,7 +139,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         from ._plan import load_plan
 
         try:
-            config = load_plan(project)
+            config = load_plan(project, on_env_error=lambda msg: None)
         except ConfigError as err:
             return BridgeResult("failed", error=f"configuration error, no digest ran: {err}", **base)
         reason = stand_down_reason(config, project)

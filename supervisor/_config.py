@@ -132,12 +132,26 @@ def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
         visit(name, ())
 
 
-def _format_error(where: str, err: ValidationError) -> str:
+def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    parts = list(first["loc"])
+    loc = ".".join(str(p) for p in parts) or "(top level)"
+    if len(parts) >= 2 and parts[0] == "stages" and isinstance(parts[1], int):
+        # Name the stage, not its 0-based index: `[[stages]] 'todo' (5th): key 'timeuot'`.
+        stages = data.get("stages")
+        entry = stages[parts[1]] if isinstance(stages, list) and parts[1] < len(stages) else {}
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"'{name}'" if isinstance(name, str) else "(unnamed)"
+        key = ".".join(str(p) for p in parts[2:]) or "(the stage)"
+        loc = f"[[stages]] {label} (number {parts[1] + 1}): key '{key}'"
+    else:
+        loc = f"key '{loc}'"
     msg = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (see docs/stage-authors.md for the keys a stage takes)" \
+            if parts[:1] == ["stages"] else "unknown key (see the README's Configuration)"
     more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: key '{loc}': {msg}{more}"
+    return f"{where}: {loc}: {msg}{more}"
 
 
 def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
@@ -149,7 +163,7 @@ def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
     try:
         return DigestConfig.model_validate({**data, "source": where})
     except ValidationError as err:
-        raise ConfigError(_format_error(where, err)) from None
+        raise ConfigError(_format_error(where, err, data)) from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:

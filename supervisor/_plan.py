@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -173,13 +174,25 @@ def default_cache_dir(project_dir: Path) -> Path:
     return base / "watchkeeper" / digest
 
 
+def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> DigestPlan:
+    try:
+        return apply_env_overrides(plan)
+    except ConfigError as err:
+        if on_env_error is None:
+            raise
+        on_env_error(str(err))
+        return plan
+
+
 def load_plan(project_dir: Path, explicit: Path | None = None,
-              cache_dir: Path | None = None) -> DigestPlan:
+              cache_dir: Path | None = None,
+              on_env_error: Callable[[str], None] | None = None) -> DigestPlan:
     """Load the digest for ``project_dir`` as a plan, from the cache when it is current.
 
     Same order and errors as :func:`supervisor._config.load_config`; ``cache_dir`` (default:
     :func:`default_cache_dir`) holds ``config-cache.json``; an unwritable cache dir just means
-    no cache. Environment overrides are applied to the result.
+    no cache. Environment overrides are applied to the result; a bad one raises, or, with
+    ``on_env_error``, is reported through it (one line) and ignored.
 
     Raises:
         ConfigError: one line naming the file and the key.
@@ -195,7 +208,7 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
     try:
         cached = json.loads(cache.read_text("utf-8"))
         if cached.get("key") == key and isinstance(cached.get("plan"), dict):
-            return apply_env_overrides(DigestPlan.from_mapping(cached["plan"]))
+            return _with_env(DigestPlan.from_mapping(cached["plan"]), on_env_error)
     except (OSError, ValueError, TypeError, AttributeError):
         pass
     from ._config import load_config_raw
@@ -208,7 +221,7 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
             atomic_write(cache, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
     except OSError:
         pass
-    return apply_env_overrides(plan)
+    return _with_env(plan, on_env_error)
 
 
 def as_plan(config: Any) -> DigestPlan:

@@ -237,3 +237,28 @@ def test_first_digest_leaves_no_untracked_state_dir(git_repo: Path) -> None:
     deadline = time.monotonic() + 15
     while (results / "running.json").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def test_config_error_names_the_stage_and_the_unknown_key(tmp_path: Path) -> None:
+    write_config(tmp_path, stage("a", "true") + stage("todo", "true") + "timeuot = 5\n")
+    err = run_cli("config", cwd=tmp_path).stderr.decode().strip()
+    assert err.endswith("[[stages]] 'todo' (number 2): key 'timeuot': unknown key "
+                        "(see docs/stage-authors.md for the keys a stage takes)")
+    assert err.count("\n") == 0
+
+
+def test_bad_environment_override_is_ignored_not_fatal(tmp_path: Path) -> None:
+    write_config(tmp_path, stage("a", "echo from-config"))
+    proc = run_cli("digest", cwd=tmp_path, env={"SUPERVISE_TIMEOUT": "abc"})
+    assert proc.returncode == 0 and proc.stdout == b"from-config\n"
+    assert b"SUPERVISE_TIMEOUT='abc'" in proc.stderr and b"ignored" in proc.stderr
+
+
+def test_hook_with_a_broken_config_still_prints_a_digest(git_repo: Path) -> None:
+    """Issue 2: in a hook path a bad file never stops the digest from being printed."""
+    (git_repo / "supervise.toml").write_text("budgett = 3\n")
+    payload = json.dumps({"session_id": "s", "cwd": str(git_repo), "source": "startup"}).encode()
+    proc = run_cli("hook", input=payload, cwd=git_repo)
+    assert proc.returncode == 0
+    assert b"[supervise] configuration error: " in proc.stdout[:300]  # first, before any stage
+    assert b"## Repository" in proc.stdout  # the embedded default's repo stage ran

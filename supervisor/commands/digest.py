@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
     notice = None
     context = SessionContext.for_project(project)
     try:
-        config = load_plan(project, args.config)
+        config = load_plan(project, args.config, on_env_error=lambda msg: print(
+            f"supervise: {msg}; ignored", file=sys.stderr))
     except ConfigError as err:
         from .._config import embedded_default
 

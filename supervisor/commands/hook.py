@@ -153,7 +153,9 @@ def _run(args: HookArgs) -> int:
     from .._plan import DigestPlan, load_plan
 
     try:
-        config: DigestPlan | None = load_plan(project)  # cached: no pydantic on the hot path
+        config: DigestPlan | None = load_plan(  # cached: no pydantic on the hot path
+            project, on_env_error=lambda msg: print(f"supervise hook: {msg}; ignored",
+                                                    file=sys.stderr))
         config_error = ""
     except ConfigError as err:
         config, config_error = None, str(err)
@@ -164,12 +166,17 @@ def _run(args: HookArgs) -> int:
         return EXIT_OK
     context = SessionContext.for_project(project, source=source, harness=args.harness,
                                          session_id=_payload.payload_session_id(payload))
+    config_notice = ""
     if config is None:
+        # A bad file never stops the digest: the embedded default runs, and the error comes
+        # first so the model (and the user) see it.
+        from .._config import embedded_default
+        from .._plan import as_plan
+
         print(f"supervise hook: {config_error}", file=sys.stderr)
-        emit(args.harness, f"SUPERVISE: configuration error, no digest ran: {config_error}\n"
-             "Fix the configuration, then run `supervise digest` once.\n",
-             state_dir=context.state_dir, kind="digest")
-        return EXIT_OK
+        config = as_plan(embedded_default())
+        config_notice = (f"[supervise] configuration error: {config_error}; the embedded "
+                         "default digest ran instead. Fix the file, then run `supervise digest`.\n")
     if args.event == "post-tool":
         try:
             from .._nested import handle_post_tool
@@ -198,13 +205,14 @@ def _run(args: HookArgs) -> int:
     from .._session import run_session
 
     outcome = run_session(config, context, take_lock=args.take_lock)
-    text = outcome.text
+    text = config_notice + outcome.text
     if outcome.parts is not None and text:
         from ..adapters import fit_inline, inline_cap
 
         cap = inline_cap(args.harness, config.inline_cap)
         if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
-            text = fit_inline(list(outcome.parts), cap, context.state_dir, outcome.notices)
+            text = fit_inline(list(outcome.parts), cap, context.state_dir,
+                              config_notice + outcome.notices)
     emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
          caps=config.inline_cap)
     return EXIT_OK
