@@ -159,3 +159,15 @@ def test_codex_trust_is_a_warning_until_trusted(project: Path, isolated_home: Pa
     code, lines = _doctor(project)
     assert code == 0
     assert not any("not trusted" in line for line in lines)
+
+
+def test_doctor_fails_in_an_unmarked_linked_worktree(git_repo: Path, tmp_path: Path) -> None:
+    """The hooks stand down silently in a linked worktree; doctor must say so and how to fix it."""
+    import subprocess as _sp
+
+    wt = tmp_path / "wt"
+    _sp.run(["git", "-C", str(git_repo), "worktree", "add", "-q", str(wt)], check=True)
+    proc = run_cli("doctor", cwd=wt)
+    assert proc.returncode == 1 and b"scope: hooks stay silent here" in proc.stdout
+    (wt / ".supervise-primary").write_text("")
+    assert b"scope:" not in run_cli("doctor", cwd=wt).stdout

@@ -54,8 +54,17 @@ def _config_checks(project: Path) -> tuple[list[Check], Any]:
     except ConfigError as err:
         return [Check("FAIL", "config", str(err), "correct the file named above "
                       "(`supervise config --default` prints a valid example)")], None
-    return [Check("ok", "config", f"{config.source} is valid (budget {config.budget:g}s, "
-                  f"{len(config.stages)} stages)")], config
+    checks = [Check("ok", "config", f"{config.source} is valid (budget {config.budget:g}s, "
+                    f"{len(config.stages)} stages)")]
+    from .._gates import scope_reason
+    from .._plan import as_plan
+
+    outside = scope_reason(as_plan(config), project)
+    if outside:  # the hooks would stand down silently here: say so
+        checks.append(Check("FAIL", "scope", f"hooks stay silent here: {outside}",
+                            f"touch {shlex.quote(str(project / '.supervise-primary'))}, or set "
+                            "scope = \"any\" in the config"))
+    return checks, config
 
 
 def _stage_checks(config: Any, project: Path) -> list[Check]:
