@@ -61,6 +61,10 @@ class _Run:
     abort_reason: str | None = None
     cgroup_root: Path | None = None
     on_stage: Callable[[str, StageResult | None], None] | None = None
+    inherit_stdio: bool = False
+    """``supervise run`` without capture: the command uses our stdin/stdout/stderr directly."""
+    room: Callable[[], Awaitable[None]] | None = None
+    """Back-pressure from the sink (a reader that does not keep up), bounded by deadlines."""
 
     def report(self, name: str, result: StageResult | None) -> None:
         """Tell the observer a stage started (None) or ended (its result)."""
@@ -166,10 +170,16 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
         argv = stage_argv(spec)
         if cgroup is not None:
             argv = _cgroup.wrap(cgroup, argv)
-        proc = await anyio.open_process(
-            argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT, cwd=_stage_cwd(spec, run.context),
-            env=stage_env(spec, run.context, token), start_new_session=True)
-    except (OSError, ConfigError) as err:
+        if run.inherit_stdio:  # like GNU timeout: stdin, stdout and stderr are the command's own
+            proc = await anyio.open_process(
+                argv, stdin=None, stdout=None, stderr=None, cwd=_stage_cwd(spec, run.context),
+                env=stage_env(spec, run.context, token), start_new_session=True)
+        else:
+            proc = await anyio.open_process(
+                argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT,
+                cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token),
+                start_new_session=True)
+    except (OSError, ValueError, ConfigError) as err:
         reason = getattr(err, "strerror", None) or str(err)
         if isinstance(err, OSError) and err.filename is None and spec.run:
             reason = f"{spec.run[0]}: {reason}"
@@ -185,13 +195,15 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
     run.running[spec.name] = started
     deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
     eof = anyio.Event()
-    assert proc.stdout is not None
     stdout = proc.stdout
+    room = run.room
 
     async def reader() -> None:
         try:
-            while True:
+            while stdout is not None:
                 out.feed(index, await stdout.receive(65536))
+                if room is not None:
+                    await room()  # a reader of our stdout that lags: wait, within the deadline
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
@@ -297,7 +309,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    abort_reason: str | Callable[[], str],
                    rerun_hint: str | None, *, transparent: bool = False,
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
-                   ) -> DigestResult:
+                   inherit_stdio: bool = False) -> DigestResult:
     started = anyio.current_time()
     wall0 = time.time()
     buffer = BufferSink()
@@ -317,12 +329,13 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                         config.max_output, transparent=transparent)
     run = _Run(config, context, out, kill_at, grace, abort or anyio.Event(),
                anyio.CapacityLimiter(MAX_PARALLEL), {s.name: anyio.Event() for s in config.stages},
-               cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage)
+               cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
+               inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None))
     for spec in config.stages:
         if spec not in selected or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
     deferred = [s for s in selected if s.deferred]
-    if live or deferred:
+    if (live or deferred) and not transparent:
         try:  # stages keep their state here; a first run must not leave it untracked
             ensure_state_dir(context.state_dir)
         except OSError:
@@ -392,7 +405,8 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         argv: the command (no shell).
         budget: seconds until the tree is signalled.
         grace: seconds between TERM and KILL.
-        sink: where its output streams (uncapped); a buffer when None.
+        sink: where its stdout goes (stderr merged), byte for byte; None: the command uses
+            this process's stdin, stdout and stderr directly, as under GNU ``timeout``.
         cwd: working directory (default: the current one).
         abort: when set, the tree is killed at once (a signal to the supervisor).
 
@@ -400,9 +414,15 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         A :class:`StageResult` named ``run``: ``ok``/``failed`` with the command's exit code,
         or ``killed`` at the budget (the CLI maps that to exit 124).
     """
+    if cwd is None:
+        try:
+            cwd = Path.cwd()
+        except OSError:  # started in a deleted directory: the command inherits it as is
+            cwd = None
     spec = StagePlan(name="run", run=tuple(argv), cwd=str(cwd) if cwd else None,
                      max_output=1 << 62)
     config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
-    context = SessionContext.for_project(cwd or Path.cwd())
-    result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True)
+    context = SessionContext(project_dir=cwd or Path("/"), state_dir=Path("/nonexistent"))
+    result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True,
+                            inherit_stdio=sink is None)
     return result.stages[0]

@@ -9,8 +9,8 @@ every earlier stage has finished.
 from __future__ import annotations
 
 import codecs
-import errno
 import os
+import stat
 from dataclasses import dataclass, field
 from typing import Protocol, final
 
@@ -42,37 +42,97 @@ class BufferSink:
 
 @final
 class StreamSink:
-    """A sink writing to a file descriptor (default 1, stdout), flushed on every write.
+    """A sink writing to a file descriptor (default 1, stdout) that never blocks the engine.
 
-    When the reader goes away (``EPIPE``, e.g. ``supervise digest | head -1``) the sink stops
-    echoing, points the fd at ``/dev/null`` so later writes by anyone are harmless, and keeps
-    quiet: deadlines are still enforced and the exit code stays 0 (design rule 13).
+    On a pipe, FIFO or socket the descriptor is switched to non-blocking while the sink is
+    open: what the reader has not taken yet waits in ``pending`` and goes out as the reader
+    makes room (:meth:`wait_room`, :meth:`aclose`), so a reader that stops reading can never
+    stall the deadlines (a blocking ``write(1)`` would freeze the event loop, signals
+    included). Terminals and regular files are written directly.
+
+    When the reader goes away (``EPIPE``, e.g. ``supervise digest | head -1``), or the fd is
+    unusable (closed, ``ENOSPC``), the sink stops echoing, points the fd at ``/dev/null`` and
+    keeps quiet: deadlines are still enforced and the exit code stays 0 (design rule 13).
     """
+
+    HIGH_WATER = 4 * 1024 * 1024
+    """Bytes of pending output above which :meth:`wait_room` makes the producer wait."""
 
     def __init__(self, fd: int = 1) -> None:
         self._fd = fd
         self.broken = False
+        self._pending = bytearray()
+        self._restore: bool | None = None
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+                self._restore = os.get_blocking(fd)
+                os.set_blocking(fd, False)
+        except OSError:
+            self._go_dark()
+
+    @property
+    def pending(self) -> int:
+        """Bytes written to the sink that the reader has not taken yet."""
+        return len(self._pending)
 
     def write(self, data: bytes) -> None:
-        """Write all of ``data`` unless the reader has gone away."""
-        view = memoryview(data)
-        while view and not self.broken:
+        """Queue ``data`` and write as much as the reader takes now; never blocks on a
+        non-blocking descriptor."""
+        if self.broken:
+            return
+        self._pending += data
+        self._flush()
+
+    def _flush(self) -> None:
+        while self._pending and not self.broken:
             try:
-                n = os.write(self._fd, view)
+                n = os.write(self._fd, self._pending)
             except InterruptedError:
                 continue
-            except BrokenPipeError:
+            except BlockingIOError:
+                return
+            except OSError:  # EPIPE, EBADF, ENOSPC, EIO: the output is gone, the digest goes on
                 self._go_dark()
                 return
-            except OSError as err:
-                if err.errno in (errno.EPIPE, errno.EBADF):
-                    self._go_dark()
-                    return
-                raise
-            view = view[n:]
+            del self._pending[:n]
+
+    async def wait_room(self, limit: int = HIGH_WATER) -> None:
+        """Wait (cancellably) until at most ``limit`` bytes are pending: back-pressure for a
+        producer, bounded by its caller's deadline."""
+        import anyio
+
+        while self.pending > limit and not self.broken:
+            await anyio.wait_writable(self._fd)
+            self._flush()
+
+    def close(self, timeout: float = 0.2) -> None:
+        """Give the reader up to ``timeout`` seconds for what is pending, then drop the rest
+        and restore the descriptor's blocking mode."""
+        import select
+        import time
+
+        end = time.monotonic() + timeout
+        while self._pending and not self.broken:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                select.select([], [self._fd], [], left)
+            except (OSError, ValueError):
+                break
+            self._flush()
+        self._pending.clear()
+        if self._restore is not None:
+            try:
+                os.set_blocking(self._fd, self._restore)
+            except OSError:
+                pass
+            self._restore = None
 
     def _go_dark(self) -> None:
         self.broken = True
+        self._pending.clear()
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, self._fd)

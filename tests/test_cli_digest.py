@@ -262,3 +262,33 @@ def test_hook_with_a_broken_config_still_prints_a_digest(git_repo: Path) -> None
     assert proc.returncode == 0
     assert b"[supervise] configuration error: " in proc.stdout[:300]  # first, before any stage
     assert b"## Repository" in proc.stdout  # the embedded default's repo stage ran
+
+
+def test_a_reader_that_never_reads_does_not_stall_the_budget(tmp_path: Path) -> None:
+    """Adversarial report: a blocking write(1) on a full pipe froze the event loop, deadlines
+    and signals included. Our stdout is a pipe nobody reads; the digest still ends."""
+    write_config(tmp_path, "budget = 2\ngrace = 0.2\n"
+                 + stage("flood", f"{HOSTILE} flood 1") + stage("hang", "sleep 300"))
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdout=w,
+                                stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        os.close(w)
+        try:
+            code = proc.wait(timeout=20)  # hangs forever without the fix
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    finally:
+        os.close(r)
+    assert code == 0
+
+
+def test_run_passes_stdin_and_keeps_stderr_apart(tmp_path: Path) -> None:
+    """`supervise run` behaves like GNU timeout for stdio: the command's own stdin, stdout
+    and stderr."""
+    proc = run_cli("run", "--", "sh", "-c", "cat; echo err >&2", input=b"piped in\n", cwd=tmp_path)
+    assert proc.returncode == 0
+    assert proc.stdout == b"piped in\n" and proc.stderr == b"err\n"
+    assert not (tmp_path / ".supervise").exists()

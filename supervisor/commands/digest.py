@@ -101,9 +101,12 @@ def main(argv: list[str]) -> int:
         state = "TRUNCATED" if result.truncated else "complete"
         print(f"supervise: digest {state} in {result.seconds:.2f}s (budget {result.budget:g}s)",
               file=sys.stderr)
+    if isinstance(sink, StreamSink):
+        sink.close(timeout=0.2)  # a reader that stopped reading gets 0.2 s, then we go
     if args.format == "json":
         out = StreamSink(1)
         out.write(result.to_json().encode() + b"\n")
+        out.close(timeout=1.0)
     _tree.reap_zombie_children()
     if aborter.signum is not None:
         return 128 + aborter.signum

@@ -70,11 +70,11 @@ def main(argv: list[str]) -> int:
     from .. import _tree
     from .._engine import run_command
     from .._results import StageResult
-    from .._output import BufferSink, StreamSink
+    from .._output import BufferSink
     from ._common import Aborter, with_signals
 
     _tree.enable_subreaper()
-    sink = StreamSink(1) if args.format == "text" else BufferSink()
+    sink = None if args.format == "text" else BufferSink()  # text: the command's own stdio
 
     async def body(aborter: Aborter) -> StageResult:
         return await run_command(command, budget=args.budget, grace=args.grace, sink=sink,
@@ -99,7 +99,6 @@ def main(argv: list[str]) -> int:
         doc = {"command": command, "status": result.status, "exit_code": result.exit_code,
                "seconds": round(result.seconds, 3), "bytes": result.bytes,
                "budget": args.budget, "timed_out": code == EXIT_TIMEOUT,
-               "output": sink.getvalue().decode("utf-8", "replace")
-               if isinstance(sink, BufferSink) else ""}
-        StreamSink(1).write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+               "output": sink.getvalue().decode("utf-8", "replace") if sink is not None else ""}
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     return code
