@@ -78,6 +78,13 @@ class StageSpec(_Frozen):
             raise ValueError("with shell = true, 'run' is one string (the script)")
         if self.name in self.needs:
             raise ValueError(f"stage '{self.name}' needs itself")
+        # What execve cannot carry is an error here, not a crash at spawn time.
+        texts = [*(self.run or ()), *self.args, *(self.env.values()), self.cwd or ""]
+        if any("\0" in t for t in texts):
+            raise ValueError("run, args, env and cwd cannot contain a NUL character")
+        bad = [k for k in self.env if not k or "=" in k or "\0" in k]
+        if bad:
+            raise ValueError(f"env: {bad[0]!r} is not a valid variable name")
         return self
 
 
@@ -142,8 +149,8 @@ def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str
         entry = stages[parts[1]] if isinstance(stages, list) and parts[1] < len(stages) else {}
         name = entry.get("name") if isinstance(entry, dict) else None
         label = f"'{name}'" if isinstance(name, str) else "(unnamed)"
-        key = ".".join(str(p) for p in parts[2:]) or "(the stage)"
-        loc = f"[[stages]] {label} (number {parts[1] + 1}): key '{key}'"
+        key = ".".join(str(p) for p in parts[2:])
+        loc = f"[[stages]] {label} (number {parts[1] + 1})" + (f": key '{key}'" if key else "")
     else:
         loc = f"key '{loc}'"
     msg = first["msg"].removeprefix("Value error, ")

@@ -76,8 +76,45 @@ def _pgid(pid: int) -> int | None:
         return None
 
 
+SCAN_TTL = 0.02
+"""Seconds a scan of our descendants is shared by every stage that asks (many stages being
+killed at once would otherwise each rescan ``/proc`` and every environment)."""
+
+_scan_cache: tuple[float, list[tuple[psutil.Process, int | None, str | None]]] | None = None
+
+
+def _scan(fresh: bool) -> list[tuple[psutil.Process, int | None, str | None]]:
+    """``(process, pgid, stage token)`` of every candidate: our descendants with the subreaper,
+    every process without it. Shared for :data:`SCAN_TTL` seconds unless ``fresh``."""
+    global _scan_cache
+    now = time.monotonic()
+    if not fresh and _scan_cache is not None and now - _scan_cache[0] < SCAN_TTL:
+        return _scan_cache[1]
+    pool: Iterable[psutil.Process]
+    if subreaper_enabled():
+        try:
+            pool = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            pool = ()
+    else:
+        pool = psutil.process_iter()
+    me = os.getpid()
+    rows: list[tuple[psutil.Process, int | None, str | None]] = []
+    for proc in pool:
+        if proc.pid == me:
+            continue
+        try:
+            token = proc.environ().get(TOKEN_VAR)
+        except (psutil.Error, OSError):
+            token = None
+        rows.append((proc, _pgid(proc.pid), token))
+    _scan_cache = (now, rows)
+    return rows
+
+
 def snapshot(leader_pid: int | None, pgid: int, token: str,
-             exclude: Iterable[int] = (), cgroup: Path | None = None) -> dict[int, psutil.Process]:
+             exclude: Iterable[int] = (), cgroup: Path | None = None,
+             fresh: bool = False) -> dict[int, psutil.Process]:
     """The members of a stage right now, as ``{pid: psutil.Process}``.
 
     Args:
@@ -87,6 +124,7 @@ def snapshot(leader_pid: int | None, pgid: int, token: str,
         token: the stage's ``SUPERVISE_STAGE_TOKEN`` value.
         exclude: pids never to include (other stages' leaders, deferred runners).
         cgroup: the stage's cgroup (rule 11), whose processes are all members.
+        fresh: scan now instead of reusing a scan up to :data:`SCAN_TTL` seconds old.
 
     Never raises for vanished or inaccessible processes; they are simply not members.
     """
@@ -108,22 +146,11 @@ def snapshot(leader_pid: int | None, pgid: int, token: str,
                     found[pid] = psutil.Process(pid)
                 except psutil.Error:
                     pass
-    pool: Iterable[psutil.Process]
-    if subreaper_enabled():
-        try:
-            pool = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            pool = ()
-    else:
-        pool = psutil.process_iter()
-    for proc in pool:
+    for proc, proc_pgid, proc_token in _scan(fresh):
         if proc.pid in found or proc.pid in skip:
             continue
-        try:
-            if _pgid(proc.pid) == pgid or proc.environ().get(TOKEN_VAR) == token:
-                found[proc.pid] = proc
-        except (psutil.Error, OSError):
-            continue
+        if proc_pgid == pgid or proc_token == token:
+            found[proc.pid] = proc
     return found
 
 
@@ -178,7 +205,7 @@ class KillReport:
 async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token: str,
                      grace: float, exclude: Iterable[int] = (),
                      cgroup: Path | None = None) -> KillReport:
-    """Kill every member of a stage: TERM + CONT, up to ``grace`` seconds, re-snapshot, KILL.
+    """Kill every member of a stage: TERM + CONT, up to ``grace`` seconds, freeze, KILL.
 
     Args:
         leader_pid: the stage leader's pid (= its pgid; stages run with ``setsid``).
@@ -195,9 +222,9 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
     t0 = time.monotonic()
     exclude = frozenset(exclude)
 
-    def members_now() -> dict[int, psutil.Process]:
+    def members_now(fresh: bool = False) -> dict[int, psutil.Process]:
         return snapshot(leader_pid if leader_unreaped() else None, leader_pid, token, exclude,
-                        cgroup)
+                        cgroup, fresh)
 
     members = members_now()
     ok = group_is_ours(leader_unreaped(), members.values(), leader_pid)
@@ -205,15 +232,28 @@ async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token
         _signal_all(members.values(), leader_pid, sig, ok)
     while time.monotonic() - t0 < grace and any(alive(p) for p in members.values()):
         await anyio.sleep(POLL)
-    members.update(members_now())  # whatever forked during the grace period
+    # Hard phase: freeze, then kill. A member that forks and exits faster than a signal
+    # reaches it (a fork-and-exit chain) escapes any single snapshot; SIGSTOP freezes every
+    # member found, so repeated fresh snapshots reach a fixpoint, and SIGKILL then takes the
+    # frozen set at once (a stopped process cannot fork).
+    end = time.monotonic() + KILL_WAIT
+    frozen: set[int] = set()
+    while True:
+        members.update(members_now(fresh=True))
+        fresh = [p for pid, p in members.items() if pid not in frozen and alive(p)]
+        if not fresh or time.monotonic() >= end:
+            break
+        _signal_all(fresh, leader_pid, signal.SIGSTOP, group_is_ours(leader_unreaped(), fresh, leader_pid))
+        frozen.update(p.pid for p in fresh)
     live = [p for p in members.values() if alive(p)]
-    if cgroup is not None and live:
-        _cgroup.kill(cgroup)
+    if cgroup is not None and _cgroup.pids(cgroup):
+        _cgroup.kill(cgroup)  # whatever the snapshots saw, the cgroup holds them all
     if live:
         _signal_all(live, leader_pid, signal.SIGKILL, group_is_ours(leader_unreaped(), live, leader_pid))
-        end = time.monotonic() + KILL_WAIT
-        while any(alive(p) for p in live) and time.monotonic() < end:
-            await anyio.sleep(0.005)
+    end = time.monotonic() + KILL_WAIT
+    while (any(alive(p) for p in live) or (cgroup is not None and _cgroup.pids(cgroup))) \
+            and time.monotonic() < end:
+        await anyio.sleep(0.005)
     reap_orphans(p for p in members if p != leader_pid)
     survivors = sum(1 for p in members.values() if alive(p))
     return KillReport(len(members), len(live), survivors, time.monotonic() - t0)

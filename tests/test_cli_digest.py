@@ -292,3 +292,14 @@ def test_run_passes_stdin_and_keeps_stderr_apart(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert proc.stdout == b"piped in\n" and proc.stderr == b"err\n"
     assert not (tmp_path / ".supervise").exists()
+
+
+@pytest.mark.parametrize("bad", ['run = ["echo", "a\\u0000b"]', 'run = "true"\nenv = { "A=B" = "c" }',
+                                 'run = "true"\ncwd = "a\\u0000b"'])
+def test_values_execve_cannot_carry_are_config_errors(tmp_path: Path, bad: str) -> None:
+    """Adversarial report: a NUL in argv/env/cwd or '=' in an env name crashed the digest."""
+    write_config(tmp_path, f'[[stages]]\nname = "b"\n{bad}\n')
+    proc = run_cli("config", cwd=tmp_path)
+    assert proc.returncode == 1 and b"[[stages]] 'b' (number 1):" in proc.stderr
+    digest = run_cli("digest", cwd=tmp_path)
+    assert digest.returncode == 1 and b"Traceback" not in digest.stderr

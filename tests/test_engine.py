@@ -240,3 +240,18 @@ def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path) -> N
 
     assert anyio.run(main)
     assert pid_dead(piddir / "leader.pid") and pid_dead(piddir / "child.pid")
+
+
+def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path) -> None:
+    """Adversarial report: a chain where each generation forks, setsids and exits outran two
+    snapshots and survived. The hard phase freezes (SIGSTOP) every member found until a fresh
+    snapshot finds nothing new, then kills them all."""
+    from supervisor._tree import enable_subreaper
+
+    enable_subreaper()  # as the CLI does: orphans of the chain come to us
+    result = digest(tmp_path, [hostile("chain", "fork-chain", timeout=0.5)], grace=0.1)
+    assert result.stages[0].status in ("timed_out", "ok")
+    last = (piddir / "chain.pid").read_text()
+    assert pid_dead(piddir / "chain.pid")
+    time.sleep(0.3)  # a live chain would have written ~30 new generations by now
+    assert (piddir / "chain.pid").read_text() == last

@@ -57,6 +57,16 @@ def main() -> None:
             os._exit(0)
         os.waitpid(pid, 0)
         note("leader"); print("leader ready", flush=True); forever()
+    elif kind == "fork-chain":  # each generation forks, the child setsids, the parent exits
+        ignore_term()
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            if os.fork() != 0:
+                os._exit(0)
+            os.setsid()
+            note("chain")
+            time.sleep(0.01)
+        os._exit(0)
     elif kind == "hold-pipe":  # leader exits at once; a setsid grandchild holds stdout 60 s
         r, w = os.pipe()
         if os.fork() == 0:
