@@ -61,11 +61,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 @contextmanager
-def _locked(directory: Path) -> Iterator[None]:
-    with flocked(directory / ".lock", timeout=10.0) as held:
-        if not held:
-            raise OSError(f"{directory / '.lock'} stayed locked for 10s")
-        yield
+def _locked(directory: Path, timeout: float = 10.0) -> Iterator[bool]:
+    with flocked(directory / ".lock", timeout=timeout) as held:
+        yield held
 
 
 def _runner_alive(record: dict[str, Any] | None) -> bool:
@@ -109,7 +107,12 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
         try:
             directory = stage_dir(context.state_dir, spec.name)
             directory.mkdir(parents=True, exist_ok=True)
-            with _locked(directory):
+            # Never wait here: the digest's event loop would stall past its budget. A held
+            # lock means another digest is launching this stage right now.
+            with _locked(directory, timeout=0.0) as held:
+                if not held:
+                    launches.append(Launch(spec.name, title, None, time.time(), deadline))
+                    continue
                 current = _read_json(directory / "running.json")
                 if _runner_alive(current):
                     assert current is not None
@@ -294,7 +297,10 @@ def _runner(argv: list[str] | None = None) -> int:
     # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
     # environment already carries the stage env, and run_digest rebuilds it from the spec.
     spec = DigestPlan.from_mapping({"stages": [json.loads(args.spec)]}).stages[0]
-    config = DigestPlan(budget=args.deadline, grace=args.grace,
+    # The stage gets its whole deadline as its own timeout (status timed_out, no digest
+    # banner); the runner's budget leaves room for the kill sequence after it.
+    spec = replace(spec, timeout=args.deadline)
+    config = DigestPlan(budget=args.deadline + args.grace + 1.0, grace=args.grace,
                         max_output=spec.max_output or 1 << 20, stages=(spec,))
     context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
                              source=os.environ.get("SUPERVISE_SOURCE", ""),
@@ -310,9 +316,9 @@ def _runner(argv: list[str] | None = None) -> int:
         "name": spec.name, "title": title, "run_id": args.run_id, "status": stage.status,
         "exit_code": stage.exit_code, "seconds": round(stage.seconds, 3),
         "started": started, "finished": time.time(),
-        "output": result.text if result.truncated else stage.output})
-    with _locked(args.dir):
-        if (_read_json(running) or {}).get("run_id") == args.run_id:
+        "output": stage.output})
+    with _locked(args.dir) as held:
+        if held and (_read_json(running) or {}).get("run_id") == args.run_id:
             running.unlink(missing_ok=True)
     _tree.reap_zombie_children()
     return 0

@@ -20,52 +20,14 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ._project import git_dirs
+
 if TYPE_CHECKING:
     from ._plan import DigestPlan
 
 
 PRIMARY_MARKER = ".supervise-primary"
 """A regular file at a linked worktree's top level that opts it into the session protocol."""
-
-
-def _read_gitdir_file(dotgit: Path) -> Path | None:
-    try:
-        text = dotgit.read_text("utf-8", errors="replace")
-    except OSError:
-        return None
-    for line in text.splitlines():
-        if line.startswith("gitdir:"):
-            target = Path(line.removeprefix("gitdir:").strip())
-            return (dotgit.parent / target) if not target.is_absolute() else target
-    return None
-
-
-def git_dirs(top: Path) -> tuple[Path, Path] | None:
-    """``(git_dir, common_dir)`` of the work tree at ``top``, both resolved, or ``None``.
-
-    ``git_dir`` is ``top/.git`` or where a ``.git`` file points; ``common_dir`` follows the
-    git dir's ``commondir`` file when present (linked worktrees), else equals ``git_dir``.
-    """
-    dotgit = top / ".git"
-    if dotgit.is_dir():
-        git_dir: Path | None = dotgit
-    elif dotgit.is_file():
-        git_dir = _read_gitdir_file(dotgit)
-    else:
-        git_dir = None
-    if git_dir is None:
-        return None
-    common = git_dir
-    try:
-        raw = (git_dir / "commondir").read_text("utf-8").strip()
-        if raw:
-            common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
-    except OSError:
-        pass
-    try:
-        return git_dir.resolve(), common.resolve()
-    except (OSError, RuntimeError):
-        return None
 
 
 def gate_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | None = None) -> str:

@@ -16,26 +16,61 @@ def find_project_root(start: Path) -> Path:
     return start
 
 
+def _read_gitdir_file(dotgit: Path) -> Path | None:
+    try:
+        text = dotgit.read_text("utf-8", errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("gitdir:"):
+            target = Path(line.removeprefix("gitdir:").strip())
+            return (dotgit.parent / target) if not target.is_absolute() else target
+    return None
+
+
+def git_dirs(top: Path) -> tuple[Path, Path] | None:
+    """``(git_dir, common_dir)`` of the work tree at ``top``, both resolved, or ``None``.
+
+    ``git_dir`` is ``top/.git`` or where a ``.git`` file points; ``common_dir`` follows the
+    git dir's ``commondir`` file when present (linked worktrees), else equals ``git_dir``.
+    """
+    dotgit = top / ".git"
+    if dotgit.is_dir():
+        git_dir: Path | None = dotgit
+    elif dotgit.is_file():
+        git_dir = _read_gitdir_file(dotgit)
+    else:
+        git_dir = None
+    if git_dir is None:
+        return None
+    common = git_dir
+    try:
+        raw = (git_dir / "commondir").read_text("utf-8").strip()
+        if raw:
+            common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
+    except OSError:
+        pass
+    try:
+        return git_dir.resolve(), common.resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | None:
     """Append ``pattern`` to the repo's ``info/exclude`` unless it is already there.
+
+    The exclude file is found from ``.git`` itself (``git rev-parse --git-path info/exclude``
+    without spawning git, which may be slow or hang on a network filesystem).
 
     Returns:
         The exclude file's path when a line was added, None when nothing was needed (not a git
         repo, or the pattern is present). Errors writing the file are returned as None too: a
         missing exclude line is reported by ``doctor``, not fatal to ``install``.
     """
-    import subprocess  # off the hot path: only on a first run or an install
-
-    try:
-        out = subprocess.run(["git", "-C", str(project_dir), "rev-parse", "--git-path", "info/exclude"],
-                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+    dirs = git_dirs(project_dir)  # read from files: no git process on the digest's path
+    if dirs is None:
         return None
-    if out.returncode != 0 or not out.stdout.strip():
-        return None
-    exclude = Path(out.stdout.strip())
-    if not exclude.is_absolute():
-        exclude = project_dir / exclude
+    exclude = dirs[1] / "info" / "exclude"  # info/ lives in the common dir (worktrees share it)
     name = pattern.strip("/")
     try:
         lines = exclude.read_text("utf-8").splitlines() if exclude.exists() else []
