@@ -123,7 +123,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         A :class:`BridgeResult`. Never raises for configuration, state or engine errors: they
         are ``failed`` results with a one-line ``error``.
     """
-    from ._payload import recognize_source
+    from ._payload import clean_session_id, recognize_source
 
     routed = recognize_source(source)
     base: dict[str, Any] = {"source": routed, "harness": harness}
@@ -148,7 +148,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         from ._session import run_session
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
-                                             session_id=session_id)
+                                             session_id=clean_session_id(session_id))
         outcome = run_session(config, context)
     except Exception as err:  # noqa: BLE001 - the extension must get a document, not a traceback
         return BridgeResult("failed", error=f"internal error: {type(err).__name__}: {err}", **base)

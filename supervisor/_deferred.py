@@ -99,6 +99,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
     comes back with ``error`` set, and the digest says so.
     """
     from ._engine import stage_argv, stage_env
+    from ._project import state_dir_problem
 
     launches = []
     for spec in specs:
@@ -106,6 +107,10 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
         title = spec.title or spec.name
         try:
             directory = stage_dir(context.state_dir, spec.name)
+            problem = (state_dir_problem(context.state_dir)
+                       or state_dir_problem(directory.parent) or state_dir_problem(directory))
+            if problem:
+                raise OSError(problem)
             directory.mkdir(parents=True, exist_ok=True)
             # Never wait here: the digest's event loop would stall past its budget. A held
             # lock means another digest is launching this stage right now.
@@ -177,13 +182,14 @@ def _claim(path: Path) -> dict[str, Any] | None:
 
 def format_result(data: dict[str, Any], *, late: bool) -> str:
     """The text a delivered result shows: a heading, when it ran, and its output."""
-    name = data.get("name", "?")
-    title = data.get("title") or name
-    status = data.get("status", "?")
-    seconds = float(data.get("seconds", 0.0))
+    name = str(data.get("name", "?"))
+    title = str(data.get("title") or name)
+    status = str(data.get("status", "?"))
+    raw_seconds = data.get("seconds")
+    seconds = float(raw_seconds) if isinstance(raw_seconds, (int, float)) else 0.0
     when = ""
     finished = data.get("finished")
-    if isinstance(finished, (int, float)):
+    if isinstance(finished, (int, float)) and not isinstance(finished, bool):
         when = f", finished {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(finished))}"
     label = name if title == name else f"{name}: {title}"
     head = f"[deferred stage '{label}': {status} in {seconds:.1f}s{when}]"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from subprocess import DEVNULL, PIPE, STDOUT
 from typing import TYPE_CHECKING, Literal
@@ -241,7 +242,13 @@ async def _spawn_and_watch(run: _Run, index: int, spec: StagePlan) -> None:
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
             if proc.returncode is None:
-                proc.kill()
+                # Not proc.kill(): Popen.send_signal polls first and can reap the leader before
+                # asyncio's watcher does ("Unknown child process pid, will report returncode
+                # 255", design rule 9). An unreaped leader's pid cannot be reused.
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
             await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
             while cgroup is not None and not _cgroup.remove(cgroup):
                 await anyio.sleep(0.005)  # empties within ms of the kill
@@ -367,7 +374,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         elif spec.deferred:
             results.append(StageResult(spec.name, "deferred"))
         else:
-            results.append(run.results.get(spec.name, StageResult(spec.name, "not_started")))
+            found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
+            # Every stage has flushed by now: take its output as the digest finally showed it
+            # (a later stage's text may have been cut by the total cap after it ended).
+            shown = out.stage_text(live.index(spec))
+            results.append(replace(found, output=shown) if shown != found.output else found)
     reason = (run.abort_reason or "budget") if truncated else None
     if truncated and not transparent:
         out.write_notice(_banner.truncation_banner(

@@ -64,8 +64,23 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _standard_fds() -> None:
+    """Started with fd 0, 1 or 2 closed (``supervise digest >&-``)? Put ``/dev/null`` there
+    first, so no file we open later takes that number and receives our output."""
+    for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
+        try:
+            os.fstat(fd)
+        except OSError:
+            got = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+            if got != fd:
+                os.dup2(got, fd)
+                os.close(got)
+            setattr(sys, name, open(fd, mode, closefd=False))
+
+
 def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
     """Console-script wrapper: exit with :func:`main`'s code."""
+    _standard_fds()
     try:
         sys.exit(main())
     except KeyboardInterrupt:

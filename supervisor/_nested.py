@@ -64,9 +64,15 @@ class _Claim:
     def __init__(self, base: Path, wait: float) -> None:
         import fcntl
 
+        from ._project import state_dir_problem
+
+        problem = state_dir_problem(base.parent.parent) or state_dir_problem(base.parent)
+        if problem:
+            raise StateError(problem)
         try:
             base.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(f"{base}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._fd = os.open(f"{base}.lock",
+                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         except OSError as err:
             raise StateError(f"cannot use the nested-instructions ledger in {base.parent}: {err.strerror}") from err
         deadline = time.monotonic() + wait

@@ -162,6 +162,7 @@ class _Slot:
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
     )
     pending: list[tuple[bytes, bool]] = field(default_factory=list)
+    shown: list[bytes] = field(default_factory=list)
     kept: list[bytes] = field(default_factory=list)
     raw_bytes: int = 0
     kept_bytes: int = 0
@@ -195,29 +196,31 @@ class OrderedOutput:
         """Every notice written (cut marker, deferred results, IN PROGRESS, banner), in order."""
 
     # -- raw writes --------------------------------------------------------------------------
-    def _emit(self, data: bytes, owner: str | None, forced: bool = False) -> None:
+    def _emit(self, data: bytes, owner: str | None, forced: bool = False) -> bytes:
+        """Write ``data`` within the total cap; return what was actually written."""
         if not data:
-            return
+            return b""
         if forced:  # supervisor notes are never cut: they say what is missing
             self._sink.write(data)
             self.written += len(data)
             self._last = data[-1]
-            return
+            return data
         room = self._total_cap - self.written
         if room <= 0:
             if owner is not None and owner not in self._total_cut:
                 self._total_cut.append(owner)
-            return
+            return b""
         if len(data) > room:
             data = cut_utf8(data, room)
             if owner is not None and owner not in self._total_cut:
                 self._total_cut.append(owner)
             if not data:
                 self.written = self._total_cap
-                return
+                return b""
         self._sink.write(data)
         self.written += len(data)
         self._last = data[-1]
+        return data
 
     def write_notice(self, text: str) -> None:
         """Write a notice (READ-ONLY, IN PROGRESS, a banner) outside any stage, on its own line.
@@ -262,7 +265,7 @@ class OrderedOutput:
         slot.kept_bytes += len(data)
         slot.last = data[-1]
         if index == self._head:
-            self._emit(data, slot.name)
+            slot.shown.append(self._emit(data, slot.name))
         else:
             slot.pending.append((data, False))
 
@@ -277,7 +280,7 @@ class OrderedOutput:
         slot.kept_bytes += len(data)
         slot.last = 10
         if index == self._head:
-            self._emit(data, slot.name, forced=True)
+            slot.shown.append(self._emit(data, slot.name, forced=True))
         else:
             slot.pending.append((data, True))
 
@@ -300,12 +303,15 @@ class OrderedOutput:
             if self._head < len(self._slots):
                 head = self._slots[self._head]
                 for chunk, forced in head.pending:
-                    self._emit(chunk, head.name, forced)
+                    head.shown.append(self._emit(chunk, head.name, forced))
                 head.pending.clear()
 
     def stage_text(self, index: int) -> str:
-        """What stage ``index`` contributed (after its cap), as text."""
-        return b"".join(self._slots[index].kept).decode("utf-8", "replace")
+        """What stage ``index`` contributed to the digest (after its cap, and after the total
+        cap when that cut it), as text."""
+        slot = self._slots[index]
+        chunks = slot.shown if slot.name in self._total_cut else slot.kept
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def stage_bytes(self, index: int) -> tuple[int, bool]:
         """``(raw bytes received, whether output was cut by the stage cap)``."""

@@ -156,12 +156,27 @@ def payload_source(payload: Payload | None) -> str:
     return ""
 
 
+MAX_SESSION_ID = 256
+"""Characters of a session id we keep (real ids are UUIDs; a huge one must not overflow the
+environment of every stage or the lock record)."""
+
+
+def clean_session_id(value: str) -> str:
+    """``value`` made safe to carry in an environment variable and a JSON record: control
+    characters (NUL included) and lone surrogates removed, at most :data:`MAX_SESSION_ID`
+    characters. Comparisons always use the cleaned form."""
+    value = value.encode("utf-8", "replace").decode("utf-8")
+    value = "".join(ch for ch in value if ch.isprintable())
+    return value[:MAX_SESSION_ID]
+
+
 def payload_session_id(payload: Payload | None) -> str:
-    """The harness session id as given (display only; never a path part), or ``""``."""
+    """The harness session id (cleaned, :func:`clean_session_id`; display only, never a path
+    part), or ``""``."""
     if isinstance(payload, HookPayload):
-        return payload.session_id or ""
+        return clean_session_id(payload.session_id or "")
     if isinstance(payload, CursorPayload):
-        return payload.session_id or payload.conversation_id or ""
+        return clean_session_id(payload.session_id or payload.conversation_id or "")
     return ""
 
 

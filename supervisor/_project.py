@@ -101,3 +101,11 @@ def ensure_state_dir(state_dir: Path) -> bool:
     if state_dir.name == STATE_DIR_NAME and (state_dir.parent / ".git").exists():
         add_git_exclude(state_dir.parent, f"/{STATE_DIR_NAME}/")
     return True
+
+
+def state_dir_problem(state_dir: Path) -> str | None:
+    """Why ``state_dir`` must not be written (it, or a record folder in it, is a symlink:
+    someone else decides where our state lands), or None when it may be used."""
+    if state_dir.is_symlink():
+        return f"state dir {state_dir} is a symlink; refusing to follow it"
+    return None

@@ -255,3 +255,12 @@ def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path)
     assert pid_dead(piddir / "chain.pid")
     time.sleep(0.3)  # a live chain would have written ~30 new generations by now
     assert (piddir / "chain.pid").read_text() == last
+
+
+def test_stage_output_reports_what_the_total_cap_let_through(tmp_path: Path) -> None:
+    """Adversarial report: the hook's inline digest showed a stage the total cap had cut."""
+    result = digest(tmp_path, [hostile("big", "flood", "1"), hostile("small", "echo", "SMALL")],
+                    max_output=64 * 1024)
+    small = result.stages[1]
+    assert "SMALL" not in small.output and "SMALL" not in result.text
+    assert "'small'" in result.text  # the cut notice names it

@@ -227,3 +227,18 @@ def test_compact_through_the_hook_reinjects_nested_instructions(project: Path) -
     hook(project, {"hook_event_name": "SessionStart", "source": "compact", "session_id": "sess-1",
                    "cwd": str(project)})
     assert "SUB-RULES" in hook(project, payload, "--event", "post-tool")
+
+
+def test_symlinked_state_dir_is_never_written(project: Path, tmp_path: Path) -> None:
+    """Adversarial report: post-tool wrote its ledger through a symlinked .supervise."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    state = project / ".supervise"
+    if state.exists():
+        import shutil
+
+        shutil.rmtree(state)
+    state.symlink_to(elsewhere)
+    payload = read_payload(project, "sub dir/déep/file.txt")
+    assert hook(project, payload, "--event", "post-tool") == ""
+    assert list(elsewhere.iterdir()) == []

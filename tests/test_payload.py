@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers import run_cli
 from supervisor import _payload
 from supervisor._payload import (
     SOURCES,
@@ -151,3 +152,19 @@ def test_linked_worktree_is_its_own_top_level(git_repo: Path, tmp_path: Path) ->
     subprocess.run(["git", "-C", str(git_repo), "worktree", "add", "-q", str(wt)], check=True)
     (wt / "deep").mkdir()
     assert project_dir(parse_payload({"cwd": str(wt / "deep")}), {}) == wt.resolve()
+
+
+@pytest.mark.parametrize("raw", ["a\u0000b", "\ud800x", "x" * 140_000])
+def test_hostile_session_ids_are_cleaned(raw: str, tmp_path: Path) -> None:
+    """Adversarial report: NUL or a lone surrogate crashed the hook (env cannot carry them);
+    140,000 characters overflowed every stage's argv+env; 70,000 overflowed the lock record."""
+    from supervisor._payload import MAX_SESSION_ID, clean_session_id
+
+    clean = clean_session_id(raw)
+    assert "\0" not in clean and len(clean) <= MAX_SESSION_ID
+    clean.encode("utf-8")  # no lone surrogates left
+    (tmp_path / "supervise.toml").write_text('[[stages]]\nname = "a"\nrun = "echo ran"\n')
+    payload = json.dumps({"session_id": raw, "cwd": str(tmp_path), "source": "startup"})
+    proc = run_cli("hook", "claude", input=payload.encode("utf-8", "surrogatepass"), cwd=tmp_path)
+    assert proc.returncode == 0
+    assert "ran" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]

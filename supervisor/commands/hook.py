@@ -236,6 +236,7 @@ def _advance_nested_epoch(context: SessionContext) -> None:
 def main(argv: list[str]) -> int:
     """Run the hook; always returns 0 (see the module docstring)."""
     args = HookArgs()
+    _quiet_exit_on_signals()
     try:
         args = parse_hook_args(argv)
         if args.help:
@@ -248,9 +249,26 @@ def main(argv: list[str]) -> int:
         if isinstance(err, SystemExit) and not err.code:
             return EXIT_OK
         print(f"supervise hook: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        if args.event != "session-start":
+            return EXIT_OK  # a prompt or post-tool hook adds nothing; stderr says why
         try:
             emit(args.harness, internal_error_text("hook", err), state_dir=Path(".supervise"),
                  kind="digest")
         except BaseException:  # noqa: BLE001
             pass
     return EXIT_OK
+
+
+def _quiet_exit_on_signals() -> None:
+    """Until the engine installs its own handlers (which end a digest with its banner), a
+    TERM, INT or HUP from the harness ends the hook quietly with status 0, never 128+n."""
+    import signal
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        try:
+            signal.signal(sig, leave)
+        except (OSError, ValueError):
+            pass

@@ -28,10 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _when(epoch: float | None) -> str:
-    if epoch is None:
+def _when(epoch: object) -> str:
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
+        return "-"  # absent, or a hand-edited record: never a crash
+    try:
+        return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
         return "-"
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _pending(state_dir: Path) -> list[dict[str, Any]]:
