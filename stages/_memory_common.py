@@ -8,6 +8,8 @@ never by raising, because a stage must exit 0 whatever goes wrong (brief, memory
 
 from __future__ import annotations
 
+from datetime import date as _date
+
 import json
 import os
 import subprocess
@@ -117,6 +119,17 @@ class Options:
             self._bad(key, value, "a non-empty string", default)
             return default
         return value
+
+    def date(self, key: str) -> _date | None:
+        """An ISO date (``YYYY-MM-DD``), or None when unset or malformed."""
+        value = self._raw.get(key)
+        if value is None:
+            return None
+        try:
+            return _date.fromisoformat(str(value))
+        except ValueError:
+            self._bad(key, value, "an ISO date YYYY-MM-DD", "the local date")
+            return None
 
     def argv(self, key: str) -> list[str] | None:
         """An argv: a list of strings, or a string split like a POSIX shell would; None if unset."""

@@ -84,7 +84,8 @@ def run(project: Path, state: Path, source: str, options: dict) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERVISE_")}
     env.update({"SUPERVISE_SOURCE": source, "SUPERVISE_PROJECT_DIR": str(project),
                 "SUPERVISE_STATE_DIR": str(state), "SUPERVISE_STAGE_NAME": "memory",
-                "SUPERVISE_STAGE_TOKEN": "tok-123", "SUPERVISE_STAGE_OPTIONS": json.dumps(options)})
+                "SUPERVISE_STAGE_TOKEN": "tok-123",
+                "SUPERVISE_STAGE_OPTIONS": json.dumps({"today": TODAY.isoformat(), **options})})
     # communicate() returns only when every holder of the stage's stdout pipe has closed it: a
     # consolidation that inherited stdio would hold this call until it ends.
     proc = subprocess.Popen([sys.executable, str(STAGE)], env=env, cwd=project, stdin=subprocess.DEVNULL,

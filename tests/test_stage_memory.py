@@ -43,7 +43,9 @@ def run_stage(project: Path, state: Path | None, source: str = "startup", option
         "SUPERVISE_SESSION_ID": "sess-1",
         "SUPERVISE_PROJECT_DIR": str(project),
         "SUPERVISE_STAGE_NAME": stage.stem,
-        "SUPERVISE_STAGE_OPTIONS": json.dumps(options or {}),
+        # `today` pinned to the date the fixtures were written for: a run across midnight
+        # must not turn today's staging file into a past day's.
+        "SUPERVISE_STAGE_OPTIONS": json.dumps({"today": TODAY, **(options or {})}),
         **({"SUPERVISE_STATE_DIR": str(state)} if state is not None else {}),
         **(env or {}),
     })
@@ -403,7 +405,8 @@ def test_seed_000_scenario_through_supervise_hook_claude(store: Path, tmp_path: 
     file as a path with its size, and the handoff count not advanced by four compactions."""
     project = store.parent
     (project / "supervise.toml").write_text(
-        'budget = 30\n[[stages]]\nname = "memory"\nbuiltin = "memory"\nreemit = true\n')
+        'budget = 30\n[[stages]]\nname = "memory"\nbuiltin = "memory"\nreemit = true\n'
+        f'options = {{ today = "{TODAY}" }}\n')
     state = tmp_path / "hook-state"
     first = _hook(project, state, "startup")
     assert first.startswith("## Memory\n")
