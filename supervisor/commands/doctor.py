@@ -241,7 +241,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="supervise doctor", description="check registrations, timeouts, "
                                 "state dir and config")
     p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")
-    p.add_argument("--project", type=Path, default=None, help="project root (default: git top level)")
+    p.add_argument("-C", "--project", dest="project", type=Path, default=None, help="project root (default: git top level)")
     args = p.parse_args(argv)
     from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
 

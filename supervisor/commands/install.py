@@ -37,7 +37,7 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
                    help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
     p.add_argument("--scope", choices=("project", "user"), default="project",
                    help="project settings (default) or the user's settings in $HOME")
-    p.add_argument("--project", type=Path, default=None,
+    p.add_argument("-C", "--project", dest="project", type=Path, default=None,
                    help="project root (default: the git top level of the current directory)")
     return p
 
