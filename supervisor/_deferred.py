@@ -199,41 +199,31 @@ def format_result(data: dict[str, Any], *, late: bool) -> str:
     return f"{head}\n{note}\n{output}"
 
 
+def _results(state_dir: Path) -> Iterator[Path]:
+    """Every undelivered result file, stage by stage, oldest first. Never raises."""
+    try:
+        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
+    except OSError:
+        return
+    for directory in stage_dirs:
+        yield from sorted(directory.glob("result-*.json"))
+
+
 def take_undelivered(state_dir: Path) -> list[str]:
     """Claim every finished, undelivered deferred result; return their texts (oldest first).
 
     Exactly once across concurrent callers (atomic rename). Fast when there is nothing:
     one ``listdir`` per deferred stage. Never raises.
     """
-    texts = []
-    base = state_dir / "deferred"
-    try:
-        stage_dirs = sorted(p for p in base.iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for directory in stage_dirs:
-        for path in sorted(directory.glob("result-*.json")):
-            data = _claim(path)
-            if data is not None:
-                texts.append(format_result(data, late=True))
-    return texts
+    claimed = (_claim(path) for path in _results(state_dir))
+    return [format_result(data, late=True) for data in claimed if data is not None]
 
 
 def pending(state_dir: Path) -> list[dict[str, Any]]:
     """Finished deferred results not yet delivered, read without claiming them (for
     ``supervise status``); each is the result record (name, status, seconds, finished, ...).
     Never raises."""
-    found = []
-    try:
-        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for directory in stage_dirs:
-        for path in sorted(directory.glob("result-*.json")):
-            data = _read_json(path)
-            if data is not None:
-                found.append(data)
-    return found
+    return [data for data in map(_read_json, _results(state_dir)) if data is not None]
 
 
 def running(state_dir: Path) -> list[dict[str, Any]]:

@@ -21,21 +21,20 @@ the read-only reason shown to the model); nothing here follows a symlink.
 from __future__ import annotations
 
 import errno
-import fcntl
 import json
 import os
 import secrets
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
 from ._ancestry import ProcessId, is_alive
 from ._errors import StateError
-from ._fsutil import atomic_write
+from ._fsutil import atomic_write, flocked
 from ._records import RecordError, dump_record, load_record
 
 LOCK_FILE = "lock.json"
@@ -112,23 +111,16 @@ def state_mutex(state_dir: Path, timeout: float = MUTEX_TIMEOUT) -> Iterator[Non
             it for ``timeout`` seconds.
     """
     path = state_dir / MUTEX_FILE
-    try:
-        fd = _open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as err:
-        raise StateError(f"{path} cannot be opened: {err.strerror}") from err
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise StateError(f"{path} stayed locked for {timeout:g}s") from None
-                time.sleep(0.005)
+    with ExitStack() as stack:
+        try:  # only opening the mutex is translated; the body's own errors pass through
+            held = stack.enter_context(flocked(path, timeout))
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise StateError(f"{path} is a symlink; refusing to follow it") from err
+            raise StateError(f"{path} cannot be opened: {err.strerror}") from err
+        if not held:
+            raise StateError(f"{path} stayed locked for {timeout:g}s")
         yield
-    finally:
-        os.close(fd)  # closing the descriptor releases the flock
 
 
 def read_record(path: Path, model: type[R]) -> R | None:
