@@ -23,7 +23,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import secrets
 import stat
 import time
 from collections.abc import Iterator
@@ -219,7 +218,7 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
             if current is not None and owned_by_session(current, ancestors, session_id):
                 pid, ctime, harness = current.pid, current.create_time, current.harness or harness
             record = LockRecord(pid=pid, create_time=ctime, harness=harness, session_id=session_id,
-                                nonce=secrets.token_hex(16), acquired_at=time.time())
+                                nonce=os.urandom(16).hex(), acquired_at=time.time())
             remove_record(state_dir / COMPLETE_FILE)
             write_record(state_dir / LOCK_FILE, record)
             return LockOutcome("acquired", record, previous=current)

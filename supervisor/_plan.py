@@ -167,10 +167,11 @@ def apply_env_overrides(plan: DigestPlan) -> DigestPlan:
 def default_cache_dir(project_dir: Path) -> Path:
     """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
     a terminal digest must not create ``.supervise/`` in a project that never installed us."""
-    import hashlib
+    import zlib  # a short stable name, not a security hash; hashlib costs ~2.5 ms of imports
 
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    digest = hashlib.sha256(str(project_dir).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    raw = str(project_dir).encode("utf-8", "surrogateescape")
+    digest = f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
     return base / "watchkeeper" / digest
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import shlex
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -102,7 +101,7 @@ def _structured(text: str, result: DigestResult, front: str, tail: str = "",
 
 
 def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
 
 
 def owner_line(record: _lock.LockRecord) -> str:
