@@ -98,7 +98,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
     Never raises: a stage that cannot be launched (unwritable state dir, missing program)
     comes back with ``error`` set, and the digest says so.
     """
-    from ._engine import stage_argv, stage_env
+    from ._stage import stage_argv, stage_env
     from ._project import state_dir_problem
 
     launches = []

@@ -1,0 +1,272 @@
+"""One stage of a digest: spawn it in its own session, stream it, end it, sweep its tree.
+
+:func:`run_stage` is what the engine (:mod:`supervisor._engine`) starts once per stage in its
+task group; :class:`DigestRun` is the state the stages of one digest share (deadline, abort,
+output multiplexer, parallelism limit, results).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from subprocess import DEVNULL, PIPE, STDOUT
+from typing import Literal
+
+import anyio
+
+from . import _cgroup, _tree
+from ._builtins import builtin_argv
+from ._context import SessionContext
+from ._errors import ConfigError
+from ._output import OrderedOutput
+from ._plan import DigestPlan, StagePlan
+from ._results import StageResult, StageStatus
+
+DRAIN = 0.2
+"""Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
+KILL_MARGIN = 0.25
+"""Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
+MAX_PARALLEL = 16
+"""Stages running at once; more wait for a slot (bounded by the budget)."""
+
+_STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
+
+
+
+@dataclass
+class DigestRun:
+    """Mutable state of one digest run (private)."""
+
+    config: DigestPlan
+    context: SessionContext
+    out: OrderedOutput
+    kill_at: float
+    grace: float
+    abort: anyio.Event
+    limiter: anyio.CapacityLimiter
+    done: dict[str, anyio.Event]
+    results: dict[str, StageResult] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    leaders: set[int] = field(default_factory=set)
+    abort_reason: str | None = None
+    cgroup_root: Path | None = None
+    on_stage: Callable[[str, StageResult | None], None] | None = None
+    inherit_stdio: bool = False
+    """``supervise run`` without capture: the command uses our stdin/stdout/stderr directly."""
+    room: Callable[[], Awaitable[None]] | None = None
+    """Back-pressure from the sink (a reader that does not keep up), bounded by deadlines."""
+
+    def report(self, name: str, result: StageResult | None) -> None:
+        """Tell the observer a stage started (None) or ended (its result)."""
+        if result is not None:
+            self.results[name] = result
+        if self.on_stage is not None:
+            self.on_stage(name, result)
+
+
+def stage_argv(spec: StagePlan) -> list[str]:
+    """The argv a stage runs (shell-free unless ``shell = true``).
+
+    Raises:
+        ConfigError: an unknown builtin.
+    """
+    if spec.builtin is not None:
+        return builtin_argv(spec.builtin, spec.args)
+    assert spec.run is not None
+    if spec.shell:
+        return ["/bin/sh", "-c", spec.run[0], *spec.args]
+    return [*spec.run, *spec.args]
+
+
+def stage_env(spec: StagePlan, context: SessionContext, token: str) -> dict[str, str]:
+    """The curated environment of a stage (see docs/stage-authors.md)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")}
+    env.update(spec.env)
+    env.update(context.env())
+    env["SUPERVISE_STAGE_NAME"] = spec.name
+    env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
+    env[_tree.TOKEN_VAR] = token
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
+    if spec.cwd is None:
+        return context.project_dir
+    cwd = Path(spec.cwd).expanduser()
+    return cwd if cwd.is_absolute() else context.project_dir / cwd
+
+
+async def _race(abort: anyio.Event, deadline: float, fn: Callable[[], Awaitable[object]]) -> bool:
+    """Run ``fn`` until it returns (True), or until ``abort`` is set or ``deadline`` passes
+    (False)."""
+    finished = False
+    with anyio.move_on_at(deadline):
+        async with anyio.create_task_group() as tg:
+            async def work() -> None:
+                nonlocal finished
+                await fn()
+                finished = True
+                tg.cancel_scope.cancel()
+
+            async def aborted() -> None:
+                await abort.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(work)
+            tg.start_soon(aborted)
+    return finished
+
+
+async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
+    """Run stage ``index`` of ``run`` to its end: wait for its needs and a slot, spawn, stream,
+    stop it at its deadline, sweep its tree; record its result and mark it done."""
+    out = run.out
+    try:
+        await _run_stage_inner(run, index, spec)
+    finally:
+        out.finish(index)
+        run.done[spec.name].set()
+
+
+async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
+    acquired = False
+
+    async def wait_turn() -> None:
+        nonlocal acquired
+        for need in spec.needs:  # `needs` orders starts
+            await run.done[need].wait()
+        await run.limiter.acquire_on_behalf_of(spec.name)
+        acquired = True
+
+    # Waiting for needs or a free slot is bounded by the budget and by an abort.
+    await _race(run.abort, run.kill_at, wait_turn)
+    if not acquired or run.abort.is_set() or anyio.current_time() >= run.kill_at:
+        if acquired:
+            run.limiter.release_on_behalf_of(spec.name)
+        run.report(spec.name, StageResult(spec.name, "not_started"))
+        return
+    try:
+        await _spawn_and_watch(run, index, spec)
+    finally:
+        run.limiter.release_on_behalf_of(spec.name)
+
+
+async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
+    out, now = run.out, anyio.current_time
+    token = uuid.uuid4().hex
+    started = now()
+    cgroup = _cgroup.create(run.cgroup_root) if run.cgroup_root is not None else None
+    try:
+        argv = stage_argv(spec)
+        if cgroup is not None:
+            argv = _cgroup.wrap(cgroup, argv)
+        if run.inherit_stdio:  # like GNU timeout: stdin, stdout and stderr are the command's own
+            proc = await anyio.open_process(
+                argv, stdin=None, stdout=None, stderr=None, cwd=_stage_cwd(spec, run.context),
+                env=stage_env(spec, run.context, token), start_new_session=True)
+        else:
+            proc = await anyio.open_process(
+                argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT,
+                cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token),
+                start_new_session=True)
+    except (OSError, ValueError, ConfigError) as err:
+        reason = getattr(err, "strerror", None) or str(err)
+        if isinstance(err, OSError) and err.filename is None and spec.run:
+            reason = f"{spec.run[0]}: {reason}"
+        elif isinstance(err, OSError) and err.filename is not None:
+            reason = f"{err.filename}: {reason}"
+        if cgroup is not None:
+            _cgroup.remove(cgroup)
+        out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
+        run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
+        return
+    run.report(spec.name, None)
+    run.leaders.add(proc.pid)
+    run.running[spec.name] = started
+    deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
+    eof = anyio.Event()
+    stdout = proc.stdout
+    room = run.room
+
+    async def reader() -> None:
+        try:
+            while stdout is not None:
+                out.feed(index, await stdout.receive(65536))
+                if room is not None:
+                    await room()  # a reader of our stdout that lags: wait, within the deadline
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            eof.set()
+
+    status: StageStatus
+    outcome: Literal["exited", "deadline", "abort"] = "deadline"
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(reader)
+            if await _race(run.abort, deadline, proc.wait):
+                outcome = "exited"
+            else:
+                outcome = "exited" if proc.returncode is not None else (
+                    "abort" if run.abort.is_set() else "deadline")
+            with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
+                others = run.leaders - {proc.pid}
+                if outcome != "exited":
+                    await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token,
+                                           run.grace, others, cgroup)
+                elif _tree.has_leftovers(proc.pid, token, others, cgroup):
+                    # systemd control-group semantics: leftovers die with the stage (rule 8).
+                    await _tree.kill_stage(proc.pid, lambda: False, token, run.grace, others,
+                                           cgroup)
+                with anyio.move_on_after(DRAIN):  # never read to EOF after a kill (rule 6)
+                    await eof.wait()
+            tg.cancel_scope.cancel()
+    except BaseException:
+        # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
+        # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
+        with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
+            await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token, run.grace,
+                                   run.leaders - {proc.pid}, cgroup)
+        raise
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
+            if proc.returncode is None:
+                # Not proc.kill(): Popen.send_signal polls first and can reap the leader before
+                # asyncio's watcher does ("Unknown child process pid, will report returncode
+                # 255", design rule 9). An unreaped leader's pid cannot be reused.
+                try:
+                    os.kill(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
+            while cgroup is not None and not _cgroup.remove(cgroup):
+                await anyio.sleep(0.005)  # empties within ms of the kill
+        run.running.pop(spec.name, None)
+        run.leaders.discard(proc.pid)
+    seconds = now() - started
+    code = proc.returncode
+    if outcome == "exited":
+        status = "ok" if code == 0 else "failed"
+        if code != 0:
+            out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}")
+    elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
+        status = "timed_out"
+        what = ("its output above is incomplete" if out.stage_bytes(index)[0]
+                else "it printed nothing before that")
+        out.note(index, f"[supervise] stage '{spec.name}' timed out after {spec.timeout:g}s and "
+                        f"was killed; {what}")
+    else:
+        status = "killed"
+        if run.abort_reason is None:
+            run.abort_reason = "budget" if outcome == "deadline" else "signal"
+    raw, cut = out.stage_bytes(index)
+    out.finish(index)  # flush a cut character before the text is taken
+    run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
+                                      out.stage_text(index)))
