@@ -10,7 +10,7 @@ import shlex
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -54,6 +54,18 @@ class StageSpec(_Frozen):
     reemit: bool = False
     exclusive: bool = False
     options: dict[str, Any] = Field(default_factory=dict)
+
+    DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
+    """Built-ins that run deferred unless the config says ``deferred = false`` (network checks
+    must never hold up a session start)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deferred_by_default(cls, data: object) -> object:
+        if (isinstance(data, dict) and data.get("builtin") in cls.DEFERRED_BUILTINS
+                and "deferred" not in data):
+            return {**data, "deferred": True}
+        return data
 
     @model_validator(mode="before")
     @classmethod

@@ -154,3 +154,12 @@ def test_deferred_through_the_digest_offline(git_repo: Path) -> None:
             break
         text = run_cli("digest", cwd=git_repo).stdout.decode()
     assert "UNREACHABLE" in text and "reachable (" not in text
+
+
+def test_network_builtin_is_deferred_unless_said_otherwise() -> None:
+    """Issue 6: the network stage runs off the startup path by default."""
+    from supervisor._config import parse_config
+
+    on = parse_config({"stages": [{"name": "n", "builtin": "network"}]}, "t")
+    off = parse_config({"stages": [{"name": "n", "builtin": "network", "deferred": False}]}, "t")
+    assert on.stages[0].deferred is True and off.stages[0].deferred is False
