@@ -1,0 +1,60 @@
+"""Design rule 16: lock ownership by ancestry (real process chains, no mocks of the kernel)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_harness import harness_binary
+from supervisor import _ancestry
+
+PROBE = ("import json, os; from supervisor import _ancestry as a; c = a.ancestry(); "
+         "h = a.find_harness(c); print(json.dumps({'depth': len(c), 'harness': h and h.harness, "
+         "'pid': h and h.ident.pid}))")
+
+
+def test_a_real_16_deep_chain_finds_the_harness(tmp_path: Path) -> None:
+    """A harness 16 processes above the hook is found; every hop is a real process (`; :`
+    keeps each `sh -c` from exec-ing its command)."""
+    codex = harness_binary(tmp_path / "bin", "codex")
+    command = f"{sys.executable} -c {json.dumps(PROBE)}"
+    for _ in range(14):
+        command = f"sh -c {json.dumps(command + '; :')}"
+    proc = subprocess.Popen([str(codex), "-c", command + "; :"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    out, err = proc.communicate(timeout=30)
+    found = json.loads(out)
+    assert found["harness"] == "codex", err
+    assert found["pid"] == proc.pid
+    assert found["depth"] >= 16
+
+
+def test_an_ancestor_vanishing_mid_walk_ends_the_walk_without_error(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rule 16 (fault injection): the parent vanishes between reading our ppid and reading
+    it; the walk ends there, with no exception, and ownership checks see no ancestor."""
+    import os
+
+    real = _ancestry.proc_info
+    parent = os.getppid()
+    monkeypatch.setattr(_ancestry, "proc_info", lambda pid: None if pid == parent else real(pid))
+    chain = _ancestry.ancestry()
+    assert [p.pid for p in chain] == [os.getpid()]
+    assert _ancestry.find_harness(chain) is None
+    ident = _ancestry.identify(parent)
+    assert ident is None and not _ancestry.is_alive(_ancestry.ProcessId(parent, 0.0))
+
+
+def test_walk_stops_at_a_parent_younger_than_its_child() -> None:
+    """psutil's parent() guard: a "parent" created after its child is a reused pid."""
+    from supervisor._procinfo import ProcInfo
+
+    me = _ancestry.ancestry(hops=1)
+    assert len(me) >= 1
+    assert isinstance(me[0], ProcInfo)
+    young = [p for p in _ancestry.ancestry() if p.create_time > me[0].create_time + 1.0]
+    assert young == []  # every ancestor is older than us
