@@ -234,3 +234,14 @@ def test_extension_logic_under_node() -> None:
                           timeout=120, stdin=subprocess.DEVNULL, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert re.search(r"^# fail 0$", proc.stdout, re.M) and re.search(r"^# pass [1-9]", proc.stdout, re.M)
+
+
+def test_resume_after_a_start_in_this_process_is_empty(project: Path, pi_harness: FakeHarness) -> None:
+    """The `empty` kind: the digest already ran under this Pi process, so the resume nudge is
+    silent and the extension delivers nothing."""
+    start = bridge_doc(pi_harness.run(["bridge", "--harness", "pi", "--source", "startup",
+                                       "--session-id", "S1"], cwd=project).stdout)
+    assert start["kind"] == "ready"
+    doc = bridge_doc(pi_harness.run(["bridge", "--harness", "pi", "--source", "resume",
+                                     "--session-id", "S1"], cwd=project).stdout)
+    assert doc["kind"] == "empty" and doc["text"] == "" and doc["action"] == "nudge"

@@ -209,13 +209,19 @@ def test_stage_environment_carries_the_session_context(tmp_path: Path,
     monkeypatch.setenv("GIT_DIR", "/elsewhere")
     config = DigestConfig(stages=(StageSpec(**hostile(
         "env", "env", "SUPERVISE_SOURCE", "SUPERVISE_MODE", "SUPERVISE_HARNESS", "GIT_DIR",
-        "SUPERVISE_STAGE_OPTIONS", "PYTHONUNBUFFERED", options={"k": 1})),))
+        "SUPERVISE_STAGE_OPTIONS", "PYTHONUNBUFFERED", "SUPERVISE_PROJECT_DIR",
+        "SUPERVISE_STATE_DIR", "SUPERVISE_CWD", "SUPERVISE_SESSION_ID", "SUPERVISE_STAGE_NAME",
+        options={"k": 1})),))
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s", source="compact",
-                         mode="reemit", harness="claude")
+                         mode="reemit", harness="claude", session_id="abc",
+                         cwd=tmp_path / "sub")
     result = anyio.run(partial(run_digest, config, ctx))
     assert result.stages[0].output.splitlines() == [
         "SUPERVISE_SOURCE=compact", "SUPERVISE_MODE=reemit", "SUPERVISE_HARNESS=claude",
-        "GIT_DIR=<unset>", 'SUPERVISE_STAGE_OPTIONS={"k": 1}', "PYTHONUNBUFFERED=1"]
+        "GIT_DIR=<unset>", 'SUPERVISE_STAGE_OPTIONS={"k": 1}', "PYTHONUNBUFFERED=1",
+        f"SUPERVISE_PROJECT_DIR={tmp_path}", f"SUPERVISE_STATE_DIR={tmp_path / '.s'}",
+        f"SUPERVISE_CWD={tmp_path / 'sub'}", "SUPERVISE_SESSION_ID=abc",
+        "SUPERVISE_STAGE_NAME=env"]
 
 
 def test_only_runs_the_selected_stages(tmp_path: Path) -> None:

@@ -411,3 +411,17 @@ def test_prompt_and_post_tool_events_exit_zero(project: Path, harnesses: Harness
     h = harnesses()
     assert hook(h, project, None, "--event", "prompt").stdout == b""
     hook(h, project, None, "--event", "post-tool")
+
+
+def test_custom_gate_common_dirs_are_honoured(git_repo: Path, tmp_path: Path,
+                                              harnesses: Harnesses) -> None:
+    """`gate_common_dirs` is configurable: a project whose git common dir matches a custom
+    pattern stays silent; the default pattern no longer applies once replaced."""
+    bare = tmp_path / "review-farm" / "repos" / "proj.git"
+    subprocess.run(["git", "clone", "-q", "--bare", str(git_repo), str(bare)], check=True)
+    wt = _worktree(bare, tmp_path / "farm-wt")
+    (wt / ".supervise-primary").write_text("")
+    (wt / "supervise.toml").write_text('gate_common_dirs = ["*/review-farm/repos/*.git"]\n' + CONFIG)
+    assert hook(harnesses(), wt, "startup").stdout == b""
+    (wt / "supervise.toml").write_text(CONFIG)
+    assert "ALPHA" in hook(harnesses(), wt, "startup").text

@@ -61,11 +61,15 @@ def main(argv: list[str]) -> int:
         _print(_bridge.BridgeResult("failed", error=f"usage: {err}").to_json())
         return EXIT_OK
     if args.prerequisite:
+        # 3 means "stand down" and nothing else: any failure here says "go on" (the full run
+        # reports the problem), so a crash can never pass for a stand-down.
         try:
             project = _bridge.resolve_project(args.cwd)
-        except ValueError:
-            return EXIT_OK  # no verdict here: the full run reports the problem
-        return EXIT_STAND_DOWN if _bridge.stand_down(project) else EXIT_OK
+            return EXIT_STAND_DOWN if _bridge.stand_down(project) else EXIT_OK
+        except Exception as err:  # noqa: BLE001 - fail open, say why
+            print(f"supervise bridge: prerequisite check failed: {type(err).__name__}: {err}",
+                  file=sys.stderr)
+            return EXIT_OK
     result = _bridge.run_bridge(args.harness, args.source, session_id=args.session_id, cwd=args.cwd)
     _print(result.to_json())
     return EXIT_OK
