@@ -16,6 +16,8 @@ never closed) or blank-bodied record gives no section and exits 0 (brief memory.
 
 from __future__ import annotations
 
+import os
+
 import sys
 from pathlib import Path
 
@@ -68,7 +70,11 @@ def main() -> int:
     env, problems = common.read_env("summary")
     opts = common.Options(env.options)
     path = common.resolve_path(env.project_dir, opts.text("path", "memory/summary.md"))
-    inject = opts.flag("inject_summary", True)
+    # The summary belongs to the memory feature (seed 002: no injection without it): on by
+    # default only when the digest also runs the `memory` stage; `inject_summary = true`
+    # turns it on explicitly, `false` off.
+    builtins = os.environ.get("SUPERVISE_DIGEST_BUILTINS", "memory").split(",")
+    inject = opts.flag("inject_summary", "memory" in builtins)
     cap = opts.whole("max_bytes", 8000, minimum=100)
     allow_tracked = opts.flag("allow_tracked", False)
     want_exposure = opts.flag("exposure", True)

@@ -136,7 +136,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
                           "--spec", json.dumps(asdict(inner))]
                 devnull = os.devnull
-                pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token), setsid=True,
+                pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token, config), setsid=True,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
                                                    (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
                                                    (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0)])

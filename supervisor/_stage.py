@@ -83,14 +83,19 @@ def stage_argv(spec: StagePlan) -> list[str]:
     return [*spec.run, *spec.args]
 
 
-def stage_env(spec: StagePlan, context: SessionContext, token: str) -> dict[str, str]:
-    """The curated environment of a stage (see docs/stage-authors.md)."""
+def stage_env(spec: StagePlan, context: SessionContext, token: str,
+              digest: DigestPlan | None = None) -> dict[str, str]:
+    """The curated environment of a stage (see docs/stage-authors.md); ``digest`` lets the
+    stage know which built-ins run beside it (``SUPERVISE_DIGEST_BUILTINS``)."""
     env = {k: v for k, v in os.environ.items()
            if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")}
     env.update(spec.env)
     env.update(context.env())
     env["SUPERVISE_STAGE_NAME"] = spec.name
     env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
+    if digest is not None:
+        env["SUPERVISE_DIGEST_BUILTINS"] = ",".join(
+            dict.fromkeys(s.builtin for s in digest.stages if s.builtin))
     env[_tree.TOKEN_VAR] = token
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -170,11 +175,11 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         if run.inherit_stdio:  # like GNU timeout: stdin, stdout and stderr are the command's own
             proc = await anyio.open_process(
                 argv, stdin=None, stdout=None, stderr=None, cwd=_stage_cwd(spec, run.context),
-                env=stage_env(spec, run.context, token), start_new_session=True)
+                env=stage_env(spec, run.context, token, run.config), start_new_session=True)
         else:
             proc = await anyio.open_process(
                 argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT,
-                cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token),
+                cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token, run.config),
                 start_new_session=True)
     except (OSError, ValueError, ConfigError) as err:
         reason = getattr(err, "strerror", None) or str(err)

@@ -50,7 +50,7 @@ def test_install_preserves_user_keys_and_hooks_and_is_idempotent(git_repo: Path)
     assert session["timeout"] == 180  # default budget 120 s + 60 s
     assert _ours(data, "UserPromptSubmit")[0]["command"].endswith("hook claude --event prompt")
     post = [g for g in data["hooks"]["PostToolUse"] if _ours({"hooks": {"x": [g]}}, "x")]
-    assert post[0]["matcher"] == "Read" and post[0]["hooks"][0]["command"].endswith("--event post-tool")
+    assert post[0]["matcher"] == "Read|Edit|MultiEdit|Write|NotebookEdit" and post[0]["hooks"][0]["command"].endswith("--event post-tool")
     before = settings.read_bytes()
     again = run_cli("install", "claude", cwd=git_repo)
     assert again.returncode == 0 and b"unchanged" in again.stdout

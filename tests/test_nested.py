@@ -242,3 +242,13 @@ def test_symlinked_state_dir_is_never_written(project: Path, tmp_path: Path) -> 
     payload = read_payload(project, "sub dir/déep/file.txt")
     assert hook(project, payload, "--event", "post-tool") == ""
     assert list(elsewhere.iterdir()) == []
+
+
+def test_clear_through_the_hook_also_reinjects(project: Path) -> None:
+    """`clear` loses context like `compact`: the epoch advances, the next read injects again."""
+    payload = read_payload(project, "sub dir/déep/file.txt")
+    assert "SUB-RULES" in hook(project, payload, "--event", "post-tool")
+    assert hook(project, payload, "--event", "post-tool") == ""
+    hook(project, {"hook_event_name": "SessionStart", "source": "clear", "session_id": "sess-1",
+                   "cwd": str(project)})
+    assert "SUB-RULES" in hook(project, payload, "--event", "post-tool")

@@ -187,12 +187,29 @@ def test_through_the_engine(summary: Path, state: Path) -> None:
     from supervisor._context import SessionContext
     from supervisor._engine import run_digest
 
-    config = parse_config({"budget": 30, "stages": [{"name": "summary", "builtin": "summary"}]}, "<test>")
+    config = parse_config({"budget": 30, "stages": [{"name": "summary", "builtin": "summary"},
+                                                    {"name": "memory", "builtin": "memory"}]},
+                          "<test>")
     context = SessionContext(project_dir=summary.parent.parent, state_dir=state, source="compact")
     result = anyio.run(run_digest, config, context)
     assert result.complete
     assert result.stages[0].output.startswith("## Resident memory summary\n")
     assert "FRONTMATTER-ONLY" not in result.text and "SUMMARY-BODY" in result.text
+
+
+def test_no_memory_feature_no_summary_unless_asked(summary: Path, state: Path) -> None:
+    """Seed 002: the summary is part of the memory feature. Without the `memory` stage in the
+    digest it is not injected; `inject_summary = true` asks for it explicitly."""
+    from supervisor._config import parse_config
+    from supervisor._context import SessionContext
+    from supervisor._engine import run_digest
+
+    context = SessionContext(project_dir=summary.parent.parent, state_dir=state)
+    alone = parse_config({"stages": [{"name": "summary", "builtin": "summary"}]}, "<test>")
+    assert anyio.run(run_digest, alone, context).stages[0].output == ""
+    asked = parse_config({"stages": [{"name": "summary", "builtin": "summary",
+                                      "options": {"inject_summary": True}}]}, "<test>")
+    assert "SUMMARY-BODY" in anyio.run(run_digest, asked, context).stages[0].output
 
 
 def test_seed_002_scenario_through_supervise_hook_claude(summary: Path, tmp_path: Path) -> None:
@@ -206,7 +223,8 @@ def test_seed_002_scenario_through_supervise_hook_claude(summary: Path, tmp_path
 
     def hook(options: str) -> str:
         (project / "supervise.toml").write_text(
-            f'budget = 30\n[[stages]]\nname = "summary"\nbuiltin = "summary"\n{options}')
+            f'budget = 30\n[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+            f'[[stages]]\nname = "summary"\nbuiltin = "summary"\n{options}')
         proc = run_cli("hook", "claude", cwd=project, input=payload,
                        env={"SUPERVISE_STATE_DIR": str(tmp_path / "hook-state")})
         assert proc.returncode == 0, proc.stderr
