@@ -80,3 +80,21 @@ def test_nested_agents_md_injected_on_read_and_again_after_compaction(
     claude(installed, fake_model, "--resume", sid, *read)
     assert any("NESTEDE2E rules" in body for body in fake_model.bodies(since)), \
         "after compaction the nested AGENTS.md was not injected again"
+
+
+def test_resident_summary_reaches_the_model_without_its_frontmatter(
+        installed: Project, fake_model: FakeModel) -> None:
+    """Seed 002 through the real Claude CLI: the summary body, framed as background, reaches
+    the model; its YAML frontmatter never does."""
+    (installed.path / ".remember").mkdir()
+    (installed.path / ".remember" / "identity.md").write_text("IDENTITY2E\n")
+    memory = installed.path / "memory"
+    memory.mkdir()
+    (memory / "summary.md").write_text(
+        "---\nupdated_at: 2026-11-29\nsources: FRONTMATTER2E\n---\nSUMMARY2E the plan\n")
+    installed.configure('budget = 20\ngrace = 0.5\n[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+                        '[[stages]]\nname = "summary"\nbuiltin = "summary"\n')
+    claude(installed, fake_model, "-p", "turn 1")
+    assert fake_model.seen("SUMMARY2E the plan")
+    assert not fake_model.seen("FRONTMATTER2E")
+    assert fake_model.seen("never overrides current user instructions")
