@@ -149,6 +149,14 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
                                              session_id=clean_session_id(session_id))
+        if routed in ("compact", "clear") and context.session_id:
+            from ._errors import SupervisorError
+            from ._nested import advance_epoch
+
+            try:  # context was lost: nested files read before must be injected again
+                advance_epoch(context)
+            except SupervisorError:  # an unusable state dir: no re-arm, the digest still runs
+                pass
         outcome = run_session(config, context)
     except Exception as err:  # noqa: BLE001 - the extension must get a document, not a traceback
         return BridgeResult("failed", error=f"internal error: {type(err).__name__}: {err}", **base)

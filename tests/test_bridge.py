@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -245,3 +246,37 @@ def test_resume_after_a_start_in_this_process_is_empty(project: Path, pi_harness
     doc = bridge_doc(pi_harness.run(["bridge", "--harness", "pi", "--source", "resume",
                                      "--session-id", "S1"], cwd=project).stdout)
     assert doc["kind"] == "empty" and doc["text"] == "" and doc["action"] == "nudge"
+
+
+def test_pi_read_gets_the_nested_agents_md_once_per_epoch(git_repo: Path, pi_harness: FakeHarness) -> None:
+    """Seed 003 for Pi: the extension's `tool_result` handler (node) asks the Python side for
+    the nested AGENTS.md of a file Pi read; once per session, again after a compaction."""
+    import shutil as _shutil
+
+    node = _shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    (git_repo / "pkg" / "deep").mkdir(parents=True)
+    (git_repo / "pkg" / "AGENTS.md").write_text("PI-NESTED rules: tabs\n")
+    (git_repo / "pkg" / "deep" / "f.txt").write_text("data\n")
+    (git_repo / "supervise.toml").write_text(CONFIG)
+    core = Path(__file__).resolve().parent.parent / "supervisor" / "bridges" / "core.mjs"
+    script = (f"import {{ nestedForRead }} from {json.dumps(core.as_uri())};\n"
+              f"const s = {{ python: {json.dumps(sys.executable)} }};\n"
+              f"const a = {{ path: {json.dumps(str(git_repo / 'pkg' / 'deep' / 'f.txt'))}, "
+              f"cwd: {json.dumps(str(git_repo))}, sessionId: 'P1' }};\n"
+              "process.stdout.write(JSON.stringify([await nestedForRead(s, a), await nestedForRead(s, a)]));\n")
+
+    def reads() -> list[str]:
+        proc = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                              cwd=git_repo, timeout=60)
+        assert proc.returncode == 0, proc.stderr.decode()
+        return list(json.loads(proc.stdout))
+
+    first, second = reads()
+    assert "PI-NESTED rules" in first and second == ""
+    doc = bridge_doc(pi_harness.run(["bridge", "--harness", "pi", "--source", "compact",
+                                     "--session-id", "P1"], cwd=git_repo).stdout)
+    assert doc["kind"] in ("ready", "empty")
+    first, _ = reads()
+    assert "PI-NESTED rules" in first  # the compaction re-armed it

@@ -8,7 +8,7 @@
 
 import { spawn as nodeSpawn, spawnSync } from "node:child_process"
 import { existsSync, readFileSync, readdirSync } from "node:fs"
-import { dirname, join } from "node:path"
+import { dirname, join, resolve as resolvePath } from "node:path"
 import { fileURLToPath } from "node:url"
 
 export const PROTOCOL = 1
@@ -397,6 +397,34 @@ function piSessionId(ctx) {
 
 export const PI_MESSAGE_TYPE = "watchkeeper-session-start"
 
+/** Nested instructions on demand (seed 003): after a file read, ask
+ *  `supervise hook <harness> --event post-tool` for the AGENTS.md of the subtree that holds
+ *  it. The Python side keeps the per-session ledger (once per compaction epoch, concurrent
+ *  reads inject once). Resolves to the text to append, or "" (nothing, an error, or no
+ *  answer within `timeoutMs`: a read is never held up for long). */
+export function nestedForRead(settings, { path, cwd, sessionId, harness = "pi" },
+                              { spawn = nodeSpawn, env = process.env, timeoutMs = 5000 } = {}) {
+  return new Promise((done) => {
+    if (!settings.python || !path) return done("")
+    const payload = JSON.stringify({ hook_event_name: "PostToolUse", tool_name: "Read",
+      tool_input: { file_path: path }, session_id: sessionId ?? "", cwd: cwd ?? "" })
+    let child
+    try {
+      child = spawn(settings.python, ["-P", "-m", "supervisor", "hook", harness, "--event", "post-tool"],
+        { cwd: cwd || undefined, env, stdio: ["pipe", "pipe", "ignore"] })
+    } catch {
+      return done("")
+    }
+    let out = ""
+    const timer = setTimeout(() => { try { child.kill("SIGKILL") } catch {} ; done("") }, timeoutMs)
+    child.stdout.on("data", (chunk) => { out += chunk })
+    child.on("error", () => { clearTimeout(timer); done("") })
+    child.on("close", () => { clearTimeout(timer); done(out.trim()) })
+    child.stdin.on("error", () => {})
+    child.stdin.end(payload)
+  })
+}
+
 /** Wire the Pi extension onto `pi` (the ExtensionAPI). Returns the generation manager. */
 export function piExtension(pi, options = {}) {
   const settings = options.settings ?? loadSettings(options.dir)
@@ -421,6 +449,17 @@ export function piExtension(pi, options = {}) {
         details: { kind: got.result.kind, source: got.source, mode: got.result.mode ?? "" },
       },
     }
+  })
+  pi.on("tool_result", async (event, ctx) => {
+    // Pi's `read` tool ({path}); the text of a nested AGENTS.md is appended to its result.
+    if (event?.toolName !== "read" || event?.isError) return
+    const raw = event?.input?.path
+    if (typeof raw !== "string" || !raw) return
+    const cwd = ctx?.cwd || process.cwd()
+    const text = await nestedForRead(settings, { path: resolvePath(cwd, raw), cwd,
+      sessionId: piSessionId(ctx) }, { spawn: options.spawn, env: options.env })
+    if (!text) return
+    return { content: [...(Array.isArray(event.content) ? event.content : []), { type: "text", text }] }
   })
   pi.on("session_shutdown", async () => {
     await gens.shutdown()
