@@ -8,14 +8,14 @@ never by raising, because a stage must exit 0 whatever goes wrong (brief, memory
 
 from __future__ import annotations
 
-from datetime import date as _date
-
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date as _date
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +268,15 @@ def record_exposure(env: StageEnv, what: Path | str, nbytes: int) -> None:
                                   source=env.source, session=env.session, stage=env.stage)
     except OSError as err:
         log(env, f"cannot record exposure: {err}")
+
+
+def run_stage_main(main: Callable[[], int], stage: str) -> None:
+    """``sys.exit(main())``, but an internal failure is one line on stderr and in the stage
+    log, and the exit status is 0: a stage never fails the digest (memory.md #20)."""
+    try:
+        sys.exit(main())
+    except Exception as err:  # noqa: BLE001 - stated, logged, never fatal
+        line = f"{stage} stage: internal error: {type(err).__name__}: {err}"
+        print(line, file=sys.stderr)
+        log(read_env(stage)[0], line)
+        sys.exit(0)

@@ -20,7 +20,6 @@ the full recap (claude-remember #339/#340). Silent when the store does not exist
 from __future__ import annotations
 
 import datetime as _dt
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -297,10 +296,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a stage exits 0 on every internal failure (memory.md #20)
-        line = f"memory stage: internal error: {type(err).__name__}: {err}"
-        print(line, file=sys.stderr)
-        common.log(common.read_env("memory")[0], line)
-        sys.exit(0)
+    common.run_stage_main(main, "memory")

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 
-import sys
-from pathlib import Path
 
 import _memory_common as common
 
@@ -126,10 +124,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a stage exits 0 on every internal failure (memory.md #20)
-        line = f"summary stage: internal error: {type(err).__name__}: {err}"
-        print(line, file=sys.stderr)
-        common.log(common.read_env("summary")[0], line)
-        sys.exit(0)
+    common.run_stage_main(main, "summary")

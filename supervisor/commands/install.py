@@ -17,7 +17,7 @@ import math
 import shlex
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .._project import add_git_exclude
@@ -40,6 +40,30 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     p.add_argument("-C", "--project", dest="project", type=Path, default=None,
                    help="project root (default: the git top level of the current directory)")
     return p
+
+
+class Request(NamedTuple):
+    """A parsed ``install``/``uninstall`` request."""
+
+    args: argparse.Namespace
+    adapters: list[Adapter]
+    bridged: list[str]
+    project_dir: Path
+
+
+def prepare(verb: str, verb_help: str, argv: list[str]) -> Request | int:
+    """Parse ``argv`` for ``supervise VERB``: hook harnesses, bridged ones (pi, opencode) and
+    the project; an int is the exit status of a usage error (already reported)."""
+    from ..adapters import _settings
+    from ..bridges._install import split
+
+    args = parser(f"supervise {verb}", verb_help).parse_args(argv)
+    args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
+    adapters = pick(args.harnesses)
+    if isinstance(adapters, str):
+        print(f"supervise {verb}: {adapters}", file=sys.stderr)
+        return EXIT_USAGE
+    return Request(args, adapters, bridged, _settings.find_project_dir(args.project or Path.cwd()))
 
 
 def pick(names: list[str]) -> list[Adapter] | str:
@@ -103,16 +127,12 @@ def _rel(path: Path, project_dir: Path) -> str:
 def main(argv: list[str]) -> int:
     """Install each named harness; exit 1 if any settings file was refused, 2 on bad usage."""
     from ..adapters import _settings
+    from ..bridges._install import run_verb
 
-    args = parser("supervise install", "register the watchkeeper hook with harnesses").parse_args(argv)
-    from ..bridges._install import run_verb, split
-
-    args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
-    adapters = pick(args.harnesses)
-    if isinstance(adapters, str):
-        print(f"supervise install: {adapters}", file=sys.stderr)
-        return EXIT_USAGE
-    project_dir = _settings.find_project_dir(args.project or Path.cwd())
+    request = prepare("install", "register the watchkeeper hook with harnesses", argv)
+    if isinstance(request, int):
+        return request
+    args, adapters, bridged, project_dir = request
     budget, warning = project_budget(project_dir)
     if warning:
         print(warning, file=sys.stderr)

@@ -11,22 +11,19 @@ import sys
 from pathlib import Path
 
 from .._errors import ConfigError
-from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ..adapters import _settings
-from .install import _rel, parser, pick
+from .install import _rel, prepare
 
 
 def main(argv: list[str]) -> int:
     """Uninstall each named harness; exit 1 if a settings file was refused, 2 on bad usage."""
-    args = parser("supervise uninstall", "remove the watchkeeper hook from harnesses").parse_args(argv)
-    from ..bridges._install import run_verb, split
+    from ..bridges._install import run_verb
 
-    args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
-    adapters = pick(args.harnesses)
-    if isinstance(adapters, str):
-        print(f"supervise uninstall: {adapters}", file=sys.stderr)
-        return EXIT_USAGE
-    project_dir = _settings.find_project_dir(args.project or Path.cwd())
+    request = prepare("uninstall", "remove the watchkeeper hook from harnesses", argv)
+    if isinstance(request, int):
+        return request
+    args, adapters, bridged, project_dir = request
     home = Path.home()
     failed = run_verb("uninstall", bridged, args.scope, project_dir)
     for adapter in adapters:
