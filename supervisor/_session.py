@@ -100,14 +100,21 @@ def _structured(text: str, result: DigestResult, front: str, tail: str = "",
     return SessionOutcome(text, "digest", parts=parts, notices=notices, **kw)  # type: ignore[arg-type]
 
 
-def _when(epoch: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+def when(epoch: object) -> str:
+    """``2026-01-01 00:00:00 UTC`` for seconds since the epoch; ``-`` for anything else (an
+    absent or hand-edited record never crashes a caller)."""
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "-"
 
 
 def owner_line(record: _lock.LockRecord) -> str:
     """``claude pid 123 (session abc), since 2026-01-01 00:00:00 UTC``."""
     sid = f" (session {record.session_id})" if record.session_id else ""
-    return f"{record.harness or 'terminal'} pid {record.pid}{sid}, since {_when(record.acquired_at)}"
+    return f"{record.harness or 'terminal'} pid {record.pid}{sid}, since {when(record.acquired_at)}"
 
 
 def read_only_notice(why: str, exclusive: list[str]) -> str:

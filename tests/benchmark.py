@@ -21,6 +21,8 @@ from pathlib import Path
 
 import psutil
 
+from helpers import peak_rss_until_exit  # tests/ is this script's own folder
+
 ROOT = Path(__file__).resolve().parent.parent
 SUPERVISE = [sys.executable, "-m", "supervisor"]
 HOSTILE = [sys.executable, str(ROOT / "tests" / "resources" / "hostile.py")]
@@ -99,16 +101,7 @@ def bench_rss(tmp: Path, mib: int) -> tuple[str, str, str]:
         f'[[stages]]\nname = "flood"\nrun = {json.dumps(HOSTILE + ["flood", str(mib)])}\n')
     proc = subprocess.Popen([*SUPERVISE, "digest", "-C", str(project)], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    peak = 0
-    status = Path(f"/proc/{proc.pid}/status")
-    while proc.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) * 1024)
-        except OSError:
-            break
-        time.sleep(0.01)
+    peak = peak_rss_until_exit(proc)
     return (f"peak RSS of `supervise digest` while a stage streams {mib} MB (target < 80 MB)",
             f"{peak / 2**20:.1f} MiB", f"{peak / (80 * 2**20):.2f} of target")
 

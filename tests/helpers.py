@@ -19,3 +19,21 @@ def run_cli(*args: str, cwd: Path | None = None, input: bytes | None = None,
     full_env = {**os.environ, **(env or {})}
     return subprocess.run(supervise_cmd(*args), cwd=cwd, input=input if input is not None else b"",
                           capture_output=True, env=full_env, timeout=timeout)
+
+
+def peak_rss_until_exit(proc: subprocess.Popen[bytes]) -> int:
+    """Poll ``proc``'s peak resident set (``VmHWM``, Linux) until it exits; bytes (0 when
+    ``/proc`` cannot tell)."""
+    import time
+
+    peak = 0
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.poll() is None:
+        try:
+            for line in status.read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak = max(peak, int(line.split()[1]) * 1024)
+        except OSError:
+            break
+        time.sleep(0.01)
+    return peak

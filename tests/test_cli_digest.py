@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import run_cli, supervise_cmd
+from helpers import peak_rss_until_exit, run_cli, supervise_cmd
 
 RES = Path(__file__).parent / "resources"
 HOSTILE = f"{sys.executable} {RES / 'hostile.py'}"
@@ -25,7 +25,7 @@ def write_config(project: Path, body: str) -> None:
 
 
 def stage(name: str, run: str, **extra: object) -> str:
-    lines = [f"[[stages]]", f"name = {json.dumps(name)}", f"run = {json.dumps(run)}"]
+    lines = ["[[stages]]", f"name = {json.dumps(name)}", f"run = {json.dumps(run)}"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
     return "\n".join(lines) + "\n"
 
@@ -201,20 +201,11 @@ def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None
     write_config(tmp_path, "max_output = 65536\n" + stage("flood", f"{HOSTILE} flood 200"))
     proc = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL)
-    peak = 0
-    status = Path(f"/proc/{proc.pid}/status")
     assert proc.stdout is not None
     chunks: list[bytes] = []
     reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
     reader.start()
-    while proc.poll() is None:
-        try:
-            for line in status.read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peak = max(peak, int(line.split()[1]) * 1024)
-        except OSError:
-            break
-        time.sleep(0.01)
+    peak = peak_rss_until_exit(proc)
     reader.join(timeout=30)
     proc.wait(timeout=30)
     proc.stdout.close()

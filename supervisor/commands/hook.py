@@ -236,7 +236,7 @@ def _advance_nested_epoch(context: SessionContext) -> None:
 def main(argv: list[str]) -> int:
     """Run the hook; always returns 0 (see the module docstring)."""
     args = HookArgs()
-    _quiet_exit_on_signals()
+    quiet_exit_on_signals()
     try:
         args = parse_hook_args(argv)
         if args.help:
@@ -248,18 +248,25 @@ def main(argv: list[str]) -> int:
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
         if isinstance(err, SystemExit) and not err.code:
             return EXIT_OK
-        print(f"supervise hook: internal error: {type(err).__name__}: {err}", file=sys.stderr)
-        if args.event != "session-start":
-            return EXIT_OK  # a prompt or post-tool hook adds nothing; stderr says why
-        try:
-            emit(args.harness, internal_error_text("hook", err), state_dir=Path(".supervise"),
-                 kind="digest")
-        except BaseException:  # noqa: BLE001
-            pass
+        # a prompt or post-tool hook adds nothing to the context; stderr says why
+        report_internal_error("hook", args.harness, err,
+                              "digest" if args.event == "session-start" else None)
     return EXIT_OK
 
 
-def _quiet_exit_on_signals() -> None:
+def report_internal_error(verb: str, harness: str, err: BaseException, kind: str | None) -> None:
+    """State an internal error on stderr and, unless ``kind`` is None, in the harness's
+    output (so the model knows the digest did not run). Never raises."""
+    print(f"supervise {verb}: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+    if kind is None:
+        return
+    try:
+        emit(harness, internal_error_text(verb, err), state_dir=Path(".supervise"), kind=kind)
+    except BaseException:  # noqa: BLE001 - nothing more can be said
+        pass
+
+
+def quiet_exit_on_signals() -> None:
     """Until the engine installs its own handlers (which end a digest with its banner), a
     TERM, INT or HUP from the harness ends the hook quietly with status 0, never 128+n."""
     import signal

@@ -11,10 +11,9 @@ Exit status: always 0, like ``hook``.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from .._exitcodes import EXIT_OK
-from .hook import HookArgs, emit, internal_error_text, parse_hook_args
+from .hook import HookArgs, emit, parse_hook_args, quiet_exit_on_signals, report_internal_error
 
 
 def _run(args: HookArgs) -> None:
@@ -43,6 +42,7 @@ def _run(args: HookArgs) -> None:
 def main(argv: list[str]) -> int:
     """Print the nudge unless silent; always returns 0."""
     args = HookArgs()
+    quiet_exit_on_signals()  # a harness path: a TERM while reading the payload still exits 0
     try:
         args = parse_hook_args(argv, verb="nudge")
         if args.help:
@@ -56,10 +56,5 @@ def main(argv: list[str]) -> int:
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
         if isinstance(err, SystemExit) and not err.code:
             return EXIT_OK
-        print(f"supervise nudge: internal error: {type(err).__name__}: {err}", file=sys.stderr)
-        try:
-            emit(args.harness, internal_error_text("nudge", err), state_dir=Path(".supervise"),
-                 kind="nudge")
-        except BaseException:  # noqa: BLE001
-            pass
+        report_internal_error("nudge", args.harness, err, "nudge")
     return EXIT_OK

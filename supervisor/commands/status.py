@@ -13,11 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
+from .._session import when
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,15 +26,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-C", dest="directory", type=Path, metavar="DIR", help="run as if started in DIR")
     p.add_argument("--format", choices=("text", "json"), default="text")
     return p
-
-
-def _when(epoch: object) -> str:
-    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
-        return "-"  # absent, or a hand-edited record: never a crash
-    try:
-        return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-    except (OverflowError, OSError, ValueError):
-        return "-"
 
 
 def _pending(state_dir: Path) -> list[dict[str, Any]]:
@@ -99,27 +90,27 @@ def render_text(doc: dict[str, Any]) -> str:
         state = "alive" if lock["alive"] else "STALE (owner gone; the next start replaces it)"
         sid = f", session {lock['session_id']}" if lock["session_id"] else ""
         lines.append(f"lock       {lock['harness']} pid {lock['pid']}{sid}, since "
-                     f"{_when(lock['acquired_at'])}: {state}")
+                     f"{when(lock['acquired_at'])}: {state}")
     done = doc["completion"]
     if done is None:
         lines.append("completion none (a clear or compact runs the full digest)")
     else:
         match = "matches the lock" if done["matches_lock"] else "does NOT match the lock (ignored)"
-        lines.append(f"completion {_when(done['completed_at'])}, {match}")
+        lines.append(f"completion {when(done['completed_at'])}, {match}")
     last = doc["last_digest"]
     if last is None:
         lines.append("last       no digest recorded")
     else:
         state = "truncated" if last["truncated"] else ("complete" if last["complete"] else "incomplete")
         lines.append(f"last       {last['mode']} digest, source {last['source'] or '-'}, "
-                     f"{last['seconds']:.2f}s, {state}, {_when(last['finished_at'])}")
+                     f"{last['seconds']:.2f}s, {state}, {when(last['finished_at'])}")
         for stage in last["stages"]:
             lines.append(f"  {stage['name']:<24} {stage['status']:<11} {stage['seconds']:7.2f}s "
                          f"{stage['bytes']:>9} bytes")
     pending = doc["pending"]
     lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
     for item in pending:
-        lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {_when(item['finished'])}")
+        lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {when(item['finished'])}")
     lines += doc.get("_exposure_lines", [])
     return "\n".join(lines) + "\n"
 

@@ -171,41 +171,24 @@ class H(BaseHTTPRequestHandler):
     # ---- Anthropic Messages -------------------------------------------------------
     def anthropic(self, body):
         read = wanted_read(body)
-        if read is not None:
-            return self.anthropic_tool_use(body, read)
+        if read is not None:  # one Read tool call, so a harness's PostToolUse hook fires
+            block = {"type": "tool_use", "id": f"toolu_fake{abs(hash(read)) % 10**8}",
+                     "name": "Read", "input": {"file_path": read}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+            return self.anthropic_reply(body, block, {**block, "input": {}}, delta, "tool_use")
         text = reply_text(body)
-        model = body.get("model", ARGS.model)
-        n_in = input_tokens()
-        usage = {"input_tokens": n_in, "output_tokens": 5,
-                 "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-        if not body.get("stream"):
-            return self._json({"id": "msg_fake", "type": "message", "role": "assistant",
-                               "model": model, "content": [{"type": "text", "text": text}],
-                               "stop_reason": "end_turn", "stop_sequence": None, "usage": usage})
-        self._sse_start()
-        self._ev("message_start", {"type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-            "content": [], "stop_reason": None, "stop_sequence": None,
-            "usage": {**usage, "output_tokens": 1}}})
-        self._ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                         "content_block": {"type": "text", "text": ""}})
-        self._ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "text_delta", "text": text}})
-        self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
-        self._ev("message_delta", {"type": "message_delta",
-                                   "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                   "usage": {"output_tokens": 5}})
-        self._ev("message_stop", {"type": "message_stop"})
+        return self.anthropic_reply(body, {"type": "text", "text": text},
+                                    {"type": "text", "text": ""},
+                                    {"type": "text_delta", "text": text}, "end_turn")
 
-    def anthropic_tool_use(self, body, path):
+    def anthropic_reply(self, body, block, start_block, delta, stop):
+        """One assistant message holding ``block``: JSON, or SSE (start, one delta, stop)."""
         model = body.get("model", ARGS.model)
-        tool = {"type": "tool_use", "id": f"toolu_fake{abs(hash(path)) % 10**8}", "name": "Read",
-                "input": {"file_path": path}}
         usage = {"input_tokens": input_tokens(), "output_tokens": 5,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         if not body.get("stream"):
             return self._json({"id": "msg_fake", "type": "message", "role": "assistant",
-                               "model": model, "content": [tool], "stop_reason": "tool_use",
+                               "model": model, "content": [block], "stop_reason": stop,
                                "stop_sequence": None, "usage": usage})
         self._sse_start()
         self._ev("message_start", {"type": "message_start", "message": {
@@ -213,13 +196,11 @@ class H(BaseHTTPRequestHandler):
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {**usage, "output_tokens": 1}}})
         self._ev("content_block_start", {"type": "content_block_start", "index": 0,
-                                         "content_block": {**tool, "input": {}}})
-        self._ev("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "input_json_delta",
-                                                   "partial_json": json.dumps(tool["input"])}})
+                                         "content_block": start_block})
+        self._ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
         self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
         self._ev("message_delta", {"type": "message_delta",
-                                   "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+                                   "delta": {"stop_reason": stop, "stop_sequence": None},
                                    "usage": {"output_tokens": 5}})
         self._ev("message_stop", {"type": "message_stop"})
 
