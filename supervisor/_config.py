@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError
-from ._plan import find_config
+from ._plan import (DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
+                    MIN_MEMORY, find_config)
 
 DEFAULT_BUDGET = 120.0
 """Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
@@ -37,6 +38,9 @@ class StageSpec(_Frozen):
     through ``/bin/sh -c`` only with ``shell = true``) or ``builtin`` (a program from
     ``stages/``) is given. ``timeout`` and ``max_output`` are in seconds and bytes.
     ``options`` is passed to the stage as JSON in ``SUPERVISE_STAGE_OPTIONS``.
+    ``max_tasks`` (processes in the stage's tree at once, default 512) and ``max_memory``
+    (bytes of memory of the whole tree, default none) are caps: a stage over one is killed
+    whole (cgroup ``pids.max`` / ``memory.max`` where available, else the watchdog).
     """
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -47,8 +51,10 @@ class StageSpec(_Frozen):
     title: str | None = None
     cwd: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
-    timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     max_output: int | None = Field(default=None, gt=0)
+    max_tasks: int = Field(default=DEFAULT_MAX_TASKS, ge=1, le=MAX_TASKS_LIMIT)
+    max_memory: int | None = Field(default=None, ge=MIN_MEMORY, le=MAX_MEMORY_LIMIT)
     needs: tuple[str, ...] = ()
     deferred: bool = False
     reemit: bool = False
@@ -107,8 +113,8 @@ class DigestConfig(_Frozen):
     set by :func:`load_config` and not read from the file.
     """
 
-    budget: float = Field(default=DEFAULT_BUDGET, gt=0)
-    grace: float = Field(default=DEFAULT_GRACE, ge=0)
+    budget: float = Field(default=DEFAULT_BUDGET, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    grace: float = Field(default=DEFAULT_GRACE, ge=0, le=MAX_GRACE, allow_inf_nan=False)
     max_output: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
     reemit_budget: int = Field(default=24 * 1024, ge=1024)
     scope: Literal["primary", "any"] = "primary"

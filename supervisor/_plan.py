@@ -20,6 +20,20 @@ from typing import Any, Literal
 from ._errors import ConfigError
 from ._fsutil import atomic_write
 
+MAX_SECONDS = 86400.0
+"""Largest ``budget``, ``timeout`` or ``SUPERVISE_TIMEOUT`` accepted (a day): more is a typo,
+and ``inf`` or ``nan`` would break the deadline arithmetic (a crash at the first signal)."""
+MAX_GRACE = 600.0
+"""Largest ``grace`` accepted, in seconds."""
+DEFAULT_MAX_TASKS = 512
+"""Processes a stage's tree may hold at once (``max_tasks``); a fork bomb stops here."""
+MAX_TASKS_LIMIT = 4_194_304
+"""Largest ``max_tasks`` accepted (the kernel's own pid limit)."""
+MIN_MEMORY = 1 << 20
+"""Smallest ``max_memory`` accepted, in bytes (1 MiB: less cannot start an interpreter)."""
+MAX_MEMORY_LIMIT = 1 << 50
+"""Largest ``max_memory`` accepted, in bytes (1 PiB)."""
+
 CACHE_FILE = "config-cache.json"
 CONFIG_FILE = "supervise.toml"
 _CODE_FILES = ("_config.py", "_plan.py", "default.toml")
@@ -39,6 +53,8 @@ class StagePlan:
     env: dict[str, str] = field(default_factory=dict)
     timeout: float | None = None
     max_output: int | None = None
+    max_tasks: int = DEFAULT_MAX_TASKS
+    max_memory: int | None = None
     needs: tuple[str, ...] = ()
     deferred: bool = False
     reemit: bool = False
@@ -135,6 +151,9 @@ def _env_seconds(name: str) -> float | None:
         raise ConfigError(f"environment: {name}={raw!r}: expected seconds (a number)") from None
     if not value >= 0 or value == float("inf"):
         raise ConfigError(f"environment: {name}={raw!r}: expected a finite number >= 0")
+    limit = MAX_GRACE if name == "SUPERVISE_GRACE" else MAX_SECONDS
+    if value > limit:
+        raise ConfigError(f"environment: {name}={raw!r}: at most {limit:g} seconds")
     return value
 
 

@@ -41,11 +41,14 @@ def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
 def main(argv: list[str]) -> int:
     """Run the digest; exit 0 (also after a truncation), 1 on a bad config, 128+n on a signal."""
     args = build_parser().parse_args(argv)
-    for flag in ("budget", "grace"):
+    from .._plan import MAX_GRACE, MAX_SECONDS
+
+    for flag, limit in (("budget", MAX_SECONDS), ("grace", MAX_GRACE)):
         value = getattr(args, flag)
-        if value is not None and not (value >= 0 and value != float("inf")) or (
+        if value is not None and not (0 <= value <= limit) or (
                 flag == "budget" and value is not None and value <= 0):
-            print(f"supervise digest: --{flag} must be a positive number of seconds", file=sys.stderr)
+            print(f"supervise digest: --{flag} must be a positive number of seconds, at most "
+                  f"{limit:g}", file=sys.stderr)
             return EXIT_USAGE
 
     import anyio

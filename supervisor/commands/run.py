@@ -56,8 +56,11 @@ def main(argv: list[str]) -> int:
         print("supervise run: no command given (usage: supervise run [--budget S] -- CMD ARGS)",
               file=sys.stderr)
         return EXIT_RUN_USAGE
-    if not args.budget > 0 or not args.grace >= 0:
-        print("supervise run: --budget must be > 0 and --grace >= 0 seconds", file=sys.stderr)
+    from .._plan import MAX_GRACE, MAX_SECONDS
+
+    if not 0 < args.budget <= MAX_SECONDS or not 0 <= args.grace <= MAX_GRACE:
+        print(f"supervise run: --budget must be > 0 and --grace >= 0 seconds (finite; at most "
+              f"{MAX_SECONDS:g} and {MAX_GRACE:g})", file=sys.stderr)
         return EXIT_RUN_USAGE
     bad = _check_program(command[0])
     if bad is not None:
