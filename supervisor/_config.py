@@ -45,7 +45,7 @@ class StageSpec(_Frozen):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     run: list[str] | None = None
-    builtin: str | None = Field(default=None, pattern=r"^[a-z][a-z0-9_]*$")
+    builtin: str | None = None
     args: tuple[str, ...] = ()
     shell: bool = False
     title: str | None = None
@@ -60,6 +60,7 @@ class StageSpec(_Frozen):
     reemit: bool = False
     exclusive: bool = False
     options: dict[str, Any] = Field(default_factory=dict)
+    ok_exit: tuple[int, ...] = (0,)
 
     DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
     """Built-ins that run deferred unless the config says ``deferred = false`` (network checks
@@ -96,6 +97,18 @@ class StageSpec(_Frozen):
             raise ValueError("with shell = true, 'run' is one string (the script)")
         if self.name in self.needs:
             raise ValueError(f"stage '{self.name}' needs itself")
+        if self.builtin is not None:
+            from ._builtins import list_builtins
+
+            known = list_builtins()
+            if self.builtin not in known:
+                raise ValueError(f"'{self.builtin}' is not a built-in stage (the built-ins are "
+                                 f"{', '.join(known) or 'missing: broken install?'})")
+        if not self.ok_exit:
+            raise ValueError("'ok_exit' is empty; list the exit statuses that mean success, "
+                             "e.g. [0, 1]")
+        if any(not 0 <= code <= 255 for code in self.ok_exit):
+            raise ValueError("'ok_exit' holds exit statuses, numbers from 0 to 255")
         # What execve cannot carry is an error here, not a crash at spawn time.
         texts = [*(self.run or ()), *self.args, *(self.env.values()), self.cwd or ""]
         if any("\0" in t for t in texts):
@@ -109,8 +122,10 @@ class StageSpec(_Frozen):
 class DigestConfig(_Frozen):
     """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
 
-    ``source`` names where it was read from (a file path or ``<embedded default>``); it is
-    set by :func:`load_config` and not read from the file.
+    ``source`` names where it was read from (a file path or ``<embedded default>``);
+    ``stages_from`` says where the stages came from (a file without a ``stages`` key gets the
+    embedded default stages; ``stages = []`` means none). Both are set by
+    :func:`parse_config`, not read from the file.
     """
 
     budget: float = Field(default=DEFAULT_BUDGET, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
@@ -123,19 +138,21 @@ class DigestConfig(_Frozen):
     inline_cap: dict[str, int] = Field(default_factory=dict)
     stages: tuple[StageSpec, ...] = ()
     source: str = Field(default="<embedded default>", exclude=True)
+    stages_from: str = Field(default="", exclude=True)
 
     @model_validator(mode="after")
     def _check_stages(self) -> DigestConfig:
-        names = [s.name for s in self.stages]
-        seen: set[str] = set()
-        for name in names:
-            if name in seen:
-                raise ValueError(f"stage name '{name}' is used twice")
-            seen.add(name)
+        first: dict[str, int] = {}
+        for number, stage in enumerate(self.stages, 1):
+            if stage.name in first:
+                raise ValueError(f"stages number {first[stage.name]} and {number} are both "
+                                 f"named '{stage.name}'; stage names must be unique")
+            first[stage.name] = number
         for stage in self.stages:
             for need in stage.needs:
-                if need not in seen:
-                    raise ValueError(f"stage '{stage.name}' needs unknown stage '{need}'")
+                if need not in first:
+                    raise ValueError(f"stage '{stage.name}' needs '{need}', but no stage has "
+                                     "that name")
         _check_acyclic(self.stages)
         return self
 
@@ -157,26 +174,85 @@ def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
         visit(name, ())
 
 
+_PLAIN: dict[str, str] = {
+    "missing": "is required",
+    "string_too_short": "must not be empty",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string (in quotes)",
+    "list_type": "must be a list, e.g. [\"a\", \"b\"]",
+    "tuple_type": "must be a list, e.g. [\"a\", \"b\"]",
+    "dict_type": "must be a table, e.g. { key = \"value\" }",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+}
+"""Pydantic error types in the words a person would use (the value follows in parentheses)."""
+
+
+def _plain_message(error: Any, in_stages: bool) -> str:
+    """One validation error as a person would write it (never the validator's own wording)."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return ("unknown key (see docs/stage-authors.md for the keys a stage takes)" if in_stages
+                else "unknown key (see the README's Configuration)")
+    if kind == "value_error":
+        return str(error["msg"]).removeprefix("Value error, ")
+    bounds = {"greater_than": ("more than", "gt"), "greater_than_equal": ("at least", "ge"),
+              "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
+    if kind in bounds:
+        words, key = bounds[kind]
+        limit = ctx.get(key)
+        text = f"must be {words} {limit:g}" if isinstance(limit, (int, float)) else \
+            f"must be {words} {limit}"
+    elif kind == "string_too_long":
+        text = f"must be at most {ctx.get('max_length')} characters"
+    elif kind == "string_pattern_mismatch":
+        text = ("must start with a letter or digit and hold only letters, digits, '.', '_' "
+                "and '-'")
+    elif kind == "literal_error":
+        text = f"must be one of {ctx.get('expected')}"
+    else:
+        text = _PLAIN.get(kind, str(error["msg"]))
+    value = error.get("input")
+    if kind != "missing" and isinstance(value, (str, int, float, bool)):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        text += f" (it is {shown})"
+    return text
+
+
+def _key_path(parts: list[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part + 1}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
 def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str:
     first = err.errors()[0]
     parts = list(first["loc"])
-    loc = ".".join(str(p) for p in parts) or "(top level)"
-    if len(parts) >= 2 and parts[0] == "stages" and isinstance(parts[1], int):
-        # Name the stage, not its 0-based index: `[[stages]] 'todo' (5th): key 'timeuot'`.
+    in_stages = parts[:1] == ["stages"]
+    if len(parts) >= 2 and in_stages and isinstance(parts[1], int):
+        # Name the stage, not its 0-based index: `[[stages]] 'todo' (number 5): key 'timeuot'`.
         stages = data.get("stages")
         entry = stages[parts[1]] if isinstance(stages, list) and parts[1] < len(stages) else {}
         name = entry.get("name") if isinstance(entry, dict) else None
         label = f"'{name}'" if isinstance(name, str) else "(unnamed)"
-        key = ".".join(str(p) for p in parts[2:])
+        key = _key_path(parts[2:])
         loc = f"[[stages]] {label} (number {parts[1] + 1})" + (f": key '{key}'" if key else "")
+    elif parts:
+        loc = f"key '{_key_path(parts)}'"
     else:
-        loc = f"key '{loc}'"
-    msg = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        msg = "unknown key (see docs/stage-authors.md for the keys a stage takes)" \
-            if parts[:1] == ["stages"] else "unknown key (see the README's Configuration)"
-    more = f" (+{err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{where}: {loc}: {msg}{more}"
+        loc = ""  # a whole-file rule (unique names, needs): the message names the stages
+    msg = _plain_message(first, in_stages)
+    count = err.error_count() - 1
+    more = f" (and {count} more problem{'s' if count > 1 else ''})" if count else ""
+    return f"{where}: {loc + ': ' if loc else ''}{msg}{more}"
 
 
 def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
@@ -185,8 +261,15 @@ def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
     Raises:
         ConfigError: one line naming ``where``, the key and what is wrong.
     """
+    stages_from = ("the embedded default stages" if where == "<embedded default>"
+                   else f"the stages of {where}")
+    if "stages" not in data and where != "<embedded default>":
+        # A file that sets only `budget = 60` keeps the default stages (an explicit
+        # `stages = []` means none): a bigger budget must not silently empty the digest.
+        data = {**data, "stages": tomllib.loads(default_config_text())["stages"]}
+        stages_from = f"the embedded default stages ({where} has no 'stages')"
     try:
-        return DigestConfig.model_validate({**data, "source": where})
+        return DigestConfig.model_validate({**data, "source": where, "stages_from": stages_from})
     except ValidationError as err:
         raise ConfigError(_format_error(where, err, data)) from None
 

@@ -60,6 +60,7 @@ class StagePlan:
     reemit: bool = False
     exclusive: bool = False
     options: dict[str, Any] = field(default_factory=dict)
+    ok_exit: tuple[int, ...] = (0,)
 
 
 @dataclass(frozen=True)
@@ -89,7 +90,7 @@ class DigestPlan:
         stages = []
         for raw in data.get("stages", ()):
             item = {k: v for k, v in raw.items() if k in stage_known}
-            for key in ("run", "args", "needs"):
+            for key in ("run", "args", "needs", "ok_exit"):
                 if item.get(key) is not None:
                     item[key] = tuple(item[key])
             stages.append(StagePlan(**item))
@@ -141,19 +142,21 @@ def _identity(path: Path | None) -> list[Any]:
     return key
 
 
-def _env_seconds(name: str) -> float | None:
+def _env_seconds(name: str, positive: bool) -> float | None:
     raw = os.environ.get(name)
     if raw is None or raw.strip() == "":
         return None
+    want = ("a number of seconds greater than 0" if positive
+            else "a number of seconds, 0 or more")
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"environment: {name}={raw!r}: expected seconds (a number)") from None
-    if not value >= 0 or value == float("inf"):
-        raise ConfigError(f"environment: {name}={raw!r}: expected a finite number >= 0")
+        value = float("nan")
+    if not (value > 0 if positive else value >= 0) or value == float("inf"):
+        raise ConfigError(f"environment: {name}={raw!r}: expected {want}")
     limit = MAX_GRACE if name == "SUPERVISE_GRACE" else MAX_SECONDS
     if value > limit:
-        raise ConfigError(f"environment: {name}={raw!r}: at most {limit:g} seconds")
+        raise ConfigError(f"environment: {name}={raw!r}: expected at most {limit:g} seconds")
     return value
 
 
@@ -166,12 +169,10 @@ def env_overrides() -> dict[str, float]:
             zero budget).
     """
     update: dict[str, float] = {}
-    budget = _env_seconds("SUPERVISE_TIMEOUT")
+    budget = _env_seconds("SUPERVISE_TIMEOUT", positive=True)
     if budget is not None:
-        if budget <= 0:
-            raise ConfigError("environment: SUPERVISE_TIMEOUT must be > 0 seconds")
         update["budget"] = budget
-    grace = _env_seconds("SUPERVISE_GRACE")
+    grace = _env_seconds("SUPERVISE_GRACE", positive=False)
     if grace is not None:
         update["grace"] = grace
     return update

@@ -258,8 +258,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     seconds = now() - started
     code = proc.returncode
     if outcome == "exited":
-        status = "ok" if code == 0 else "failed"
-        if code != 0:
+        status = "ok" if code in spec.ok_exit else "failed"
+        if status == "failed":
             out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}")
     elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
         status = "timed_out"

@@ -32,5 +32,6 @@ def main(argv: list[str]) -> int:
     except ConfigError as err:
         print(f"supervise: {err}", file=sys.stderr)
         return EXIT_FAILURE
-    print(json.dumps({"source": config.source, **config.model_dump(mode="json")}, indent=2))
+    print(json.dumps({"source": config.source, "stages_from": config.stages_from,
+                      **config.model_dump(mode="json")}, indent=2))
     return EXIT_OK

@@ -54,8 +54,9 @@ def _config_checks(project: Path) -> tuple[list[Check], Any]:
     except ConfigError as err:
         return [Check("FAIL", "config", str(err), "correct the file named above "
                       "(`supervise config --default` prints a valid example)")], None
-    checks = [Check("ok", "config", f"{config.source} is valid (budget {config.budget:g}s, "
-                    f"{len(config.stages)} stages)")]
+    count = len(config.stages)
+    checks = [Check("ok", "config", f"{config.source} is valid: budget {config.budget:g}s, "
+                    f"{count} stage{'' if count == 1 else 's'}, {config.stages_from}")]
     from .._gates import scope_reason
     from .._plan import as_plan
 
@@ -78,7 +79,7 @@ def _stage_checks(config: Any, project: Path) -> list[Check]:
             try:
                 builtin_argv(stage.builtin)
             except ConfigError as err:
-                checks.append(Check("FAIL", subject, str(err), f"fix 'builtin' in {config.source}"))
+                checks.append(Check("FAIL", subject, str(err), f"correct 'builtin' of stage '{stage.name}' in {config.source}"))
                 continue
             checks.append(Check("ok", subject, f"built-in '{stage.builtin}' found"))
             continue

@@ -1,0 +1,112 @@
+"""What a new user trips on (issue 14): config defaults, errors in plain words, CLI help."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+
+def write_config(project: Path, body: str) -> None:
+    (project / "supervise.toml").write_text(body)
+
+
+def config_error(project: Path, body: str, *env: tuple[str, str]) -> str:
+    """Write ``body`` as supervise.toml, run `supervise config`: the one stderr line (exit 1)."""
+    write_config(project, body)
+    proc = run_cli("config", cwd=project, env=dict(env))
+    assert proc.returncode == 1, proc.stdout
+    lines = proc.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+# -- item 1: an absent `stages` key means the default stages ------------------------------
+
+
+def test_budget_only_config_keeps_the_default_stages(tmp_path: Path) -> None:
+    write_config(tmp_path, "budget = 60\n")
+    doc = json.loads(run_cli("config", cwd=tmp_path).stdout)
+    default = json.loads(run_cli("config", cwd=tmp_path / "..").stdout)  # no config there
+    assert doc["budget"] == 60
+    assert [s["name"] for s in doc["stages"]] == [s["name"] for s in default["stages"]]
+    assert doc["stages"], "the embedded default has stages"
+    assert "embedded default stages" in doc["stages_from"]
+
+
+def test_explicit_empty_stages_means_none(tmp_path: Path) -> None:
+    write_config(tmp_path, "budget = 60\nstages = []\n")
+    doc = json.loads(run_cli("config", cwd=tmp_path).stdout)
+    assert doc["stages"] == []
+    assert doc["stages_from"] == f"the stages of {tmp_path / 'supervise.toml'}"
+    proc = run_cli("digest", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout == b""
+
+
+def test_budget_only_config_digest_is_not_empty(git_repo: Path) -> None:
+    write_config(git_repo, "budget = 60\n")
+    proc = run_cli("digest", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert b"## Repository" in proc.stdout  # the default `repo` stage ran
+
+
+def test_doctor_says_which_stages_apply(git_repo: Path) -> None:
+    write_config(git_repo, "budget = 60\n")
+    out = run_cli("doctor", "-C", str(git_repo), cwd=git_repo).stdout.decode()
+    line = next(l for l in out.splitlines() if "config:" in l)
+    assert "embedded default stages" in line and " 1 stages" not in line
+
+
+# -- item 5 and 11: config errors exit 1, once, in plain words -----------------------------
+
+
+def test_unknown_builtin_is_a_config_error(tmp_path: Path) -> None:
+    line = config_error(tmp_path, '[[stages]]\nname = "x"\nbuiltin = "no-such-stage"\n')
+    assert "'no-such-stage' is not a built-in stage" in line and "repo" in line
+    assert "String should" not in line and "pattern" not in line
+    proc = run_cli("digest", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.decode().count("no-such-stage") == 1, proc.stderr
+
+
+@pytest.mark.parametrize(("body", "want"), [
+    ('[[stages]]\nname = "a"\nrun = "true"\n[[stages]]\nname = "a"\nrun = "true"\n',
+     "stages number 1 and 2 are both named 'a'"),
+    ('[[stages]]\nname = "a"\nrun = "true"\nneeds = ["x"]\n',
+     "stage 'a' needs 'x', but no stage has that name"),
+    ("budget = 0\n", "key 'budget': must be more than 0 (it is 0)"),
+    ('budget = "x"\n', "key 'budget': must be a number (it is 'x')"),
+    ('[[stages]]\nname = "a b"\nrun = "true"\n', "[[stages]] 'a b' (number 1): key 'name': must"),
+    ('[[stages]]\nname = "a"\nrun = "true"\nok_exit = []\n', "'ok_exit' is empty"),
+])
+def test_config_errors_read_as_a_person_writes(tmp_path: Path, body: str, want: str) -> None:
+    line = config_error(tmp_path, body)
+    assert want in line, line
+    for jargon in ("(top level)", "Input should", "Value error", "String should"):
+        assert jargon not in line, line
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "abc", "inf"])
+def test_supervise_timeout_errors_say_the_same_thing(tmp_path: Path, value: str) -> None:
+    proc = run_cli("config", cwd=tmp_path, env={"SUPERVISE_TIMEOUT": value})
+    assert proc.returncode == 1
+    assert proc.stderr.decode().strip() == (f"supervise: environment: SUPERVISE_TIMEOUT="
+                                            f"'{value}': expected a number of seconds greater than 0")
+
+
+# -- item 6: ok_exit ------------------------------------------------------------------------
+
+
+def test_ok_exit_makes_a_status_success(tmp_path: Path) -> None:
+    write_config(tmp_path, '[[stages]]\nname = "todo"\nrun = ["sh", "-c", "exit 1"]\n'
+                 "ok_exit = [0, 1]\n"
+                 '[[stages]]\nname = "bad"\nrun = ["sh", "-c", "exit 1"]\n')
+    proc = run_cli("digest", "--format", "json", cwd=tmp_path)
+    stages = {s["name"]: s for s in json.loads(proc.stdout)["stages"]}
+    assert stages["todo"]["status"] == "ok" and stages["todo"]["exit_code"] == 1
+    assert stages["bad"]["status"] == "failed"
+    text = run_cli("digest", cwd=tmp_path).stdout.decode()
+    assert "'todo' exited" not in text and "'bad' exited with status 1" in text
