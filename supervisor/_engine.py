@@ -20,6 +20,7 @@ from ._context import SessionContext
 from ._output import BufferSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan
 from ._project import ensure_state_dir
+from ._statedir import take_notices
 from ._results import DigestResult, StageResult
 from ._stage import KILL_MARGIN, MAX_PARALLEL, DigestRun, run_stage, stage_argv, stage_env
 
@@ -120,6 +121,9 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         out.write_notice(notice)
     for text in _deferred.collect(deferred, context, launched):
         out.write_notice(text)
+    if not transparent:
+        for line in take_notices():  # planted or corrupt state files, named once
+            out.write_notice(line)
     results = []
     for spec in config.stages:
         if spec not in selected:

@@ -14,16 +14,16 @@ read-only, A exits, and B's ``clear`` would re-emit on A's proof and skip B's ow
 (the reference runner's PR #1781 bug). A re-emit therefore needs the record's nonce to match
 the *current* lock and the lock to be owned by *this* session.
 
-A symlinked or non-regular state dir or file is refused with :class:`StateError` (its text is
-the read-only reason shown to the model); nothing here follows a symlink.
+Every access goes through the state door (:mod:`supervisor._statedir`): a symlinked state dir
+is refused with :class:`StateError` (its text is the read-only reason shown to the model); a
+link, special file, oversized or unparsable record (``RecursionError`` included) is set aside,
+named once, and replaced; nothing here follows a symlink or blocks on a FIFO.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
-import stat
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -33,15 +33,16 @@ from typing import Literal, TypeVar
 
 from ._ancestry import ProcessId, is_alive
 from ._errors import StateError
-from ._fsutil import atomic_write, flocked
-from ._records import RecordError, dump_record, load_record
+from ._records import dump_record
+from ._statedir import StateDir
 
 LOCK_FILE = "lock.json"
 COMPLETE_FILE = "complete.json"
 MUTEX_FILE = "lock.flock"
 MUTEX_TIMEOUT = 5.0
 """Seconds to wait for the state mutex before giving up (read-only, "state dir busy")."""
-_MAX_RECORD = 64 * 1024
+_MAX_RECORD = 16 * 1024
+"""Bytes: a lock or completion record is about 300; anything over this cap is corrupt."""
 
 
 @dataclass(frozen=True)
@@ -74,106 +75,69 @@ class CompletionRecord:
 R = TypeVar("R")
 
 
-def prepare_state_dir(state_dir: Path) -> None:
-    """Create ``state_dir`` if needed and check it is a real, writable directory.
+def prepare_state_dir(state_dir: Path) -> StateDir:
+    """Open ``state_dir`` through the state door (:mod:`supervisor._statedir`), creating it if
+    needed. The caller closes the returned handle.
 
     Raises:
-        StateError: it is a symlink, not a directory, or cannot be created or written.
+        StateError: it is a symlink, not a directory, or cannot be created.
     """
-    if state_dir.is_symlink():
-        raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
-    from ._project import ensure_state_dir
-
-    try:
-        ensure_state_dir(state_dir)
-    except OSError as err:
-        raise StateError(f"state dir {state_dir} cannot be created: {err.strerror}") from err
-    if state_dir.is_symlink() or not state_dir.is_dir():
-        raise StateError(f"state dir {state_dir} is not a directory")
-
-
-def _open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise StateError(f"{path} is a symlink; refusing to follow it") from err
-        raise
+    return StateDir.open(state_dir, create=True)
 
 
 @contextmanager
-def state_mutex(state_dir: Path, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``state_dir/lock.flock`` for the ``with`` body.
+def state_mutex(state: Path | StateDir, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<state dir>/lock.flock`` for the ``with`` body.
 
     Raises:
-        StateError: the mutex file is a symlink or cannot be opened, or another process held
-            it for ``timeout`` seconds.
+        StateError: the state dir or mutex file cannot be opened, or another process held
+            the mutex for ``timeout`` seconds.
     """
-    path = state_dir / MUTEX_FILE
     with ExitStack() as stack:
-        try:  # only opening the mutex is translated; the body's own errors pass through
-            held = stack.enter_context(flocked(path, timeout))
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise StateError(f"{path} is a symlink; refusing to follow it") from err
-            raise StateError(f"{path} cannot be opened: {err.strerror}") from err
+        sd = state if isinstance(state, StateDir) else stack.enter_context(
+            StateDir.open(state))
+        held = stack.enter_context(sd.flock(MUTEX_FILE, timeout))
         if not held:
-            raise StateError(f"{path} stayed locked for {timeout:g}s")
+            raise StateError(f"{sd.path / MUTEX_FILE} stayed locked for {timeout:g}s")
         yield
 
 
 def read_record(path: Path, model: type[R]) -> R | None:
-    """The record in ``path``, or ``None`` when absent, unparsable or of another shape.
+    """The record in state file ``path`` (``<state dir>/<name>``), or ``None`` when absent or
+    corrupt: a link, special file, oversized or unparsable file (``RecursionError`` included)
+    is set aside and named once (see :mod:`supervisor._statedir`).
 
     Raises:
-        StateError: ``path`` is a symlink or not a regular file, or cannot be read.
+        StateError: the state dir is a symlink or not a directory, or the file cannot be read.
     """
-    try:
-        fd = _open_nofollow(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
+    sd = StateDir.open_existing(path.parent)
+    if sd is None:
         return None
-    except OSError as err:
-        raise StateError(f"{path} cannot be read: {err.strerror}") from err
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise StateError(f"{path} is not a regular file")
-        data = os.read(fd, _MAX_RECORD + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_RECORD:
-        return None
-    try:
-        return load_record(model, json.loads(data))
-    except (ValueError, RecordError):
-        return None
+    with sd:
+        return sd.read_record(path.name, model, _MAX_RECORD)
 
 
 def write_record(path: Path, record: object) -> None:
-    """Atomically replace ``path`` with ``record`` (temp file, fsync, ``os.replace``).
+    """Atomically replace state file ``path`` with ``record`` (temp file, fsync, rename); a
+    link or folder in its place is replaced or set aside, never followed.
 
     Raises:
-        StateError: ``path`` is a symlink or non-regular, or the write failed.
+        StateError: the state dir is unusable, or the write failed (disk full included).
     """
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        raise StateError(f"{path} is a symlink or not a regular file; refusing to replace it")
-    try:
-        atomic_write(path, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
-    except OSError as err:
-        raise StateError(f"{path} cannot be written: {err.strerror}") from err
+    with StateDir.open(path.parent, create=True) as sd:
+        sd.write(path.name, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
 
 
 def remove_record(path: Path) -> None:
-    """Delete ``path`` if present.
+    """Delete state file ``path`` if present.
 
     Raises:
-        StateError: it cannot be removed (a missing file is fine).
+        StateError: it cannot be removed (a missing file or state dir is fine).
     """
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        raise StateError(f"{path} cannot be removed: {err.strerror}") from err
+    sd = StateDir.open_existing(path.parent)
+    if sd is not None:
+        with sd:
+            sd.remove(path.name)
 
 
 def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id: str) -> bool:
@@ -208,9 +172,8 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
     dir or file is ``status="unusable"`` with the reason.
     """
     try:
-        prepare_state_dir(state_dir)
-        with state_mutex(state_dir):
-            current = read_record(state_dir / LOCK_FILE, LockRecord)
+        with prepare_state_dir(state_dir) as sd, state_mutex(sd):
+            current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
             if current is not None and not owned_by_session(current, ancestors, session_id) \
                     and is_alive(current.ident):
                 return LockOutcome("foreign", current)
@@ -219,8 +182,8 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
                 pid, ctime, harness = current.pid, current.create_time, current.harness or harness
             record = LockRecord(pid=pid, create_time=ctime, harness=harness, session_id=session_id,
                                 nonce=os.urandom(16).hex(), acquired_at=time.time())
-            remove_record(state_dir / COMPLETE_FILE)
-            write_record(state_dir / LOCK_FILE, record)
+            sd.remove(COMPLETE_FILE)
+            sd.write(LOCK_FILE, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
             return LockOutcome("acquired", record, previous=current)
     except StateError as err:
         return LockOutcome("unusable", reason=str(err))
@@ -237,22 +200,22 @@ class LockView:
 
 
 def read_state(state_dir: Path) -> LockView:
-    """Read lock and completion record consistently (under the mutex when possible). Never raises."""
+    """Read lock and completion record consistently (under the mutex when possible). Never
+    raises: a corrupt record reads as absent (and is set aside), an unusable state dir gives
+    ``reason``."""
     try:
-        if state_dir.is_symlink():
-            raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
-        if not state_dir.is_dir():
+        sd = StateDir.open_existing(state_dir)
+        if sd is None:
             return LockView(None, None)
-        try:
-            with state_mutex(state_dir):
-                return LockView(read_record(state_dir / LOCK_FILE, LockRecord),
-                                read_record(state_dir / COMPLETE_FILE, CompletionRecord))
-        except StateError:
-            if (state_dir / MUTEX_FILE).is_symlink():
-                raise
-            # Read-only dir: no mutex, but each file is replaced atomically, so still sound.
-            return LockView(read_record(state_dir / LOCK_FILE, LockRecord),
-                            read_record(state_dir / COMPLETE_FILE, CompletionRecord))
+        with sd:
+            try:
+                with state_mutex(sd):
+                    return LockView(sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD),
+                                    sd.read_record(COMPLETE_FILE, CompletionRecord, _MAX_RECORD))
+            except StateError:
+                # Read-only dir: no mutex, but each file is replaced atomically, so still sound.
+                return LockView(sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD),
+                                sd.read_record(COMPLETE_FILE, CompletionRecord, _MAX_RECORD))
     except StateError as err:
         return LockView(None, None, reason=str(err))
 
@@ -272,13 +235,13 @@ def record_completion(state_dir: Path, nonce: str, session_id: str) -> str:
         or the state could not be written).
     """
     try:
-        with state_mutex(state_dir):
-            current = read_record(state_dir / LOCK_FILE, LockRecord)
+        with StateDir.open(state_dir) as sd, state_mutex(sd):
+            current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
             if current is None or current.nonce != nonce:
                 return "the lock changed hands while the digest ran"
-            write_record(state_dir / COMPLETE_FILE,
-                         CompletionRecord(nonce=nonce, pid=current.pid, session_id=session_id,
-                                          completed_at=time.time()))
+            done = CompletionRecord(nonce=nonce, pid=current.pid, session_id=session_id,
+                                    completed_at=time.time())
+            sd.write(COMPLETE_FILE, json.dumps(dump_record(done)).encode() + b"\n", fsync=True)
             return ""
     except StateError as err:
         return str(err)

@@ -61,7 +61,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"supervise: '{verb}' is not available in this build", file=sys.stderr)
         return EXIT_FAILURE
     code: int = module.main(args[1:])
+    _flush_state_notices()
     return code
+
+
+def _flush_state_notices() -> None:
+    """Name on stderr, once, any planted or corrupt state file no digest has named yet."""
+    door = sys.modules.get("supervisor._statedir")
+    if door is None:
+        return
+    for line in door.take_notices():
+        print(line, file=sys.stderr)
 
 
 def _standard_fds() -> None:

@@ -6,6 +6,7 @@ import dataclasses
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,17 +127,42 @@ def test_corrupt_lock_is_replaced(tmp_path: Path) -> None:
     assert acquire_for_full_start(tmp_path, owner, "pi", "", ancestors).status == "acquired"
 
 
-def test_symlinked_lock_file_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize("plant", ["symlink", "fifo", "directory", "deep", "huge"])
+@pytest.mark.parametrize("name", [LOCK_FILE, COMPLETE_FILE, _lock.MUTEX_FILE])
+def test_planted_state_file_is_set_aside_and_replaced(tmp_path: Path, plant: str, name: str) -> None:
+    """Issue 11 items 1-3: a link is never written through, a FIFO never blocks, a 60,000-deep
+    or oversized record is corrupt: each is set aside, named once, and the lock is taken."""
+    from supervisor._statedir import take_notices
+
     target = tmp_path / "elsewhere.json"
     target.write_text("{}")
     state = tmp_path / "state"
     state.mkdir()
-    (state / LOCK_FILE).symlink_to(target)
+    path = state / name
+    if plant == "symlink":
+        path.symlink_to(target)
+    elif plant == "fifo":
+        os.mkfifo(path)
+    elif plant == "directory":
+        path.mkdir()
+    elif plant == "deep":
+        path.write_text("[" * 60_000)
+    else:
+        with open(path, "wb") as f:
+            f.truncate(1 << 30)
+    take_notices()
     owner, ancestors = me()
     out = acquire_for_full_start(state, owner, "claude", "", ancestors)
-    assert out.status == "unusable" and "symlink" in out.reason
+    assert out.status == "acquired", out.reason
     assert target.read_text() == "{}"
-    assert "symlink" in read_state(state).reason
+    assert read_state(state).lock == out.record
+    assert record_completion(state, out.record.nonce, "") == ""
+    assert stat.S_ISREG(os.lstat(state / COMPLETE_FILE).st_mode)
+    # complete.json is removed (a link is unlinked, not followed); the mutex is never read
+    read_back = name == LOCK_FILE or plant in ("symlink", "fifo", "directory")
+    if read_back and not (name == COMPLETE_FILE and plant in ("symlink", "fifo")):
+        notes = take_notices()
+        assert len(notes) == 1 and name in notes[0] and "set aside" in notes[0], notes
 
 
 def test_symlinked_state_dir_is_refused(tmp_path: Path) -> None:

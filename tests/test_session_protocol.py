@@ -296,14 +296,29 @@ def test_unwritable_state_dir_is_read_only(project: Path, harnesses: Harnesses, 
     assert "cannot be created" in run.text.split("\n\n")[0]
 
 
-def test_symlinked_lock_file_is_read_only(project: Path, harnesses: Harnesses, tmp_path: Path) -> None:
+def test_symlinked_lock_file_is_set_aside_and_replaced(project: Path, harnesses: Harnesses,
+                                                      tmp_path: Path) -> None:
     target = tmp_path / "target.json"
     target.write_text("precious")
     (project / ".supervise").mkdir()
     (project / ".supervise" / "lock.json").symlink_to(target)
     run = hook(harnesses(), project, "startup")
-    assert is_read_only(run) and "symlink" in run.text.split("\n\n")[0], run.text
+    assert not is_read_only(run), run.text
+    assert run.text.count("lock.json was a symlink; set aside as lock.json.corrupt") == 1, run.text
     assert target.read_text() == "precious"
+    assert (project / ".supervise" / "lock.json.corrupt").is_symlink()
+
+
+def test_deeply_nested_lock_is_replaced_not_an_internal_error(project: Path, harnesses: Harnesses) -> None:
+    """Issue 11 item 3: 60,000 '[' made every hook fail with RecursionError until deleted."""
+    (project / ".supervise").mkdir()
+    for depth, why in ((60_000, "was larger than 16,384 bytes"), (5_000, "was not valid (RecursionError)")):
+        (project / ".supervise" / "lock.json").write_text("[" * depth)
+        run = hook(harnesses(), project, "startup")
+        assert "internal error" not in run.text and not is_read_only(run), run.text
+        assert f"lock.json {why}; set aside as lock.json.corrupt and replaced" in run.text
+        again = hook(harnesses(), project, "startup")
+        assert "set aside" not in again.text  # named once: the record was replaced
 
 
 def test_terminal_without_exclusive_stages_says_nothing_about_locks(project: Path) -> None:

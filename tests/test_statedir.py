@@ -1,0 +1,189 @@
+"""The one door to the state dir: no link followed, nothing blocks, reads capped, corrupt files
+set aside and replaced (issue 11, items 1-4)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from supervisor._errors import StateError
+from supervisor._statedir import CORRUPT_SUFFIX, RECORD_CAP, StateDir, take_notices
+
+DEEP = b"[" * 60_000
+
+
+def plant_symlink(path: Path, victim: Path) -> None:
+    path.symlink_to(victim)
+
+
+def plant_fifo(path: Path, victim: Path) -> None:
+    os.mkfifo(path)
+
+
+def plant_dir(path: Path, victim: Path) -> None:
+    path.mkdir()
+    (path / "inner").write_text("x")
+
+
+def plant_deep(path: Path, victim: Path) -> None:
+    path.write_bytes(DEEP)
+
+
+def plant_huge(path: Path, victim: Path) -> None:
+    with open(path, "wb") as f:  # sparse: 3 GiB that costs no disk
+        f.truncate(3 << 30)
+
+
+PLANTS: dict[str, Callable[[Path, Path], None]] = {
+    "symlink": plant_symlink, "fifo": plant_fifo, "directory": plant_dir,
+    "deep-json": plant_deep, "oversized": plant_huge,
+}
+
+
+@pytest.fixture
+def victim(tmp_path: Path) -> Path:
+    v = tmp_path / "victim.txt"
+    v.write_text('{"precious": true}')
+    return v
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    s = tmp_path / "proj" / ".supervise"
+    s.mkdir(parents=True)
+    take_notices()
+    return s
+
+
+@pytest.mark.parametrize("kind", PLANTS)
+def test_read_json_sets_a_planted_file_aside(kind: str, state: Path, victim: Path) -> None:
+    PLANTS[kind](state / "lock.json", victim)
+    with StateDir.open(state) as sd:
+        assert sd.read_json("lock.json", RECORD_CAP) is None
+        sd.write_json("lock.json", {"ok": 1})
+        assert sd.read_json("lock.json", RECORD_CAP) == {"ok": 1}
+    assert victim.read_text() == '{"precious": true}'
+    assert os.path.lexists(state / ("lock.json" + CORRUPT_SUFFIX))
+    notes = take_notices()
+    assert len(notes) == 1 and "lock.json" in notes[0] and "set aside" in notes[0], notes
+    assert take_notices() == []  # named once
+
+
+@pytest.mark.parametrize("kind", PLANTS)
+def test_write_replaces_a_planted_file_without_following(kind: str, state: Path, victim: Path) -> None:
+    PLANTS[kind](state / "rec.json", victim)
+    with StateDir.open(state) as sd:
+        sd.write("rec.json", b"new", fsync=True)
+    assert (state / "rec.json").read_bytes() == b"new"
+    assert victim.read_text() == '{"precious": true}'
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_append_and_flock_never_go_through_a_plant(kind: str, state: Path, victim: Path) -> None:
+    PLANTS[kind](state / "x.log", victim)
+    PLANTS[kind](state / "x.flock", victim)
+    with StateDir.open(state) as sd:
+        sd.append("x.log", b"line\n", max_bytes=1 << 20)
+        with sd.flock("x.flock", timeout=1.0) as held:
+            assert held
+    assert (state / "x.log").read_bytes() == b"line\n"
+    assert stat.S_ISREG(os.lstat(state / "x.flock").st_mode)
+    assert victim.read_text() == '{"precious": true}'
+
+
+def test_append_rotates_at_its_cap(state: Path) -> None:
+    with StateDir.open(state) as sd:
+        for _ in range(30):
+            sd.append("a.log", b"x" * 99 + b"\n", max_bytes=1000)
+    assert (state / "a.log").stat().st_size <= 1000
+    assert (state / "a.log.1").stat().st_size <= 1000
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "deep-json"])
+def test_sub_folder_plant_is_set_aside_and_recreated(kind: str, state: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    PLANTS[kind](state / "deferred", elsewhere)
+    with StateDir.open(state) as sd:
+        with sd.sub("deferred", create=True) as sub:  # type: ignore[union-attr]
+            sub.write("f", b"1")
+    assert (state / "deferred" / "f").read_bytes() == b"1"
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_symlinked_state_dir_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / ".supervise").symlink_to(real)
+    with pytest.raises(StateError, match="symlink"):
+        StateDir.open(tmp_path / ".supervise", create=True)
+    with pytest.raises(StateError, match="symlink"):
+        StateDir.open_existing(tmp_path / ".supervise")
+    assert list(real.iterdir()) == []
+
+
+def test_shape_check_failure_is_corrupt(state: Path) -> None:
+    (state / "r.json").write_text("[1, 2]")
+
+    def must_be_object(v: object) -> dict[str, object]:
+        if not isinstance(v, dict):
+            raise ValueError("expected an object")
+        return v
+
+    with StateDir.open(state) as sd:
+        assert sd.read_json("r.json", 100, must_be_object) is None
+    assert (state / "r.json.corrupt").read_text() == "[1, 2]"
+
+
+def test_invalid_utf8_is_corrupt(state: Path) -> None:
+    (state / "r.json").write_bytes(b'"\xff\xfe"')
+    with StateDir.open(state) as sd:
+        assert sd.read_json("r.json", 100) is None
+    assert "UnicodeDecodeError" in take_notices()[0]
+
+
+def test_disk_full_leaves_the_old_content(tmp_path: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    state = tmp_path / "s"
+    state.mkdir()
+    (state / "r.json").write_text("old")
+    with StateDir.open(state) as sd:
+        sd.write("r.json", b"x")  # the door works here
+        (state / "r.json").write_text("old")
+        # a temp file that cannot be created (read-only folder) is the same failure path
+        os.chmod(state, 0o500)
+        try:
+            if os.access(state, os.W_OK):
+                pytest.skip("running as root: permissions are not enforced")
+            with pytest.raises(StateError, match="cannot be written"):
+                sd.write("r.json", b"new")
+        finally:
+            os.chmod(state, 0o700)
+    assert (state / "r.json").read_text() == "old"
+    assert [p.name for p in state.iterdir()] == ["r.json"]
+
+
+def test_names_are_bounded_and_single_components(state: Path) -> None:
+    with StateDir.open(state) as sd:
+        with pytest.raises(StateError):
+            sd.read("../escape", 10)
+        with pytest.raises(StateError):
+            sd.write("a/b", b"")
+        sd.write("result-1.json", b"{}")
+        sd.write("result-2.json", b"{}")
+        assert sd.names("result-*.json") == ["result-1.json", "result-2.json"]
+
+
+def test_stale_temp_files_are_cleaned_by_the_next_write(state: Path) -> None:
+    old = state / ".lock.json.123.abcd.tmp"
+    old.write_text("partial")
+    os.utime(old, (1, 1))
+    with StateDir.open(state) as sd:
+        sd.write("lock.json", json.dumps({}).encode())
+    assert not old.exists()
