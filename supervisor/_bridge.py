@@ -52,7 +52,8 @@ class BridgeResult:
         text: the text for the model (``""`` unless ``ready`` or ``cancelled``).
         source: the routed source (``""`` when unrecognized, which routes as a full start).
         mode: ``full``, ``reemit``, ``read-only``, ``nudge``, or ``""`` when nothing ran.
-        action: ``digest``, ``reemit``, ``nudge``, or ``""`` when nothing ran.
+        action: ``digest``, ``reemit``, ``nudge``, ``off`` (the off switch is set: ``text``
+            is the one line saying so, :mod:`supervisor._off`), or ``""`` when nothing ran.
         harness: the ``--harness`` given.
         project: the project root the digest ran for (``""`` if not reached).
         error: one line for ``failed``; the stand-down reason for ``ineligible``.
@@ -145,6 +146,11 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         reason = stand_down_reason(config, project)
         if reason:
             return BridgeResult("ineligible", error=reason, **base)
+        from ._off import off_line, off_reason
+
+        off = off_reason(project)
+        if off:  # the off switch: nothing runs; the session is told once, by this text
+            return BridgeResult("ready", text=off_line(off), mode="", action="off", **base)
         from ._session import run_session
 
         context = SessionContext.for_project(project, source=routed, harness=harness,

@@ -27,8 +27,15 @@ def main(argv: list[str]) -> int:
     if args.default:
         sys.stdout.write(default_config_text())
         return EXIT_OK
+    from .._off import off_line, off_reason
+
+    project = find_project_root(args.directory)
+    off = off_reason(project)
+    if off:  # stdout stays the JSON document; the state is said once, on stderr
+        sys.stderr.write("supervise config: " + off_line(off, "this configuration is not used "
+                                                          "until it is turned on"))
     try:
-        config = load_config(find_project_root(args.directory), args.config)
+        config = load_config(project, args.config)
     except ConfigError as err:
         print(f"supervise: {err}", file=sys.stderr)
         return EXIT_FAILURE

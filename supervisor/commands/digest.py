@@ -67,6 +67,18 @@ def main(argv: list[str]) -> int:
         print(f"supervise digest: -C {start}: not a directory", file=sys.stderr)
         return EXIT_USAGE
     project = find_project_root(start)
+    from .._off import off_line, off_reason
+
+    off = off_reason(project)
+    if off:  # the off switch: say so once, where the digest would be, and run nothing
+        line = off_line(off, "no stage ran")
+        if args.format == "json":
+            import json
+
+            line = json.dumps({"off": line.strip(), "truncated": False, "reason": None,
+                               "budget": None, "seconds": 0.0, "stages": []}) + "\n"
+        sys.stdout.write(line)
+        return EXIT_OK
     code = EXIT_OK
     notice = None
     context = SessionContext.for_project(project)

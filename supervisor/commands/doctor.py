@@ -65,6 +65,12 @@ def _config_checks(project: Path) -> tuple[list[Check], Any]:
         checks.append(Check("FAIL", "scope", f"hooks stay silent here: {outside}",
                             f"touch {shlex.quote(str(project / '.supervise-primary'))}, or set "
                             "scope = \"any\" in the config"))
+    from .._off import off_reason
+
+    off = off_reason(project)
+    if off:  # deliberate, so not a failure; but a user asking "why no digest?" reads it here
+        checks.append(Check("warn", "off", f"watchkeeper is off: {off}; every hook stays "
+                            "quiet apart from one line saying so"))
     return checks, config
 
 

@@ -164,6 +164,18 @@ def _run(args: HookArgs) -> int:
         return EXIT_STAND_DOWN if args.prerequisite else EXIT_OK
     if args.prerequisite:
         return EXIT_OK
+    from .._off import off_reason
+
+    off = off_reason(project)
+    if off:
+        # The off switch: nothing runs, nothing is written. A session start states it once
+        # (the model must not go looking for a digest); a prompt or a read adds nothing.
+        if args.event == "session-start":
+            from .._context import state_dir_for
+            from .._off import off_line
+
+            emit(args.harness, off_line(off), state_dir=state_dir_for(project), kind="digest")
+        return EXIT_OK
     context = SessionContext.for_project(project, source=source, harness=args.harness,
                                          session_id=_payload.payload_session_id(payload))
     config_notice = ""

@@ -175,4 +175,10 @@ def main(argv: list[str]) -> int:
         for step in dict.fromkeys(steps):
             print(f"  - {step}")
         print("  - run `supervise doctor` to check the registration, timeouts and config.")
+    from .._off import off_line, off_reason
+
+    off = off_reason(project_dir)
+    if off:  # installed, but quiet until turned on: say so once
+        print(off_line(off, "the hooks are registered but stay quiet until it is turned on"),
+              end="")
     return EXIT_FAILURE if failed else EXIT_OK

@@ -34,6 +34,13 @@ def _run(args: HookArgs) -> None:
     if stand_down_reason(config, project):
         return
     state_dir = state_dir_for(project)
+    from .._off import off_line, off_reason
+
+    off = off_reason(project)
+    if off:  # instead of asking for a digest that would not run
+        emit(args.harness, off_line(off, "do not run `supervise digest`"),
+             state_dir=state_dir, kind="nudge")
+        return
     if digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
         return
     emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")

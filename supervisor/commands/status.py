@@ -48,8 +48,11 @@ def collect(project: Path) -> dict[str, Any]:
     from .._records import dump_record
     from .._session import LAST_DIGEST_FILE, LastDigest
 
+    from .._off import off_reason
+
     state_dir = state_dir_for(project)
-    doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir), "error": None,
+    doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
+                           "off": off_reason(project) or None, "error": None,
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
                            "exposure": None}
     try:
@@ -81,6 +84,8 @@ def collect(project: Path) -> dict[str, Any]:
 def render_text(doc: dict[str, Any]) -> str:
     """The human table."""
     lines = [f"project    {doc['project']}", f"state dir  {doc['state_dir']}"]
+    if doc.get("off"):
+        lines.append(f"off        watchkeeper is off: {doc['off']}")
     if doc["error"]:
         return "\n".join([*lines, f"error      {doc['error']}"]) + "\n"
     lock = doc["lock"]
