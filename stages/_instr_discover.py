@@ -18,10 +18,25 @@ existing regular file; callers de-duplicate by real path. Sources for each conve
 * Pi (pi-mono ``resource-loader.ts``): the agent dir (``PI_CODING_AGENT_DIR``, default
   ``~/.pi/agent``), then cwd and every ancestor up to ``/``, one file per directory, the first of
   ``AGENTS.override.md``, ``AGENTS.md``, ``AGENTS.MD``, ``CLAUDE.md``, ``CLAUDE.MD``. No imports.
+* Gemini CLI (gemini-cli 0.61 ``memoryDiscovery.ts``/``memoryTool.ts``): the context file
+  names (``context.fileName``, a string or a list, default ``GEMINI.md``; legacy top-level
+  ``contextFileName``) from the system, user (``~/.gemini``) and workspace (``.gemini``)
+  ``settings.json``, the workspace winning; ``~/.gemini/<name>``, then every name in each
+  directory from cwd up to the git root (no git: cwd only). It expands ``@imports`` itself.
+* Qwen Code (qwen-code ``memoryTool.ts``, PR #2018): as Gemini, with ``~/.qwen`` and
+  ``.qwen/settings.json``, default names ``QWEN.md`` and ``AGENTS.md``; imports expanded.
+* Cursor (cursor.com/docs/rules, CLI docs): ``.cursor/rules`` (its own ``.mdc`` rules) and
+  ``AGENTS.md`` and ``CLAUDE.md`` at the project root; nested ``AGENTS.md`` are applied by
+  Cursor itself when it works on files below them. No imports.
+* Grok CLI (superagent-ai/grok-cli ``src/utils/instructions.ts``): ``~/.grok/AGENTS.md``,
+  then from the git root (no git: cwd) down to cwd, ``AGENTS.override.md`` (when present,
+  even empty) else ``AGENTS.md``, per directory; the older ``@vibe-kit/grok-cli`` reads
+  ``.grok/GROK.md`` in cwd. No imports.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tomllib
@@ -145,13 +160,103 @@ def pi_loads(place: Place) -> list[Path]:
     return out
 
 
+def _settings_names(paths: list[Path], default: tuple[str, ...]) -> tuple[str, ...]:
+    """Context file names from Gemini-style ``settings.json`` files (later files win).
+
+    ``context.fileName`` (string or list of strings) or the legacy top-level
+    ``contextFileName``; an unreadable, non-JSON or oddly typed file is ignored.
+    """
+    names = default
+    for path in paths:
+        try:
+            with open(path, "rb") as fh:
+                data = json.loads(fh.read(1024 * 1024))
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        context = data.get("context")
+        value = context.get("fileName") if isinstance(context, dict) else None
+        if value is None:
+            value = data.get("contextFileName")
+        found = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        clean = tuple(os.path.normpath(n.strip()) for n in found if isinstance(n, str) and n.strip())
+        if clean:
+            names = clean
+    return names
+
+
+def _upward_names(place: Place, names: tuple[str, ...]) -> list[Path]:
+    """Every ``names`` file in each directory from the git root (cwd without git) down to cwd."""
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    return [d / n for d in dirs for n in names if is_regular(d / n)]
+
+
+def gemini_names(place: Place) -> tuple[str, ...]:
+    """Gemini CLI's context file names (``context.fileName``, default ``GEMINI.md``)."""
+    system = os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or "/etc/gemini-cli/settings.json"
+    return _settings_names([Path(system), place.home / ".gemini" / "settings.json",
+                            place.root / ".gemini" / "settings.json"], ("GEMINI.md",))
+
+
+def gemini_loads(place: Place) -> list[Path]:
+    """Files Gemini CLI loads: ``~/.gemini/<name>``, then cwd up to the git root."""
+    names = gemini_names(place)
+    out = [place.home / ".gemini" / n for n in names if is_regular(place.home / ".gemini" / n)]
+    return out + _upward_names(place, names)
+
+
+def qwen_names(place: Place) -> tuple[str, ...]:
+    """Qwen Code's context file names (``context.fileName``, default QWEN.md and AGENTS.md)."""
+    return _settings_names([place.home / ".qwen" / "settings.json",
+                            place.root / ".qwen" / "settings.json"], ("QWEN.md", "AGENTS.md"))
+
+
+def qwen_loads(place: Place) -> list[Path]:
+    """Files Qwen Code loads: ``~/.qwen/<name>``, then cwd up to the git root."""
+    names = qwen_names(place)
+    out = [place.home / ".qwen" / n for n in names if is_regular(place.home / ".qwen" / n)]
+    return out + _upward_names(place, names)
+
+
+def cursor_loads(place: Place) -> list[Path]:
+    """Files Cursor applies itself: ``AGENTS.md`` and ``CLAUDE.md`` at the project root, and
+    ``AGENTS.md`` in each directory down to cwd (nested ones apply to work below them)."""
+    out = [p for p in (place.root / "AGENTS.md", place.root / "CLAUDE.md") if is_regular(p)]
+    return out + [d / "AGENTS.md" for d in place.dirs_root_to_cwd()[1:] if is_regular(d / "AGENTS.md")]
+
+
+def grok_loads(place: Place) -> list[Path]:
+    """Files Grok CLI loads: ``~/.grok/AGENTS.md``, the AGENTS chain git root -> cwd, and
+    the older CLI's ``.grok/GROK.md``."""
+    out = [p for p in (place.home / ".grok" / "AGENTS.md",) if is_regular(p) and _nonempty(p)]
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    for d in dirs:
+        override = d / "AGENTS.override.md"
+        if override.exists():
+            out += [override] if is_regular(override) and _nonempty(override) else []
+            continue
+        if is_regular(d / "AGENTS.md") and _nonempty(d / "AGENTS.md"):
+            out.append(d / "AGENTS.md")
+    legacy = place.cwd / ".grok" / "GROK.md"
+    return out + ([legacy] if is_regular(legacy) else [])
+
+
 #: harness -> (what it loads by itself, whether it expands @imports in those files itself)
 NATIVE = {
     "claude": (claude_loads, True),
     "codex": (codex_loads, False),
     "opencode": (opencode_loads, False),
     "pi": (pi_loads, False),
+    "gemini": (gemini_loads, True),
+    "qwen": (qwen_loads, True),
+    "cursor": (cursor_loads, False),
+    "grok": (grok_loads, False),
 }
+"""Every harness of ``supervisor.adapters`` and the two bridges; a harness missing here is
+assumed to load nothing (the whole chain is supplied)."""
 
 
 def agents_chain(place: Place) -> list[Path]:

@@ -24,9 +24,10 @@ from _instr_imports import Entry, Skipped, Walk  # noqa: E402
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
 MAX_NESTED_LISTED = 20
-LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi"}
+LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
+          "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
 #: Harnesses that get nested AGENTS.md on demand (a read hook or their own loader).
-ON_DEMAND = {"claude", "opencode"}
+ON_DEMAND = {"claude", "opencode", "cursor"}
 
 
 def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:

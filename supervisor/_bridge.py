@@ -154,7 +154,8 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         from ._session import run_session
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
-                                             session_id=clean_session_id(session_id))
+                                             session_id=clean_session_id(session_id),
+                                             cwd=(Path(cwd) if cwd else Path.cwd()).resolve())
         if routed in ("compact", "clear") and context.session_id:
             from ._errors import SupervisorError
             from ._nested import advance_epoch

@@ -32,8 +32,9 @@ class SessionContext:
         mode: ``full``, ``reemit`` or ``read-only``.
         harness: harness name (``claude``, ``codex``, ...) or ``""`` for a terminal.
         session_id: the harness session id as given; for display only, never a path part.
-        cwd: the harness's working directory (payload ``cwd``) when it differs from the
-            project root, e.g. a session started in a subdirectory; None otherwise.
+        cwd: the session's working directory (payload ``cwd``, the bridge's ``--cwd``, the
+            terminal's cwd or ``-C`` for ``supervise digest``), e.g. a package of a monorepo;
+            ``SUPERVISE_CWD``. None means the project root.
     """
 
     project_dir: Path

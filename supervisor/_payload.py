@@ -188,6 +188,19 @@ def project_dir(payload: Payload | None, env: dict[str, str] | None = None,
     ``CURSOR_PROJECT_DIR``, ``GEMINI_PROJECT_DIR``, then ``cwd`` (default: the current
     directory). A candidate that is not an existing absolute directory is skipped.
     """
+    return session_place(payload, env, cwd)[0]
+
+
+def session_place(payload: Payload | None, env: dict[str, str] | None = None,
+                  cwd: Path | None = None) -> tuple[Path, Path]:
+    """``(project root, session working directory)`` for a hook payload.
+
+    The working directory is the first usable candidate of :func:`project_dir` (payload
+    ``cwd`` for Claude, Codex, Gemini, Qwen and Grok; ``workspace_roots[0]`` for Cursor; then
+    the project-dir variables; then ``cwd``, default the current directory), symlinks resolved
+    like the project root; the project root is its git top level. It becomes ``SUPERVISE_CWD``, so a
+    session started in ``<project>/pkg`` gets ``pkg``'s instructions (issue 12, item 1).
+    """
     env = dict(os.environ) if env is None else env
     candidates: list[str] = []
     if isinstance(payload, HookPayload) and payload.cwd:
@@ -197,6 +210,11 @@ def project_dir(payload: Payload | None, env: dict[str, str] | None = None,
     candidates += [env[name] for name in PROJECT_DIR_ENV if env.get(name)]
     for raw in candidates:
         path = Path(raw)
-        if path.is_absolute() and path.is_dir():
-            return find_project_root(path)
-    return find_project_root(cwd or Path.cwd())
+        try:
+            usable = path.is_absolute() and path.is_dir()
+        except (OSError, ValueError):  # NUL bytes, over-long names: not a directory
+            usable = False
+        if usable:
+            return find_project_root(path), path.resolve()
+    start = (cwd or Path.cwd()).absolute()
+    return find_project_root(start), start.resolve()

@@ -132,6 +132,69 @@ def test_pi_one_file_per_directory(tree: Path, tmp_path: Path) -> None:
     assert headings(out) == ["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md"]
 
 
+def test_gemini_loads_gemini_md_and_its_context_file_name_setting(tree: Path) -> None:
+    write(tree / "GEMINI.md", "root gemini\n")
+    out = run_stage(tree / "sub", "gemini", project=tree, options={"list_nested": False}).stdout
+    assert headings(out) == ["AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md",
+                             "sub/AGENTS.md", "sub/CLAUDE.md"]
+    assert "root gemini" not in out and "Gemini CLI does not load by itself" in out
+    # context.fileName (workspace settings): Gemini now loads AGENTS.md itself, every level
+    write(tree / ".gemini" / "settings.json", json.dumps({"context": {"fileName": ["AGENTS.md", "GEMINI.md"]}}))
+    out = run_stage(tree / "sub", "gemini", project=tree, options={"list_nested": False}).stdout
+    assert headings(out) == ["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md"]
+    # the user's settings name a single string; the workspace file wins over it
+    (tree / ".gemini" / "settings.json").unlink()
+    write(Path(os.environ["HOME"]) / ".gemini" / "settings.json", '{"context": {"fileName": "CLAUDE.md"}}')
+    out = run_stage(tree / "sub", "gemini", project=tree, options={"list_nested": False}).stdout
+    assert headings(out) == ["AGENTS.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/AGENTS.md"]
+    assert "root gemini" not in out  # GEMINI.md is no convention we supply
+
+
+def test_gemini_settings_that_do_not_parse_keep_the_default(tree: Path) -> None:
+    write(tree / ".gemini" / "settings.json", "{not json")
+    write(Path(os.environ["HOME"]) / ".gemini" / "settings.json", '{"context": {"fileName": 5}}')
+    out = run_stage(tree / "sub", "gemini", project=tree, options={"list_nested": False}).stdout
+    assert headings(out)[0] == "AGENTS.md"
+
+
+def test_qwen_loads_qwen_md_and_agents_md_by_default(tree: Path) -> None:
+    write(tree / "QWEN.md", "root qwen\n")
+    out = run_stage(tree / "sub", "qwen", project=tree, options={"list_nested": False}).stdout
+    assert headings(out) == ["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md"]
+    assert "Qwen Code does not load by itself" in out
+    write(tree / ".qwen" / "settings.json", '{"context": {"fileName": "QWEN.md"}}')
+    out = run_stage(tree / "sub", "qwen", project=tree, options={"list_nested": False}).stdout
+    assert headings(out)[0] == "AGENTS.md" and "sub/AGENTS.md" in headings(out)
+
+
+def test_cursor_applies_agents_md_and_root_claude_md_itself(tree: Path) -> None:
+    out = run_stage(tree / "sub", "cursor", project=tree).stdout
+    assert headings(out) == [".claude/CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md"]
+    assert "Nested instruction files" not in out  # Cursor applies nested AGENTS.md itself
+
+
+def test_grok_loads_the_agents_chain_and_its_override(tree: Path) -> None:
+    out = run_stage(tree / "sub", "grok", project=tree, options={"list_nested": False}).stdout
+    assert headings(out) == ["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md"]
+    write(tree / "sub" / "AGENTS.override.md", "")  # present but empty: Grok loads nothing there
+    out = run_stage(tree / "sub", "grok", project=tree, options={"list_nested": False}).stdout
+    assert "sub/AGENTS.md" in headings(out)
+
+
+@pytest.mark.parametrize("harness", ["", "claude", "codex", "opencode", "pi", "gemini", "qwen",
+                                     "cursor", "grok"])
+def test_subdirectory_session_gets_the_subdirectory_rules_once(git_repo: Path, harness: str) -> None:
+    """Every harness: the chain runs root -> SUPERVISE_CWD; what the harness loads itself is
+    never in the output, and each file the harness does not load is there exactly once."""
+    write(git_repo / "AGENTS.md", "ROOT-RULES\n")
+    write(git_repo / "pkg" / "AGENTS.md", "PKG-RULES\n")
+    out = run_stage(git_repo, harness, options={"list_nested": False},
+                    env={"SUPERVISE_CWD": str(git_repo / "pkg")}).stdout
+    loads_agents = harness in ("codex", "opencode", "pi", "qwen", "cursor", "grok")
+    for marker in ("ROOT-RULES", "PKG-RULES"):
+        assert out.count(marker) == (0 if loads_agents else 1), (harness, marker, out)
+
+
 def test_imports_cycles_are_broken_and_each_file_emitted_once(git_repo: Path) -> None:
     write(git_repo / "AGENTS.md", "root @docs/a.md\n")
     write(git_repo / "docs" / "a.md", "A imports @b.md\n")

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     code = EXIT_OK
     notice = None
-    context = SessionContext.for_project(project)
+    context = SessionContext.for_project(project, cwd=start.resolve())  # SUPERVISE_CWD
     try:
         config = load_plan(project, args.config, on_env_error=lambda msg: print(
             f"supervise: {msg}; ignored", file=sys.stderr))

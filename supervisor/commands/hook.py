@@ -138,7 +138,7 @@ def _run(args: HookArgs) -> int:
     payload = _payload.parse_payload(data, args.harness)
     source = (_payload.recognize_source(args.source) if args.source is not None
               else _payload.payload_source(payload))
-    project = _payload.project_dir(payload)
+    project, session_cwd = _payload.session_place(payload)
     try:
         from ..adapters import is_foreign
     except ImportError:
@@ -176,8 +176,12 @@ def _run(args: HookArgs) -> int:
 
             emit(args.harness, off_line(off), state_dir=state_dir_for(project), kind="digest")
         return EXIT_OK
+    if _nudge_tier(args.harness):
+        _nudge_only(args, project)
+        return EXIT_OK
     context = SessionContext.for_project(project, source=source, harness=args.harness,
-                                         session_id=_payload.payload_session_id(payload))
+                                         session_id=_payload.payload_session_id(payload),
+                                         cwd=session_cwd)
     config_notice = ""
     if config is None:
         # A bad file never stops the digest: the embedded default runs, and the error comes
@@ -228,6 +232,33 @@ def _run(args: HookArgs) -> int:
     emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
          caps=config.inline_cap)
     return EXIT_OK
+
+
+def _nudge_tier(harness: str) -> bool:
+    """The harness drops hook output (Grok: ``agent.ts`` discards SessionStart's context)."""
+    try:
+        from ..adapters import ADAPTERS
+    except ImportError:
+        return False
+    adapter = ADAPTERS.get(harness)
+    return adapter is not None and adapter.tier == "nudge"
+
+
+def _nudge_only(args: HookArgs, project: Path) -> None:
+    """A nudge-tier harness gets the nudge alone, and only at session start: whatever it
+    printed would be dropped, so nothing may happen that assumes the model saw it. No stage
+    runs, no lock is taken, no handoff is counted, no deferred result is claimed, no ledger
+    or epoch is written (issue 12, item 2). Silent when the digest already ran in this
+    harness session (:func:`supervisor._nudge.digest_ran_here`, a read)."""
+    if args.event != "session-start":
+        return
+    from .._ancestry import NUDGE_HOPS, ancestry
+    from .._context import state_dir_for
+    from .._nudge import NUDGE_TEXT, digest_ran_here
+
+    state_dir = state_dir_for(project)
+    if not digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
+        emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
 
 
 def _advance_nested_epoch(context: SessionContext) -> None:
