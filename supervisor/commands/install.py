@@ -6,7 +6,10 @@ dir to ``.git/info/exclude``; prints what the harness needs beyond the file (tru
 
 Registered commands never depend on ``PATH``: they run this interpreter by absolute path,
 ``<python> -P -m supervisor hook HARNESS`` (``-P``: a ``supervisor/`` folder in the project
-cannot shadow the package), quoted for the shell. Timeouts exceed the digest budget by
+cannot shadow the package), quoted for the shell. The per-event hooks (prompt, post-tool) run
+it behind the POSIX ``sh`` fast path, ``/bin/sh <package>/hook-fast.sh <python> -P -m
+supervisor hook HARNESS --event EVENT``, which answers "nothing to do" without starting Python
+(:data:`FAST_PATH`; docs/session-protocol.md). Timeouts exceed the digest budget by
 :data:`~supervisor.adapters._base.TIMEOUT_MARGIN` seconds, in the harness's unit.
 """
 
@@ -76,11 +79,22 @@ def pick(names: list[str]) -> list[Adapter] | str:
     return [ADAPTERS[n] for n in dict.fromkeys(names)]
 
 
+FAST_PATH = Path(__file__).resolve().parent.parent / "hook-fast.sh"
+"""The POSIX ``sh`` fast path for the per-event hooks (shipped inside the package)."""
+
+SHELL = "/bin/sh"
+"""The shell that runs :data:`FAST_PATH` (by absolute path: registrations never need PATH)."""
+
+
 def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None) -> str:
-    """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``)."""
+    """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``).
+
+    Session start runs Python directly; a per-event hook runs it behind :data:`FAST_PATH`,
+    which passes the whole payload on when there may be work and prints nothing otherwise.
+    """
     argv = [python or sys.executable, "-P", "-m", "supervisor", "hook", adapter.name]
     if event:
-        argv += ["--event", event]
+        argv = [SHELL, str(FAST_PATH), *argv, "--event", event]
     else:
         argv += list(adapter.extra_args)
     return shlex.join(argv)

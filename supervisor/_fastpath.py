@@ -1,0 +1,86 @@
+"""The index files the per-event fast path (``supervisor/hook-fast.sh``) reads in the state dir.
+
+The fast path answers "nothing to do" for a prompt hook without starting Python when no
+deferred result is waiting (it looks for ``<state>/deferred/*/result-*.json`` itself) and when
+no feature asked for the next prompt to run Python. A feature asks in one of two ways, both
+files under ``<state>/fastpath/``:
+
+- a wake file ``wake-<name>`` (:func:`wake`): the next prompt hooks run Python until the
+  feature removes it (:func:`clear_wake`);
+- the watch list ``watch`` (:func:`set_watch`): one absolute path per line; a prompt hook runs
+  Python when a listed file is missing or newer than the list itself. The list's mtime is set
+  :data:`MTIME_SLACK` seconds into the past, so a change made in the same second as the
+  baseline (file systems and ``test -nt`` compare at one-second granularity at worst) is
+  never missed: at worst Python runs once more and finds nothing changed.
+
+Post-tool hooks need no index: the shim checks the directories between the payload's ``cwd``
+and the file for ``AGENTS.override.md`` / ``AGENTS.md`` directly (no stale answer possible).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from ._fsutil import atomic_write
+
+MTIME_SLACK = 2.0
+"""Seconds the watch list's mtime is set before the moment it was written."""
+
+
+def fastpath_dir(state_dir: Path) -> Path:
+    """``<state_dir>/fastpath``: where the fast path's index files live."""
+    return state_dir / "fastpath"
+
+
+def wake(state_dir: Path, name: str) -> None:
+    """Make the next prompt hooks run Python until :func:`clear_wake` (``name``: a short
+    feature name, ``[A-Za-z0-9_-]``).
+
+    Raises:
+        ValueError: ``name`` is not a plain short name.
+        OSError: the state dir cannot be written.
+    """
+    path = fastpath_dir(state_dir) / f"wake-{_check(name)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, b"")
+
+
+def clear_wake(state_dir: Path, name: str) -> None:
+    """Remove the wake file ``name`` (no error when absent).
+
+    Raises:
+        ValueError: ``name`` is not a plain short name.
+    """
+    try:
+        (fastpath_dir(state_dir) / f"wake-{_check(name)}").unlink()
+    except FileNotFoundError:
+        pass
+
+
+def set_watch(state_dir: Path, paths: Iterable[Path]) -> None:
+    """Replace the watch list with ``paths`` (absolute; one a line) as of now.
+
+    Raises:
+        ValueError: a path is relative or holds a newline.
+        OSError: the state dir cannot be written.
+    """
+    lines = []
+    for path in paths:
+        text = os.fspath(path)
+        if not os.path.isabs(text) or "\n" in text:
+            raise ValueError(f"watch path must be absolute and on one line: {text!r}")
+        lines.append(text + "\n")
+    target = fastpath_dir(state_dir) / "watch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.time() - MTIME_SLACK
+    atomic_write(target, "".join(lines).encode("utf-8", "surrogateescape"))
+    os.utime(target, (stamp, stamp))
+
+
+def _check(name: str) -> str:
+    if not name or len(name) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+        raise ValueError(f"wake name must be 1-64 characters of [A-Za-z0-9_-]: {name!r}")
+    return name

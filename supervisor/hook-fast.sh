@@ -1,0 +1,164 @@
+# supervise hook fast path (POSIX sh; run as: /bin/sh hook-fast.sh PYTHON [ARG...]).
+#
+# PYTHON ARG... is the whole Python hook command (`PYTHON -P -m supervisor hook HARNESS
+# --event prompt|post-tool`), exactly as `supervise install` registers it behind this file.
+# For the per-event hooks (prompt, post-tool) this decides "nothing to do" without starting
+# Python, from the payload's first 4 KiB and a few stat calls; in every other case, and
+# whenever in doubt, it runs that command with the whole payload on its stdin.
+#
+# Rules (docs/session-protocol.md, "The per-event fast path"):
+# - prints nothing itself (only Python prints envelopes) and always exits 0;
+# - needs no PATH (head and cat by absolute path) and quotes every path (spaces are fine);
+# - reads the payload to its end before leaving (a PostToolUse payload carries a whole file:
+#   the harness's write must never fail because the hook left early);
+# - "nothing to do" is answered only when the Python path would print nothing:
+#   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) and no
+#              wake file or changed watched file in <state>/fastpath/ (features that need the
+#              prompt hook to run Python register there);
+#   post-tool: the tool is not a file tool, or no directory strictly below the payload's cwd
+#              down to the file's own directory holds AGENTS.override.md or AGENTS.md.
+
+if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
+LC_ALL=C  # byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise)
+
+restore_locale() {
+  if [ "${saved_lc+set}" = set ]; then LC_ALL=$saved_lc; else unset LC_ALL; fi
+}
+
+event=
+prev=
+for arg in "$@"; do
+  case $prev in --event) event=$arg ;; esac
+  case $arg in --event=*) event=${arg#--event=} ;; esac
+  prev=$arg
+done
+
+hd=
+for tool in /usr/bin/head /bin/head; do
+  if [ -x "$tool" ]; then hd=$tool; break; fi
+done
+ct=
+for tool in /bin/cat /usr/bin/cat; do
+  if [ -x "$tool" ]; then ct=$tool; break; fi
+done
+
+if [ ! -x "${1:-}" ]; then
+  echo "supervise hook: interpreter ${1:-(none)} is missing or not executable; run \`supervise install\` again; hook skipped" >&2
+  if [ -n "$ct" ]; then "$ct" >/dev/null 2>&1; fi
+  exit 0
+fi
+
+case $event in
+  prompt|post-tool) ;;
+  *) restore_locale; exec "$@" ;;  # not a per-event hook: Python reads the payload itself
+esac
+if [ -z "$hd" ] || [ -z "$ct" ]; then
+  restore_locale; exec "$@"
+fi
+
+# The payload's first 4 KiB. $(...) drops trailing newlines: between JSON tokens they are
+# insignificant whitespace, and inside a string they would be invalid JSON anyway. Well under
+# 4096 bytes read means stdin is at its end (only a run of >= 1024 newlines could mislead that,
+# and then the drain is merely skipped on a payload whose end is blank lines).
+head=$(exec "$hd" -c 4096 2>/dev/null) || { restore_locale; exec "$@"; }
+here=$PWD
+
+slow() {
+  restore_locale
+  cd -- "$here" 2>/dev/null
+  { printf '%s' "$head"; exec "$ct"; } | "$@"
+  exit 0
+}
+
+nothing() {
+  if [ "${#head}" -ge 3072 ]; then exec "$ct" >/dev/null 2>&1; fi
+  exit 0
+}
+
+# json_str KEY: $val = the string value of the object member "KEY" found in $head at the top
+# level (no '{' or '[' before it but the opening one); status 1 when absent, cut off by the
+# 4 KiB head, repeated, or holding an escape (those are left to Python).
+json_str() {
+  case $head in
+    \{*[{,]\"$1\":\"*) ;;
+    *) return 1 ;;
+  esac
+  pre=${head%%[{,]\"$1\":\"*}
+  case ${pre#\{} in *[{[]*) return 1 ;; esac
+  val=${head#"$pre"?\"$1\":\"}
+  case $val in *[{,]\"$1\":*) return 1 ;; esac
+  case $val in *\"*) ;; *) return 1 ;; esac
+  val=${val%%\"*}
+  case $val in *\\*) return 1 ;; esac
+  return 0
+}
+
+# The payload is JSON text starting with '{' (whitespace before it: leave it to Python).
+case $head in \{*) ;; *) slow "$@" ;; esac
+json_str cwd || slow "$@"
+cwd=$val
+case $cwd in /*) ;; *) slow "$@" ;; esac
+
+if [ "$event" = post-tool ]; then
+  json_str tool_name || slow "$@"
+  case $val in
+    Read|Edit|MultiEdit|Write|NotebookRead|NotebookEdit) ;;
+    *) nothing ;;  # not a file tool: the Python path injects nothing
+  esac
+  # the file: tool_input's first member, file_path or notebook_path
+  case $head in
+    *[{,]\"tool_input\":\{\"file_path\":\"*) key=file_path ;;
+    *[{,]\"tool_input\":\{\"notebook_path\":\"*) key=notebook_path ;;
+    *) slow "$@" ;;
+  esac
+  pre=${head%%[{,]\"tool_input\":\{\""$key"\":\"*}
+  case ${pre#\{} in *[{[]*) slow "$@" ;; esac
+  val=${head#"$pre"?\"tool_input\":\{\""$key"\":\"}
+  case $val in *\"*) ;; *) slow "$@" ;; esac
+  file=${val%%\"*}
+  case $file in /*) ;; *) slow "$@" ;; esac
+  case $file in *\\*|*//*|*/./*|*/../*|*/.|*/..) slow "$@" ;; esac
+  base=${cwd%/}
+  case $cwd in *//*|*/./*|*/../*|*/.|*/..) slow "$@" ;; esac
+  case $file in "$base"/*) ;; *) slow "$@" ;; esac  # outside cwd (or via a link): Python decides
+  rel=${file#"$base"/}
+  dir=$base
+  while :; do
+    case $rel in */*) ;; *) break ;; esac
+    dir=$dir/${rel%%/*}
+    rel=${rel#*/}
+    for name in AGENTS.override.md AGENTS.md; do
+      if [ -e "$dir/$name" ] || [ -L "$dir/$name" ]; then slow "$@"; fi
+    done
+  done
+  nothing
+fi
+
+# prompt: the state dir of the payload's project (SUPERVISE_STATE_DIR, else the nearest
+# directory holding .git above cwd, symlinks resolved, plus /.supervise).
+if [ -n "${SUPERVISE_STATE_DIR:-}" ]; then
+  case $SUPERVISE_STATE_DIR in /*) state=$SUPERVISE_STATE_DIR ;; *) slow "$@" ;; esac
+else
+  cd -P -- "$cwd" 2>/dev/null || slow "$@"  # slow() goes back to $here first
+  top=$PWD
+  case $top in /*) ;; *) slow "$@" ;; esac
+  dir=$top
+  while :; do
+    if [ -e "$dir/.git" ]; then top=$dir; break; fi
+    case $dir in /|"") break ;; esac
+    dir=${dir%/*}
+    case $dir in "") dir=/ ;; esac
+  done
+  state=${top%/}/.supervise
+fi
+for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.json \
+             "$state"/fastpath/wake*; do
+  if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
+done
+watch=$state/fastpath/watch
+if [ -e "$watch" ] || [ -L "$watch" ]; then
+  while IFS= read -r path || [ -n "$path" ]; do
+    if [ ! -e "$path" ] || [ "$path" -nt "$watch" ]; then slow "$@"; fi
+  done <"$watch" || slow "$@"
+fi
+nothing

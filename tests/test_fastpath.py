@@ -1,0 +1,350 @@
+"""The per-event hooks' POSIX sh fast path (``supervisor/hook-fast.sh``).
+
+Every "nothing to do" answer of the fast path is checked against the Python path's answer on
+the same inputs (the same payload, the same files): when the shim did not start Python, the
+Python hook run on its own must print nothing too. Runs are real ``/bin/sh`` processes without
+``PATH``, in folders whose names hold spaces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from supervisor.commands.install import FAST_PATH, SHELL, hook_command
+from supervisor.adapters import ADAPTERS
+
+HARNESSES = ("claude", "codex", "gemini", "qwen")
+
+
+@dataclass
+class Answer:
+    ran_python: bool
+    stdout: bytes
+    stderr: bytes
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "my project"
+    (root / "src dir" / "deep").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / "src dir" / "deep" / "file.py").write_text("x = 1\n")
+    return root
+
+
+@pytest.fixture
+def interpreter(tmp_path: Path) -> tuple[Path, Path]:
+    """A wrapper 'python' (in a folder with a space) that records each start, then runs the
+    test interpreter; and the record file."""
+    folder = tmp_path / "py dir"
+    folder.mkdir()
+    record = folder / "starts"
+    wrapper = folder / "python"
+    wrapper.write_text(f'#!/bin/sh\necho started >> "{record}"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper, record
+
+
+def env_without_path(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PATH", "SUPERVISE_STATE_DIR")}
+    env.update(extra)
+    return env
+
+
+def shim(interpreter: tuple[Path, Path], harness: str, event: str, payload: bytes,
+         cwd: Path, **env: str) -> Answer:
+    wrapper, record = interpreter
+    record.unlink(missing_ok=True)
+    argv = [SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor", "hook", harness,
+            "--event", event]
+    proc = subprocess.run(argv, input=payload, capture_output=True, cwd=cwd,
+                          env=env_without_path(**env), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return Answer(record.exists(), proc.stdout, proc.stderr)
+
+
+def python_path(harness: str, event: str, payload: bytes, cwd: Path, **env: str) -> bytes:
+    proc = subprocess.run([sys.executable, "-P", "-m", "supervisor", "hook", harness, "--event",
+                           event], input=payload, capture_output=True, cwd=cwd,
+                          env=env_without_path(**env), timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def compact(data: dict[str, object]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def prompt_payload(cwd: Path, **extra: object) -> bytes:
+    return compact({"session_id": "s-1", "transcript_path": "/nowhere/t.jsonl", "cwd": str(cwd),
+                    "hook_event_name": "UserPromptSubmit", "prompt": "hello", **extra})
+
+
+def read_payload(cwd: Path, file: str, tool: str = "Read", key: str = "file_path",
+                 response: int = 200) -> bytes:
+    return compact({"session_id": "s-1", "transcript_path": "/nowhere/t.jsonl", "cwd": str(cwd),
+                    "hook_event_name": "PostToolUse", "tool_name": tool,
+                    "tool_input": {key: file}, "tool_response": {"content": "y" * response}})
+
+
+def put_result(state: Path, stage: str = "network") -> None:
+    directory = state / "deferred" / stage
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "result-1-abc.json").write_text(json.dumps(
+        {"name": stage, "title": stage, "run_id": "1-abc", "status": "ok", "exit_code": 0,
+         "seconds": 0.1, "started": 1.0, "finished": 2.0, "output": "NETWORK-OK"}))
+
+
+def check(interpreter: tuple[Path, Path], harness: str, event: str, payload: bytes, cwd: Path,
+          *, expect_python: bool, **env: str) -> Answer:
+    """Run the fast path; when it answered "nothing to do", prove the Python path prints
+    nothing on the same inputs; when it ran Python, its output is a valid envelope."""
+    answer = shim(interpreter, harness, event, payload, cwd, **env)
+    if answer.ran_python:
+        if answer.stdout:
+            json.loads(answer.stdout)
+    else:
+        assert answer.stdout == b""
+        assert python_path(harness, event, payload, cwd, **env) == b"", "fast path missed a delivery"
+    assert answer.ran_python == expect_python, answer.stderr
+    return answer
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_prompt_nothing_pending_skips_python(interpreter: tuple[Path, Path], project: Path,
+                                             harness: str) -> None:
+    check(interpreter, harness, "prompt", prompt_payload(project), project, expect_python=False)
+    (project / ".supervise" / "deferred" / "network").mkdir(parents=True)
+    (project / ".supervise" / "deferred" / "network" / "delivered-1.json").write_text("{}")
+    check(interpreter, harness, "prompt", prompt_payload(project), project, expect_python=False)
+
+
+@pytest.mark.parametrize("harness", HARNESSES)
+def test_prompt_pending_result_is_delivered_once(interpreter: tuple[Path, Path], project: Path,
+                                                 harness: str) -> None:
+    put_result(project / ".supervise")
+    first = check(interpreter, harness, "prompt", prompt_payload(project), project,
+                  expect_python=True)
+    assert b"NETWORK-OK" in first.stdout
+    check(interpreter, harness, "prompt", prompt_payload(project), project, expect_python=False)
+
+
+def test_prompt_finds_the_state_of_a_subdirectory_and_a_symlinked_cwd(
+        interpreter: tuple[Path, Path], project: Path, tmp_path: Path) -> None:
+    put_result(project / ".supervise", ".hidden stage")
+    link = tmp_path / "link to deep"
+    link.symlink_to(project / "src dir" / "deep")
+    answer = check(interpreter, "claude", "prompt", prompt_payload(link), tmp_path,
+                   expect_python=True)
+    assert b"NETWORK-OK" in answer.stdout
+
+
+def test_prompt_honours_supervise_state_dir(interpreter: tuple[Path, Path], project: Path,
+                                            tmp_path: Path) -> None:
+    state = tmp_path / "other state"
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False,
+          SUPERVISE_STATE_DIR=str(state))
+    put_result(state)
+    answer = check(interpreter, "claude", "prompt", prompt_payload(project), project,
+                   expect_python=True, SUPERVISE_STATE_DIR=str(state))
+    assert b"NETWORK-OK" in answer.stdout
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True,
+          SUPERVISE_STATE_DIR="relative/state")
+
+
+def test_prompt_wake_and_watch_files(interpreter: tuple[Path, Path], project: Path) -> None:
+    from supervisor._fastpath import clear_wake, set_watch, wake
+
+    state = project / ".supervise"
+    rules = project / "AGENTS.md"
+    rules.write_text("rules\n")
+    os.utime(rules, (1.0, 1.0))
+    set_watch(state, [rules])
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
+    os.utime(rules)  # changed after the baseline
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+    set_watch(state, [rules])  # changed within the slack before the baseline: Python decides
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+    os.utime(rules, (1.0, 1.0))
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
+    rules.unlink()
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+    set_watch(state, [])
+    wake(state, "refresh")
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+    clear_wake(state, "refresh")
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
+
+
+DOUBTS: dict[str, Callable[[Path], bytes]] = {
+    "not json": lambda p: b"hello",
+    "spaced json": lambda p: json.dumps({"cwd": str(p), "prompt": "x"}).encode(),
+    "no cwd": lambda p: compact({"session_id": "s", "prompt": "x"}),
+    "escaped cwd": lambda p: json.dumps({"cwd": str(p) + "/x\"y"}, separators=(",", ":")).encode(),
+    "relative cwd": lambda p: compact({"cwd": "my project"}),
+    "nested cwd first": lambda p: compact({"x": {"cwd": "/"}, "cwd": str(p)}),
+    "duplicate cwd": lambda p: b'{"cwd":"/","cwd":"' + str(p).encode() + b'"}',
+    "missing cwd dir": lambda p: compact({"cwd": str(p / "gone")}),
+    "empty": lambda p: b"",
+}
+
+
+@pytest.mark.parametrize("case", DOUBTS)
+def test_prompt_in_doubt_runs_python(interpreter: tuple[Path, Path], project: Path,
+                                     case: str) -> None:
+    put_result(project / ".supervise")
+    answer = shim(interpreter, "claude", "prompt", DOUBTS[case](project), project)
+    assert answer.ran_python, case
+    if answer.stdout:
+        json.loads(answer.stdout)
+
+
+def test_post_tool_no_nested_file_skips_python(interpreter: tuple[Path, Path],
+                                               project: Path) -> None:
+    (project / "AGENTS.md").write_text("root rules, loaded by the harness itself\n")
+    target = str(project / "src dir" / "deep" / "file.py")
+    for tool in ("Read", "Edit", "Write", "MultiEdit"):
+        check(interpreter, "claude", "post-tool", read_payload(project, target, tool), project,
+              expect_python=False)
+    check(interpreter, "claude", "post-tool",
+          read_payload(project, str(project / "n.ipynb"), "NotebookEdit", "notebook_path"),
+          project, expect_python=False)
+
+
+@pytest.mark.parametrize("name", ["AGENTS.md", "AGENTS.override.md", "dangling"])
+def test_post_tool_nested_file_runs_python(interpreter: tuple[Path, Path], project: Path,
+                                           name: str) -> None:
+    where = project / "src dir"
+    if name == "dangling":
+        (where / "AGENTS.md").symlink_to(where / "nowhere.md")
+    else:
+        (where / name).write_text("SUB-RULES\n")
+    payload = read_payload(project, str(where / "deep" / "file.py"))
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    if name != "dangling":
+        assert b"SUB-RULES" in answer.stdout
+        # delivered once: the next read still runs Python (the ledger decides), prints nothing
+        again = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+        assert again.stdout == b""
+
+
+def test_post_tool_other_tools_skip_python(interpreter: tuple[Path, Path], project: Path) -> None:
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    payload = compact({"session_id": "s", "cwd": str(project), "tool_name": "Bash",
+                       "tool_input": {"command": "cat 'src dir/deep/file.py'"}})
+    check(interpreter, "claude", "post-tool", payload, project, expect_python=False)
+
+
+POST_DOUBTS: dict[str, Callable[[Path], bytes]] = {
+    "relative file": lambda p: read_payload(p, "src dir/deep/file.py"),
+    "dot-dot": lambda p: read_payload(p, str(p / "src dir" / ".." / "src dir" / "deep" / "f.py")),
+    "outside cwd": lambda p: read_payload(p / "src dir", str(p / "x.py")),
+    "escaped path": lambda p: json.dumps({"cwd": str(p), "tool_name": "Read", "tool_input": {
+        "file_path": str(p / "src dir" / "déep")}}, separators=(",", ":")).encode(),
+    "tool_input after a long head": lambda p: compact({
+        "cwd": str(p), "tool_name": "Read", "pad": "z" * 5000,
+        "tool_input": {"file_path": str(p / "src dir" / "deep" / "file.py")}}),
+    "offset before file_path": lambda p: compact({
+        "cwd": str(p), "tool_name": "Read",
+        "tool_input": {"offset": 1, "file_path": str(p / "src dir" / "deep" / "file.py")}}),
+}
+
+
+@pytest.mark.parametrize("case", POST_DOUBTS)
+def test_post_tool_in_doubt_runs_python(interpreter: tuple[Path, Path], project: Path,
+                                        case: str) -> None:
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    answer = shim(interpreter, "claude", "post-tool", POST_DOUBTS[case](project), project)
+    assert answer.ran_python, case
+    if answer.stdout:
+        json.loads(answer.stdout)
+
+
+def write_all(proc: subprocess.Popen[bytes], payload: bytes) -> tuple[bytes, bytes]:
+    """Write the whole payload as a harness does (a BrokenPipeError here means the hook left
+    before reading it all), then collect the output."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        proc.stdin.write(payload)
+        proc.stdin.close()
+    except BrokenPipeError:
+        proc.kill()
+        proc.wait()
+        pytest.fail("the hook exited before the harness finished writing the payload")
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    proc.wait(timeout=30)
+    return out, err
+
+
+@pytest.mark.parametrize("with_nested", [False, True])
+def test_large_payload_is_drained_and_passed_whole(interpreter: tuple[Path, Path], project: Path,
+                                                   with_nested: bool) -> None:
+    """A PostToolUse payload larger than a pipe holds: the harness's write completes whether
+    the fast path answers alone or hands the payload to Python (which must get all of it)."""
+    if with_nested:
+        (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    payload = read_payload(project, str(project / "src dir" / "deep" / "file.py"),
+                           response=600_000)
+    wrapper, record = interpreter
+    proc = subprocess.Popen([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor",
+                             "hook", "claude", "--event", "post-tool"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=project,
+                            env=env_without_path())
+    assert proc.stdin is not None
+    out, err = write_all(proc, payload)
+    assert proc.returncode == 0, err
+    assert record.exists() == with_nested
+    assert (b"SUB-RULES" in out) == with_nested
+
+
+def test_missing_interpreter_exits_zero_and_drains(project: Path, tmp_path: Path) -> None:
+    payload = read_payload(project, str(project / "x.py"), response=300_000)
+    proc = subprocess.Popen([SHELL, str(FAST_PATH), str(tmp_path / "no such" / "python"), "-P",
+                             "-m", "supervisor", "hook", "claude", "--event", "post-tool"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env_without_path())
+    assert proc.stdin is not None
+    out, err = write_all(proc, payload)
+    assert (proc.returncode, out) == (0, b"")
+    assert b"missing or not executable" in err
+
+
+def test_session_start_passes_through_untouched(interpreter: tuple[Path, Path],
+                                                project: Path) -> None:
+    """Without --event prompt|post-tool the shim is only an exec: Python reads stdin itself."""
+    wrapper, record = interpreter
+    payload = compact({"session_id": "s", "cwd": str(project), "source": "startup",
+                       "hook_event_name": "SessionStart"})
+    proc = subprocess.run([SHELL, str(FAST_PATH), str(wrapper), "-c",
+                           "import sys; sys.stdout.write(str(len(sys.stdin.read())))"],
+                          input=payload, capture_output=True, env=env_without_path(), timeout=30)
+    assert (proc.returncode, proc.stdout) == (0, str(len(payload)).encode())
+
+
+@pytest.mark.parametrize("name", HARNESSES)
+def test_install_registers_the_shim_for_per_event_hooks(name: str) -> None:
+    adapter = ADAPTERS[name]
+    command = hook_command(adapter, "prompt", "/opt/my env/bin/python")
+    assert command.startswith(f"{SHELL} ") and str(FAST_PATH) in command
+    assert command.endswith(f"-P -m supervisor hook {name} --event prompt")
+    assert "'/opt/my env/bin/python'" in command
+    session = hook_command(adapter, None, "/opt/py")
+    assert FAST_PATH.name not in session
+
+
+def test_fast_path_is_posix_sh() -> None:
+    """The shim parses under dash's strict POSIX mode (no bashisms), when dash is present."""
+    for shell in ("/bin/dash", "/usr/bin/dash", "/bin/sh"):
+        if os.path.exists(shell):
+            proc = subprocess.run([shell, "-n", str(FAST_PATH)], capture_output=True, timeout=30)
+            assert proc.returncode == 0, proc.stderr
