@@ -180,8 +180,12 @@ def _claim(path: Path) -> dict[str, Any] | None:
     return data
 
 
-def format_result(data: dict[str, Any], *, late: bool) -> str:
-    """The text a delivered result shows: a heading, when it ran, and its output."""
+def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) -> str:
+    """The text a delivered result shows: a heading, when it ran, and its output.
+
+    ``late``: delivered after the digest was composed (prompt hook); ``earlier``: a result of
+    an earlier run delivered by this digest (its own run has not finished).
+    """
     name = str(data.get("name", "?"))
     title = str(data.get("title") or name)
     status = str(data.get("status", "?"))
@@ -193,10 +197,21 @@ def format_result(data: dict[str, Any], *, late: bool) -> str:
         when = f", finished {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(finished))}"
     label = name if title == name else f"{name}: {title}"
     head = f"[deferred stage '{label}': {status} in {seconds:.1f}s{when}]"
-    note = ("It ran AFTER the sections above were composed; it was not part of the digest's "
-            "start." if late else "It ran off the startup path.")
+    if earlier:
+        note = "This is the result of an EARLIER run, started by a previous digest."
+    elif late:
+        note = ("It ran AFTER the sections above were composed; it was not part of the "
+                "digest's start.")
+    else:
+        note = "It ran off the startup path."
     output = str(data.get("output", "")).rstrip("\n") or "(no output: nothing to report)"
     return f"{head}\n{note}\n{output}"
+
+
+def _claim_newest(paths: Sequence[Path]) -> list[dict[str, Any]]:
+    """Claim every result in ``paths`` (one stage's, oldest first); return the claimed
+    records, oldest first. Older records are superseded by newer ones, so callers show the last."""
+    return [data for data in map(_claim, paths) if data is not None]
 
 
 def _results(state_dir: Path) -> Iterator[Path]:
@@ -210,13 +225,21 @@ def _results(state_dir: Path) -> Iterator[Path]:
 
 
 def take_undelivered(state_dir: Path) -> list[str]:
-    """Claim every finished, undelivered deferred result; return their texts (oldest first).
+    """Claim every finished, undelivered deferred result; return their texts (one per stage,
+    the newest; older results of the same stage are superseded and dropped).
 
     Exactly once across concurrent callers (atomic rename). Fast when there is nothing:
     one ``listdir`` per deferred stage. Never raises.
     """
-    claimed = (_claim(path) for path in _results(state_dir))
-    return [format_result(data, late=True) for data in claimed if data is not None]
+    by_stage: dict[Path, list[Path]] = {}
+    for path in _results(state_dir):
+        by_stage.setdefault(path.parent, []).append(path)
+    texts = []
+    for paths in by_stage.values():
+        claimed = _claim_newest(paths)
+        if claimed:
+            texts.append(format_result(claimed[-1], late=True))
+    return texts
 
 
 def pending(state_dir: Path) -> list[dict[str, Any]]:
@@ -241,34 +264,44 @@ def running(state_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
+@dataclass(frozen=True)
+class Delivery:
+    """What a digest shows for one deferred stage: ``text`` (one block), and ``record``, the
+    result record (status, exit_code, seconds, output, ...) when a result was delivered."""
+
+    name: str
+    text: str
+    record: dict[str, Any] | None = None
+
+
 def collect(specs: Sequence[StagePlan], context: SessionContext,
-            launches: Sequence[Launch]) -> list[str]:
-    """Texts the digest shows for its deferred stages, at its end: each finished result not
-    yet delivered (inline), else one ``IN PROGRESS`` line naming what is not yet confirmed."""
-    texts = []
+            launches: Sequence[Launch]) -> list[Delivery]:
+    """What the digest shows for its deferred stages, at its end, one block per stage: this
+    run's result when it finished in time; else one ``IN PROGRESS`` block, carrying the newest
+    undelivered result of an earlier run when there is one (older ones are superseded)."""
+    out = []
     for launch in launches:
         if launch.error is not None:
-            texts.append(f"[supervise] deferred stage '{launch.name}' could not be launched: "
-                         f"{launch.error}")
+            out.append(Delivery(launch.name, f"[supervise] deferred stage '{launch.name}' could "
+                                f"not be launched: {launch.error}"))
             continue
         directory = stage_dir(context.state_dir, launch.name)
-        delivered_ours = False
-        for path in sorted(directory.glob("result-*.json")):
-            data = _claim(path)
-            if data is None:
-                continue
-            ours = data.get("run_id") == launch.run_id
-            delivered_ours |= ours
-            texts.append(format_result(data, late=not ours))
-        if not delivered_ours:
-            age = time.time() - launch.started
-            texts.append(
-                f"IN PROGRESS: deferred stage '{launch.name}'"
+        claimed = _claim_newest(sorted(directory.glob("result-*.json")))
+        ours = [d for d in claimed if d.get("run_id") == launch.run_id]
+        if ours:
+            out.append(Delivery(launch.name, format_result(ours[-1], late=False), ours[-1]))
+            continue
+        age = time.time() - launch.started
+        text = (f"IN PROGRESS: deferred stage '{launch.name}'"
                 f"{'' if launch.title == launch.name else f' ({launch.title})'} has not finished "
                 f"(running {age:.1f}s of its {launch.deadline:g}s deadline). NOT yet confirmed: "
                 f"{launch.title}. Its result will be delivered once, later (next prompt or next "
                 f"digest); `supervise status` shows it.")
-    return texts
+        earlier = claimed[-1] if claimed else None
+        if earlier is not None:
+            text += "\n" + format_result(earlier, late=False, earlier=True)
+        out.append(Delivery(launch.name, text, earlier))
+    return out
 
 
 # -- the runner -------------------------------------------------------------------------------

@@ -119,8 +119,9 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     notice = out.total_cut_notice()
     if notice:
         out.write_notice(notice)
-    for text in _deferred.collect(deferred, context, launched):
-        out.write_notice(text)
+    deliveries = {d.name: d for d in _deferred.collect(deferred, context, launched)}
+    for delivery in deliveries.values():
+        out.write_notice(delivery.text)
     if not transparent:
         for line in take_notices():  # planted or corrupt state files, named once
             out.write_notice(line)
@@ -129,7 +130,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         if spec not in selected:
             results.append(StageResult(spec.name, "skipped"))
         elif spec.deferred:
-            results.append(StageResult(spec.name, "deferred"))
+            results.append(_deferred_result(spec.name, deliveries.get(spec.name)))
         else:
             found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
             # Every stage has flushed by now: take its output as the digest finally showed it
@@ -142,6 +143,21 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             config.budget, results, reason, rerun_hint, started, anyio.current_time()))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
                         buffer.getvalue().decode("utf-8", "replace"), tuple(out.notices))
+
+
+def _deferred_result(name: str, delivery: _deferred.Delivery | None) -> StageResult:
+    """A deferred stage's entry in the result: status ``deferred``; its output is the block
+    the digest shows for it (so ``--format json`` carries what the text carries), its exit
+    code, seconds and bytes those of the result delivered, if any."""
+    if delivery is None:
+        return StageResult(name, "deferred")
+    record = delivery.record or {}
+    code, seconds, output = record.get("exit_code"), record.get("seconds"), record.get("output")
+    return StageResult(name, "deferred",
+                       exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                       seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                       bytes=len(output.encode()) if isinstance(output, str) else 0,
+                       output=delivery.text)
 
 
 async def _all_done(run: DigestRun, live: list[StagePlan]) -> None:

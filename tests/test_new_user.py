@@ -110,3 +110,43 @@ def test_ok_exit_makes_a_status_success(tmp_path: Path) -> None:
     assert stages["bad"]["status"] == "failed"
     text = run_cli("digest", cwd=tmp_path).stdout.decode()
     assert "'todo' exited" not in text and "'bad' exited with status 1" in text
+
+
+# -- items 2 and 3: deferred results in JSON, once per stage -------------------------------
+
+
+def _wait_for_result(project: Path, stage: str) -> None:
+    import time
+
+    folder = project / ".supervise" / "deferred" / stage
+    for _ in range(200):
+        if list(folder.glob("result-*.json")):
+            return
+        time.sleep(0.05)
+    raise AssertionError("the deferred runner wrote no result")
+
+
+def test_json_digest_delivers_a_pending_deferred_result(git_repo: Path) -> None:
+    write_config(git_repo, '[[stages]]\nname = "later"\nrun = ["sh", "-c", "sleep 1; echo X"]\n'
+                 "deferred = true\n")
+    first = run_cli("digest", cwd=git_repo)
+    assert b"IN PROGRESS: deferred stage 'later'" in first.stdout
+    _wait_for_result(git_repo, "later")
+    doc = json.loads(run_cli("digest", "--format", "json", cwd=git_repo).stdout)
+    (later,) = doc["stages"]
+    assert later["status"] == "deferred"
+    assert "X" in later["output"] and "EARLIER run" in later["output"], later
+    # delivered once: a third digest shows only its own run (in progress)
+    third = run_cli("digest", "--format", "json", cwd=git_repo)
+    assert "EARLIER" not in json.loads(third.stdout)["stages"][0]["output"]
+
+
+def test_one_deferred_stage_appears_once(git_repo: Path) -> None:
+    write_config(git_repo, '[[stages]]\nname = "later"\nrun = ["sh", "-c", "sleep 0.3; echo RUN"]\n'
+                 'deferred = true\n[[stages]]\nname = "slow"\nrun = ["sleep", "2"]\n')
+    run_cli("digest", "--only", "later", cwd=git_repo)  # ends at once: the result stays pending
+    _wait_for_result(git_repo, "later")
+    text = run_cli("digest", cwd=git_repo).stdout.decode()  # `slow` gives the fresh run time
+    assert text.count("[deferred stage 'later'") == 1, text
+    assert "ran AFTER" not in text and "EARLIER" not in text and "IN PROGRESS" not in text
+    assert not list((git_repo / ".supervise" / "deferred" / "later").glob("result-*.json"))
