@@ -31,6 +31,38 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
 
+class StageWhen(_Frozen):
+    """A stage's condition (``when = { source = [...], harness = [...] }``): the stage runs
+    only when every list given holds the run's value. An absent list matches everything.
+
+    ``source`` takes the routed sources (``startup``, ``new``, ``clear``, ``compact``,
+    ``resume``, ``reload``, ``fork``); a terminal digest or an unrecognized source counts as
+    ``startup`` (it runs as a full start). ``harness`` takes the harness names
+    (``claude``, ``codex``, ``cursor``, ``gemini``, ``qwen``, ``grok``, ``pi``,
+    ``opencode``) and ``terminal`` for a run with no harness. Modelled on Claude Code's hook
+    ``matcher`` (SessionStart matches on the source), extended to the harness.
+    """
+
+    source: tuple[str, ...] | None = None
+    harness: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _known_values(self) -> StageWhen:
+        from ._plan import WHEN_HARNESSES, WHEN_SOURCES
+
+        for key, known in (("source", WHEN_SOURCES), ("harness", WHEN_HARNESSES)):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            if not values:
+                raise ValueError(f"when.{key} is empty, so the stage would never run; list "
+                                 f"values from {', '.join(known)}, or drop the key")
+            unknown = [v for v in values if v not in known]
+            if unknown:
+                raise ValueError(f"when.{key}: {unknown[0]!r} is not one of {', '.join(known)}")
+        return self
+
+
 class StageSpec(_Frozen):
     """One stage of a digest: a subprocess with its own process group and limits.
 
@@ -38,6 +70,7 @@ class StageSpec(_Frozen):
     through ``/bin/sh -c`` only with ``shell = true``) or ``builtin`` (a program from
     ``stages/``) is given. ``timeout`` and ``max_output`` are in seconds and bytes.
     ``options`` is passed to the stage as JSON in ``SUPERVISE_STAGE_OPTIONS``.
+    ``when`` (:class:`StageWhen`) limits the runs it takes part in, by source and harness.
     ``max_tasks`` (processes in the stage's tree at once, default 512) and ``max_memory``
     (bytes of memory of the whole tree, default none) are caps: a stage over one is killed
     whole (cgroup ``pids.max`` / ``memory.max`` where available, else the watchdog).
@@ -61,6 +94,7 @@ class StageSpec(_Frozen):
     exclusive: bool = False
     options: dict[str, Any] = Field(default_factory=dict)
     ok_exit: tuple[int, ...] = (0,)
+    when: StageWhen | None = None
 
     DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
     """Built-ins that run deferred unless the config says ``deferred = false`` (network checks

@@ -18,7 +18,7 @@ import anyio
 from . import _banner, _cgroup, _deferred
 from ._context import SessionContext
 from ._output import BufferSink, OrderedOutput, Sink
-from ._plan import DigestPlan, StagePlan, as_plan
+from ._plan import DigestPlan, StagePlan, as_plan, unmet
 from ._project import ensure_state_dir
 from ._statedir import take_notices
 from ._results import DigestResult, StageResult
@@ -42,7 +42,9 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         config: the digest (stages, ``budget`` and ``grace`` in seconds, ``max_output`` bytes).
         context: the session context passed to every stage as ``SUPERVISE_*``.
         sink: where the text goes as it streams; a :class:`BufferSink` when None.
-        only: names of the stages to run (a re-emit); the others are ``skipped``.
+        only: names of the stages to run (a re-emit); the others are ``skipped``. A stage
+            whose ``when`` condition excludes ``context.source``/``context.harness`` is
+            ``skipped`` too (:func:`supervisor._plan.unmet`); it counts as completed.
         abort: when set, the digest ends as if its budget ran out (a signal to the
             supervisor): running stages are killed, a banner is printed.
         abort_reason: how the banner names an abort (e.g. ``"SIGTERM"``), or a callable
@@ -84,7 +86,9 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         # A digest reserves its kill sequence inside the budget: it returns by budget + 0.25 s.
         grace = min(config.grace, config.budget / 3)
         kill_at = started + config.budget - grace - KILL_MARGIN
-    selected = [s for s in config.stages if only is None or s.name in only]
+    selected = [s for s in config.stages  # `only`, then each stage's `when` condition
+                if (only is None or s.name in only)
+                and not unmet(s, context.source, context.harness)]
     live = [s for s in selected if not s.deferred]
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
                         config.max_output, transparent=transparent)

@@ -61,6 +61,30 @@ class StagePlan:
     exclusive: bool = False
     options: dict[str, Any] = field(default_factory=dict)
     ok_exit: tuple[int, ...] = (0,)
+    when: dict[str, tuple[str, ...]] | None = None
+    """``{"source": (...), "harness": (...)}`` (either may be absent): see :func:`unmet`."""
+
+
+WHEN_SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
+"""Values ``when.source`` takes (the routed sources of ``supervisor._payload.SOURCES``)."""
+WHEN_HARNESSES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "qwen", "grok", "pi",
+                                   "opencode", "terminal")
+"""Values ``when.harness`` takes: the harness names, and ``terminal`` for no harness."""
+
+
+def unmet(stage: StagePlan, source: str, harness: str) -> str:
+    """Why ``stage``'s ``when`` condition excludes a run with this routed ``source`` and
+    ``harness`` (one clause, e.g. ``when.source is startup, clear; this run's is compact``),
+    or ``""`` when it takes part. ``source`` ``""`` (a terminal, an unrecognized source)
+    counts as ``startup``; ``harness`` ``""`` as ``terminal``."""
+    if not stage.when:
+        return ""
+    have = {"source": source or "startup", "harness": harness or "terminal"}
+    for key in ("source", "harness"):
+        allowed = stage.when.get(key)
+        if allowed is not None and have[key] not in allowed:
+            return f"when.{key} is {', '.join(allowed)}; this run's is {have[key]}"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -93,6 +117,8 @@ class DigestPlan:
             for key in ("run", "args", "needs", "ok_exit"):
                 if item.get(key) is not None:
                     item[key] = tuple(item[key])
+            if item.get("when") is not None:
+                item["when"] = {k: tuple(v) for k, v in item["when"].items() if v is not None}
             stages.append(StagePlan(**item))
         return cls(**top, stages=tuple(stages))
 

@@ -14,7 +14,8 @@ StageStatus = Literal["ok", "failed", "timed_out", "killed", "not_started", "def
 """``ok`` exit 0; ``failed`` non-zero exit or could not start; ``timed_out`` killed at its own
 ``timeout``; ``killed`` killed at the overall budget or by a signal to the supervisor;
 ``not_started`` the budget ended before it could start; ``deferred`` launched detached, result
-delivered separately; ``skipped`` not part of this run (read-only, re-emit)."""
+delivered separately; ``skipped`` not part of this run (read-only, re-emit, ``--only``, or its
+``when`` condition does not hold)."""
 
 @dataclass(frozen=True)
 class StageResult:

@@ -135,7 +135,11 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
     SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
     of killing us mid-write. With no stage to run, the engine (and anyio) is not loaded.
     """
-    selected = [s for s in config.stages if only is None or s.name in only]
+    from ._plan import unmet
+
+    selected = [s for s in config.stages  # `only`, then each stage's `when` condition
+                if (only is None or s.name in only)
+                and not unmet(s, context.source, context.harness)]
     if not selected:
         from ._results import DigestResult, StageResult
 
@@ -179,6 +183,17 @@ def _save_last_digest(state_dir: Path, result: DigestResult, context: SessionCon
         pass
 
 
+def _read_directly(config: DigestPlan, context: SessionContext, name: str) -> list[str]:
+    """The terminal command that shows stage ``name`` as this session saw it (with its
+    source and harness when the stage has a ``when`` condition)."""
+    argv = ["supervise", "digest", "-C", str(context.project_dir), "--only", name]
+    spec = next((s for s in config.stages if s.name == name), None)
+    if spec is not None and spec.when:
+        argv += [f"--{k}={v}" for k, v in (("source", context.source),
+                                             ("harness", context.harness)) if v]
+    return argv
+
+
 def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionContext) -> str:
     """The labelled re-emit text: reemit stages' output under ``config.reemit_budget`` bytes.
 
@@ -209,7 +224,7 @@ def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionCon
         if used + size > limit:
             block = (f"RE-EMIT BUDGET: {name} omitted ({size} bytes would exceed the {budget}-byte "
                      f"re-emit budget). Read it directly: "
-                     f"{shlex.join(['supervise', 'digest', '-C', str(context.project_dir), '--only', name])}\n")
+                     f"{shlex.join(_read_directly(config, context, name))}\n")
         elif block and not block.endswith("\n"):
             block += "\n"
         parts.append(block)

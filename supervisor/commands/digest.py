@@ -26,6 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run only this stage (repeatable); the others are skipped")
     p.add_argument("-C", dest="directory", type=Path, metavar="DIR",
                    help="run as if started in DIR")
+    from .._plan import WHEN_HARNESSES, WHEN_SOURCES
+
+    p.add_argument("--source", choices=WHEN_SOURCES, default="",
+                   help="run as for this session source (SUPERVISE_SOURCE, stage conditions); "
+                        "default: none, which conditions treat as startup")
+    p.add_argument("--harness", choices=[h for h in WHEN_HARNESSES if h != "terminal"],
+                   default="", help="run as for this harness (SUPERVISE_HARNESS, stage "
+                                    "conditions); default: none, a terminal")
     return p
 
 
@@ -35,6 +43,9 @@ def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
         parts += ["--config", str(args.config)]
     for name in args.only or ():
         parts += ["--only", name]
+    for flag in ("source", "harness"):
+        if getattr(args, flag):
+            parts += [f"--{flag}", getattr(args, flag)]
     return shlex.join(parts)
 
 
@@ -81,7 +92,8 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     code = EXIT_OK
     notice = None
-    context = SessionContext.for_project(project, cwd=start.resolve())  # SUPERVISE_CWD
+    context = SessionContext.for_project(project, cwd=start.resolve(),  # SUPERVISE_CWD
+                                         source=args.source, harness=args.harness)
     try:
         config = load_plan(project, args.config, on_env_error=lambda msg: print(
             f"supervise: {msg}; ignored", file=sys.stderr))
@@ -97,6 +109,13 @@ def main(argv: list[str]) -> int:
         print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
               f"(stages: {', '.join(s.name for s in config.stages) or 'none'})", file=sys.stderr)
         return EXIT_USAGE
+    from .._plan import unmet
+
+    for name in args.only or ():
+        why = unmet(config.stage(name), context.source, context.harness)
+        if why:  # honoured, not overridden: say why the stage asked for does not run
+            print(f"supervise digest: --only {name}: skipped by its condition ({why}); "
+                  "pass --source/--harness to run as that session would", file=sys.stderr)
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
         config = dataclasses.replace(config, **update)
