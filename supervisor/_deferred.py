@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._fsutil import atomic_write, flocked
+from ._errors import StateError
+from ._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -34,36 +35,70 @@ if TYPE_CHECKING:
 
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
+DEFERRED_DIR = "deferred"
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+"""Bytes: the output cap assumed for a stage the current configuration does not name."""
 
 _spawned: set[int] = set()
 
 
 def stage_dir(state_dir: Path, name: str) -> Path:
-    """Where stage ``name``'s deferred records live."""
-    return state_dir / "deferred" / name
+    """Where stage ``name``'s deferred records live (for messages; access goes through
+    :func:`open_stage_dir`)."""
+    return state_dir / DEFERRED_DIR / name
 
 
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as JSON to ``path`` atomically (temp file in the same dir, fsync, rename).
+def open_stage_dir(state_dir: Path, name: str, *, create: bool = False) -> StateDir | None:
+    """Stage ``name``'s deferred folder through the state door (no link followed), or None
+    when it does not exist and ``create`` is False.
 
     Raises:
-        OSError: the directory is not writable.
+        StateError: the state dir or a folder on the way is unusable (a symlinked state dir).
     """
-    atomic_write(path, json.dumps(data, ensure_ascii=False).encode("utf-8"), fsync=True)
+    from ._statedir import open_subpath
+
+    return open_subpath(state_dir, (DEFERRED_DIR, name), create=create)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def result_cap(max_output: int | None) -> int:
+    """Bytes a result file of a stage with output cap ``max_output`` may have: twice the cap
+    (JSON escaping) plus :data:`~supervisor._statedir.RESULT_OVERHEAD`. The runner trims the
+    output so its file fits; a bigger file was not written by us and is corrupt."""
+    return 2 * (max_output or DEFAULT_MAX_OUTPUT) + RESULT_OVERHEAD
+
+
+def _encode_result(data: dict[str, Any], cap: int) -> bytes:
+    """``data`` as JSON within ``cap`` bytes: the output is cut (and says so) when needed."""
+    raw = json.dumps(data, ensure_ascii=False).encode("utf-8", "replace")
+    output = str(data.get("output", ""))
+    while len(raw) > cap and output:
+        output = output[: len(output) // 2]
+        data = {**data, "output": output + "\n[supervise] OUTPUT CUT: the result was too large "
+                "to store whole\n"}
+        raw = json.dumps(data, ensure_ascii=False).encode("utf-8", "replace")
+    return raw
+
+
+def _records(directory: StateDir, pattern: str) -> list[str]:
     try:
-        data = json.loads(path.read_text("utf-8"))
-    except (OSError, ValueError):
+        return directory.names(pattern)
+    except StateError:
+        return []
+
+
+def _read(directory: StateDir, name: str, cap: int = RECORD_CAP) -> dict[str, Any] | None:
+    """A JSON object record, or None when absent, unreadable or corrupt (set aside)."""
+    def must_be_object(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValueError("expected an object")
+        return value
+
+    try:
+        data: dict[str, Any] | None = directory.read_json(name, cap, must_be_object)
+    except StateError as err:
+        notice(f"[supervise] {err}")
         return None
-    return data if isinstance(data, dict) else None
-
-
-@contextmanager
-def _locked(directory: Path, timeout: float = 10.0) -> Iterator[bool]:
-    with flocked(directory / ".lock", timeout=timeout) as held:
-        yield held
+    return data
 
 
 def _runner_alive(record: dict[str, Any] | None) -> bool:
@@ -75,7 +110,7 @@ def _runner_alive(record: dict[str, Any] | None) -> bool:
         proc = psutil.Process(int(record["pid"]))
         return bool(abs(proc.create_time() - float(record["create_time"])) < 0.05
                     and proc.status() != psutil.STATUS_ZOMBIE)
-    except (psutil.Error, KeyError, TypeError, ValueError):
+    except (psutil.Error, KeyError, TypeError, ValueError, OverflowError):
         return False
 
 
@@ -89,6 +124,8 @@ class Launch:
     started: float
     deadline: float
     error: str | None = None
+    lost: tuple[str, ...] = ()
+    """Earlier runs of this stage that ended without a result, one text each."""
 
 
 def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: DigestPlan,
@@ -99,31 +136,31 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
     comes back with ``error`` set, and the digest says so.
     """
     from ._stage import stage_argv, stage_env
-    from ._project import state_dir_problem
 
     launches = []
     for spec in specs:
         deadline = spec.timeout or DEFAULT_DEADLINE
         title = spec.title or spec.name
         try:
-            directory = stage_dir(context.state_dir, spec.name)
-            problem = (state_dir_problem(context.state_dir)
-                       or state_dir_problem(directory.parent) or state_dir_problem(directory))
-            if problem:
-                raise OSError(problem)
-            directory.mkdir(parents=True, exist_ok=True)
+            directory = open_stage_dir(context.state_dir, spec.name, create=True)
+            assert directory is not None
+        except StateError as err:
+            launches.append(Launch(spec.name, title, None, time.time(), deadline, error=str(err)))
+            continue
+        try:
             # Never wait here: the digest's event loop would stall past its budget. A held
             # lock means another digest is launching this stage right now.
-            with _locked(directory, timeout=0.0) as held:
+            with directory, directory.flock(".lock", timeout=0.0) as held:
                 if not held:
                     launches.append(Launch(spec.name, title, None, time.time(), deadline))
                     continue
-                current = _read_json(directory / "running.json")
+                current = _read(directory, "running.json")
                 if _runner_alive(current):
                     assert current is not None
                     launches.append(Launch(spec.name, title, str(current.get("run_id")),
                                            float(current.get("started", time.time())), deadline))
                     continue
+                lost = _take_lost(directory, spec.name, current)
                 run_id = f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
                 token = uuid.uuid4().hex
                 stage_argv(spec)  # an unknown builtin is reported here, not in the runner
@@ -131,7 +168,8 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
                 inner = replace(spec, deferred=False, timeout=None,
                                 max_output=spec.max_output or config.max_output)
-                runner = [sys.executable, "-m", "supervisor._deferred", "--dir", str(directory),
+                runner = [sys.executable, "-m", "supervisor._deferred",
+                          "--dir", str(stage_dir(context.state_dir, spec.name)),
                           "--run-id", run_id, "--deadline", str(deadline),
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
                           "--spec", json.dumps(asdict(inner))]
@@ -148,14 +186,72 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 except psutil.Error:
                     created = 0.0
                 now = time.time()
-                write_json_atomic(directory / "running.json", {
+                directory.write_json("running.json", {
                     "pid": pid, "create_time": created, "run_id": run_id, "started": now,
-                    "deadline": deadline, "name": spec.name, "title": title})
-                launches.append(Launch(spec.name, title, run_id, now, deadline))
+                    "deadline": deadline, "name": spec.name, "title": title}, fsync=True)
+                launches.append(Launch(spec.name, title, run_id, now, deadline, lost=tuple(lost)))
         except Exception as err:  # noqa: BLE001 - reported in the digest, never fatal
             launches.append(Launch(spec.name, title, None, time.time(), deadline,
                                    error=f"{type(err).__name__}: {err}"))
     return launches
+
+
+def _lost_text(name: str, record: dict[str, Any], why: str) -> str:
+    started = record.get("started")
+    when = ""
+    if isinstance(started, (int, float)) and not isinstance(started, bool):
+        when = f" started {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}"
+    return (f"LOST: deferred stage '{name}' (run{when}) ended without a deliverable result "
+            f"({why}); its result was NOT delivered. Run `supervise digest --only {name}` "
+            "to see it now.")
+
+
+def _take_lost(directory: StateDir, name: str, running_record: dict[str, Any] | None) -> list[str]:
+    """Claim and describe runs that ended without a result: a ``lost-*.json`` record the runner
+    left (the result could not be written: disk full), or a ``running.json`` whose runner is
+    dead and left no result (killed). Exactly once (atomic rename); the caller holds the
+    folder's lock and has checked that the runner in ``running_record`` is not alive."""
+    texts = []
+    for lost in _records(directory, "lost-*.json"):
+        record = _read(directory, lost) or {}
+        try:
+            if not directory.rename(lost, lost + ".reported"):
+                continue
+            directory.remove(lost + ".reported")
+        except StateError:
+            continue
+        texts.append(_lost_text(name, record, str(record.get("error") or "the runner failed")))
+    if running_record is not None:
+        run_id = str(running_record.get("run_id", ""))
+        ours = [n for n in _records(directory, "*.json") if run_id and run_id in n
+                and n != "running.json"]
+        try:
+            directory.remove("running.json")
+        except StateError:
+            pass
+        if run_id and not ours and not texts:
+            texts.append(_lost_text(name, running_record,
+                                    "its runner was killed or could not write its result"))
+    return texts
+
+
+def lost_results(state_dir: Path) -> list[str]:
+    """Describe (without claiming) runs that ended without a result, for ``supervise status``.
+    Never raises."""
+    texts = []
+    for name, directory in _stage_dirs(state_dir):
+        with directory:
+            for lost in _records(directory, "lost-*.json"):
+                record = _read(directory, lost) or {}
+                texts.append(_lost_text(name, record, str(record.get("error") or "the runner failed")))
+            current = _read(directory, "running.json")
+            if current is not None and not _runner_alive(current):
+                run_id = str(current.get("run_id", ""))
+                if run_id and not [n for n in _records(directory, "*.json")
+                                   if run_id in n and n != "running.json"]:
+                    texts.append(_lost_text(name, current, "its runner was killed or could not "
+                                            "write its result"))
+    return texts
 
 
 def spawned_pids() -> set[int]:
@@ -163,19 +259,23 @@ def spawned_pids() -> set[int]:
     return set(_spawned)
 
 
-def _claim(path: Path) -> dict[str, Any] | None:
-    """Atomically claim an undelivered result; None when someone else got it first."""
-    target = path.with_name(path.name.replace("result-", "delivered-", 1))
-    try:
-        os.rename(path, target)
-    except OSError:
+def _claim(directory: StateDir, name: str, cap: int) -> dict[str, Any] | None:
+    """Atomically claim undelivered result ``name``; None when someone else got it first
+    (or it was corrupt: set aside and named)."""
+    target = name.replace("result-", "delivered-", 1)
+    data = _read(directory, name, cap)  # a planted file is set aside under its own name
+    if data is None:
         return None
-    data = _read_json(target) or {}
-    for old in path.parent.glob("delivered-*.json"):  # keep only the newest delivered record
+    try:
+        if not directory.rename(name, target):
+            return None
+    except StateError:
+        return None
+    for old in _records(directory, "delivered-*.json"):  # keep only the newest delivered record
         if old != target:
             try:
-                old.unlink()
-            except OSError:
+                directory.remove(old)
+            except StateError:
                 pass
     return data
 
@@ -208,56 +308,74 @@ def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) ->
     return f"{head}\n{note}\n{output}"
 
 
-def _claim_newest(paths: Sequence[Path]) -> list[dict[str, Any]]:
-    """Claim every result in ``paths`` (one stage's, oldest first); return the claimed
-    records, oldest first. Older records are superseded by newer ones, so callers show the last."""
-    return [data for data in map(_claim, paths) if data is not None]
+def _stage_dirs(state_dir: Path) -> Iterator[tuple[str, StateDir]]:
+    """``(stage name, folder)`` for each deferred stage folder, sorted. Never raises."""
+    from ._statedir import open_subpath
 
-
-def _results(state_dir: Path) -> Iterator[Path]:
-    """Every undelivered result file, stage by stage, oldest first. Never raises."""
     try:
-        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
-    except OSError:
+        base = open_subpath(state_dir, (DEFERRED_DIR,))
+    except StateError:
         return
-    for directory in stage_dirs:
-        yield from sorted(directory.glob("result-*.json"))
+    if base is None:
+        return
+    with base:
+        for name in _records(base, "*"):
+            try:
+                sub = base.sub(name)
+            except StateError:
+                continue
+            if sub is not None:
+                yield name, sub
 
 
-def take_undelivered(state_dir: Path) -> list[str]:
+def take_undelivered(state_dir: Path, caps: dict[str, int] | None = None) -> list[str]:
     """Claim every finished, undelivered deferred result; return their texts (one per stage,
     the newest; older results of the same stage are superseded and dropped).
+
+    Args:
+        state_dir: the state dir.
+        caps: result-file caps in bytes by stage name (:func:`result_cap` of the stage's
+            output cap); a stage not named gets ``result_cap(None)``.
 
     Exactly once across concurrent callers (atomic rename). Fast when there is nothing:
     one ``listdir`` per deferred stage. Never raises.
     """
-    by_stage: dict[Path, list[Path]] = {}
-    for path in _results(state_dir):
-        by_stage.setdefault(path.parent, []).append(path)
     texts = []
-    for paths in by_stage.values():
-        claimed = _claim_newest(paths)
-        if claimed:
+    for name, directory in _stage_dirs(state_dir):
+        cap = (caps or {}).get(name) or result_cap(None)
+        with directory:
+            claimed = _claim_all(directory, cap)
+        if claimed:  # older results of the same stage are superseded by the newest
             texts.append(format_result(claimed[-1], late=True))
     return texts
+
+
+def _claim_all(directory: StateDir, cap: int) -> list[dict[str, Any]]:
+    """Claim every result in one stage's folder; the claimed records, oldest first."""
+    claimed = (_claim(directory, name, cap) for name in _records(directory, "result-*.json"))
+    return [data for data in claimed if data is not None]
 
 
 def pending(state_dir: Path) -> list[dict[str, Any]]:
     """Finished deferred results not yet delivered, read without claiming them (for
     ``supervise status``); each is the result record (name, status, seconds, finished, ...).
     Never raises."""
-    return [data for data in map(_read_json, _results(state_dir)) if data is not None]
+    found = []
+    for _name, directory in _stage_dirs(state_dir):
+        with directory:
+            for result in _records(directory, "result-*.json"):
+                data = _read(directory, result, result_cap(None))
+                if data is not None:
+                    found.append(data)
+    return found
 
 
 def running(state_dir: Path) -> list[dict[str, Any]]:
     """Deferred runners still alive (their ``running.json`` records). Never raises."""
     found = []
-    try:
-        stage_dirs = sorted(p for p in (state_dir / "deferred").iterdir() if p.is_dir())
-    except OSError:
-        return []
-    for directory in stage_dirs:
-        record = _read_json(directory / "running.json")
+    for _name, directory in _stage_dirs(state_dir):
+        with directory:
+            record = _read(directory, "running.json")
         if _runner_alive(record):
             assert record is not None
             found.append(record)
@@ -278,18 +396,28 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
             launches: Sequence[Launch]) -> list[Delivery]:
     """What the digest shows for its deferred stages, at its end, one block per stage: this
     run's result when it finished in time; else one ``IN PROGRESS`` block, carrying the newest
-    undelivered result of an earlier run when there is one (older ones are superseded)."""
+    undelivered result of an earlier run when there is one (older ones are superseded). An
+    earlier run that ended without a result (disk full, runner killed) is named first, once
+    (``LOST: ...``)."""
     out = []
+    caps = {spec.name: result_cap(spec.max_output) for spec in specs}
     for launch in launches:
         if launch.error is not None:
             out.append(Delivery(launch.name, f"[supervise] deferred stage '{launch.name}' could "
                                 f"not be launched: {launch.error}"))
             continue
-        directory = stage_dir(context.state_dir, launch.name)
-        claimed = _claim_newest(sorted(directory.glob("result-*.json")))
+        lost = "".join(t + "\n" for t in launch.lost)
+        try:
+            directory = open_stage_dir(context.state_dir, launch.name)
+        except StateError:
+            directory = None
+        claimed: list[dict[str, Any]] = []
+        if directory is not None:
+            with directory:
+                claimed = _claim_all(directory, caps.get(launch.name, result_cap(None)))
         ours = [d for d in claimed if d.get("run_id") == launch.run_id]
         if ours:
-            out.append(Delivery(launch.name, format_result(ours[-1], late=False), ours[-1]))
+            out.append(Delivery(launch.name, lost + format_result(ours[-1], late=False), ours[-1]))
             continue
         age = time.time() - launch.started
         text = (f"IN PROGRESS: deferred stage '{launch.name}'"
@@ -300,7 +428,7 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
         earlier = claimed[-1] if claimed else None
         if earlier is not None:
             text += "\n" + format_result(earlier, late=False, earlier=True)
-        out.append(Delivery(launch.name, text, earlier))
+        out.append(Delivery(launch.name, lost + text, earlier))
     return out
 
 
@@ -337,19 +465,45 @@ def _runner(argv: list[str] | None = None) -> int:
                              harness=os.environ.get("SUPERVISE_HARNESS", ""),
                              session_id=os.environ.get("SUPERVISE_SESSION_ID", ""))
     started = time.time()
-    result = anyio.run(run_digest, config, context)
-    stage = result.stages[0]
-    running = args.dir / "running.json"
     title = spec.title or spec.name
-    write_json_atomic(args.dir / f"result-{args.run_id}.json", {
-        "name": spec.name, "title": title, "run_id": args.run_id, "status": stage.status,
-        "exit_code": stage.exit_code, "seconds": round(stage.seconds, 3),
-        "started": started, "finished": time.time(),
-        "output": stage.output})
-    with _locked(args.dir) as held:
-        if held and (_read_json(running) or {}).get("run_id") == args.run_id:
-            running.unlink(missing_ok=True)
-    _tree.reap_zombie_children()
+    record: dict[str, Any] = {"name": spec.name, "title": title, "run_id": args.run_id,
+                              "started": started}
+    try:  # every folder from the state dir down is opened again without following links
+        directory = open_stage_dir(args.dir.parent.parent, args.dir.name)
+    except StateError:
+        directory = None
+    if directory is None:
+        return 1  # the folder was replaced by a link meanwhile: nothing is written anywhere
+    with directory:
+        try:
+            result = anyio.run(run_digest, config, context)
+            stage = result.stages[0]
+            data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
+                                   "seconds": round(stage.seconds, 3), "finished": time.time(),
+                                   "output": stage.output}, result_cap(spec.max_output))
+            directory.write(f"result-{args.run_id}.json", data, fsync=True)
+        except BaseException as err:  # noqa: BLE001 - disk full, killed by TERM: say so later
+            # A small record has the best chance when the big one did not fit; if even this
+            # fails, running.json stays behind and the next digest reports the run as lost.
+            why = (f"{type(err).__name__}: {err}" if not isinstance(err, StateError)
+                   else str(err))
+            try:
+                directory.write_json(f"lost-{args.run_id}.json",
+                                     {**record, "finished": time.time(), "error": why[:500]},
+                                     fsync=True)
+            except (StateError, OSError):
+                pass
+            if not isinstance(err, Exception):
+                raise
+            return 1
+        finally:
+            _tree.reap_zombie_children()
+        try:
+            with directory.flock(".lock", timeout=10.0) as held:
+                if held and (_read(directory, "running.json") or {}).get("run_id") == args.run_id:
+                    directory.remove("running.json")
+        except StateError:
+            pass
     return 0
 
 

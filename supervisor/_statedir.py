@@ -80,7 +80,7 @@ R = TypeVar("R")
 def take_notices() -> list[str]:
     """The notices gathered since the last call (each a line without a newline), then forgets
     them: each problem is named once. E.g. ``[supervise] state file .supervise/lock.json was
-    not valid JSON (RecursionError); set aside as lock.json.corrupt and replaced``."""
+    not valid JSON (RecursionError); set aside as lock.json.corrupt``."""
     out = list(dict.fromkeys(_notices))
     _notices.clear()
     return out
@@ -540,7 +540,7 @@ class StateDir:
             notice(f"[supervise] state file {shown} is {why} and cannot be set aside "
                    f"({_why(err)}); it is ignored")
             return
-        notice(f"[supervise] state file {shown} was {why}; set aside as {aside} and replaced")
+        notice(f"[supervise] state file {shown} was {why}; set aside as {aside}")
 
     def _discard(self, name: str) -> None:
         try:

@@ -209,11 +209,12 @@ def _run(args: HookArgs) -> int:
         return EXIT_OK
     if args.event == "prompt":
         try:
-            from .._deferred import take_undelivered
+            from .._deferred import result_cap, take_undelivered
         except ImportError:
             return EXIT_OK
+        caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages}
         emit(args.harness, "".join(t if t.endswith("\n") else t + "\n"
-                                   for t in take_undelivered(context.state_dir)),
+                                   for t in take_undelivered(context.state_dir, caps)),
              state_dir=context.state_dir, kind="prompt")
         return EXIT_OK
     if source in ("compact", "clear"):

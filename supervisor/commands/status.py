@@ -54,10 +54,11 @@ def collect(project: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
                            "off": off_reason(project) or None, "error": None,
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
-                           "exposure": None}
+                           "exposure": None, "lost": []}
     try:
-        if state_dir.is_symlink():
-            raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
+        from .._statedir import StateDir
+
+        StateDir.open_existing(state_dir)  # a symlinked state dir: StateError, nothing read
         lock = read_record(state_dir / LOCK_FILE, LockRecord)
         done = read_record(state_dir / COMPLETE_FILE, CompletionRecord)
         last = read_record(state_dir / LAST_DIGEST_FILE, LastDigest)
@@ -73,6 +74,9 @@ def collect(project: Path) -> dict[str, Any]:
     if last is not None:
         doc["last_digest"] = dump_record(last)
     doc["pending"] = _pending(state_dir)
+    from .._deferred import lost_results
+
+    doc["lost"] = lost_results(state_dir)
     from .._exposure import summarize_exposure
 
     exposure = summarize_exposure(state_dir)
@@ -116,6 +120,8 @@ def render_text(doc: dict[str, Any]) -> str:
     lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
     for item in pending:
         lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {when(item['finished'])}")
+    for text in doc.get("lost", []):
+        lines.append(f"lost       {text}")
     lines += doc.get("_exposure_lines", [])
     return "\n".join(lines) + "\n"
 
