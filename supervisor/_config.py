@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ._errors import ConfigError
-from ._plan import (DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
+from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
                     MIN_MEMORY, find_config)
 
 DEFAULT_BUDGET = 120.0
@@ -166,6 +166,7 @@ class DigestConfig(_Frozen):
     grace: float = Field(default=DEFAULT_GRACE, ge=0, le=MAX_GRACE, allow_inf_nan=False)
     max_output: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
     reemit_budget: int = Field(default=24 * 1024, ge=1024)
+    max_parallel: int = Field(default=DEFAULT_MAX_PARALLEL, ge=0)
     scope: Literal["primary", "any"] = "primary"
     gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
     gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)

@@ -7,6 +7,7 @@ program can embed, cancel and observe them. One stage's life is in :mod:`supervi
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -17,12 +18,12 @@ import anyio
 
 from . import _banner, _cgroup, _deferred
 from ._context import SessionContext
-from ._output import BufferSink, OrderedOutput, Sink
+from ._output import ChunkSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan, unmet
 from ._project import ensure_state_dir
 from ._statedir import take_notices
 from ._results import DigestResult, StageResult
-from ._stage import KILL_MARGIN, MAX_PARALLEL, DigestRun, run_stage, stage_argv, stage_env
+from ._stage import KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
 
 if TYPE_CHECKING:
     from ._config import DigestConfig
@@ -41,7 +42,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
     Args:
         config: the digest (stages, ``budget`` and ``grace`` in seconds, ``max_output`` bytes).
         context: the session context passed to every stage as ``SUPERVISE_*``.
-        sink: where the text goes as it streams; a :class:`BufferSink` when None.
+        sink: where the text goes as it streams; kept in memory only when None.
         only: names of the stages to run (a re-emit); the others are ``skipped``. A stage
             whose ``when`` condition excludes ``context.source``/``context.harness`` is
             ``skipped`` too (:func:`supervisor._plan.unmet`); it counts as completed.
@@ -75,7 +76,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    inherit_stdio: bool = False) -> DigestResult:
     started = anyio.current_time()
     wall0 = time.time()
-    buffer = BufferSink()
+    buffer = ChunkSink()  # references, not copies: the output is held once
     tee = _Tee(sink, None if transparent else buffer)
     if transparent:
         # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
@@ -86,18 +87,21 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         # A digest reserves its kill sequence inside the budget: it returns by budget + 0.25 s.
         grace = min(config.grace, config.budget / 3)
         kill_at = started + config.budget - grace - KILL_MARGIN
+    # Bookkeeping by name (names are unique): linear in the number of stages.
     selected = [s for s in config.stages  # `only`, then each stage's `when` condition
                 if (only is None or s.name in only)
                 and not unmet(s, context.source, context.harness)]
+    chosen = {s.name for s in selected}
     live = [s for s in selected if not s.deferred]
+    position = {s.name: i for i, s in enumerate(live)}
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
                         config.max_output, transparent=transparent)
     run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
-               anyio.CapacityLimiter(MAX_PARALLEL), {s.name: anyio.Event() for s in config.stages},
+               anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None))
     for spec in config.stages:
-        if spec not in selected or spec.deferred:
+        if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
     deferred = [s for s in selected if s.deferred]
     if (live or deferred) and not transparent:
@@ -131,7 +135,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             out.write_notice(line)
     results = []
     for spec in config.stages:
-        if spec not in selected:
+        if spec.name not in chosen:
             results.append(StageResult(spec.name, "skipped"))
         elif spec.deferred:
             results.append(_deferred_result(spec.name, deliveries.get(spec.name)))
@@ -139,14 +143,14 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
             # Every stage has flushed by now: take its output as the digest finally showed it
             # (a later stage's text may have been cut by the total cap after it ended).
-            shown = out.stage_text(live.index(spec))
+            shown = out.stage_text(position[spec.name])
             results.append(replace(found, output=shown) if shown != found.output else found)
     reason = (run.abort_reason or "budget") if truncated else None
     if truncated and not transparent:
         out.write_notice(_banner.truncation_banner(
             config.budget, results, reason, rerun_hint, started, anyio.current_time()))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
-                        buffer.getvalue().decode("utf-8", "replace"), tuple(out.notices))
+                        buffer.text(), tuple(out.notices))
 
 
 def _deferred_result(name: str, delivery: _deferred.Delivery | None) -> StageResult:
@@ -170,7 +174,7 @@ async def _all_done(run: DigestRun, live: list[StagePlan]) -> None:
 
 
 class _Tee:
-    def __init__(self, sink: Sink | None, buffer: BufferSink | None) -> None:
+    def __init__(self, sink: Sink | None, buffer: ChunkSink | None) -> None:
         self._sink, self._buffer = sink, buffer
 
     def write(self, data: bytes) -> None:

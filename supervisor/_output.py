@@ -39,6 +39,30 @@ class BufferSink:
         """Everything written so far."""
         return bytes(self._buf)
 
+    def text(self) -> str:
+        """Everything written so far, decoded once (no intermediate ``bytes`` copy)."""
+        return self._buf.decode("utf-8", "replace")
+
+
+@final
+class ChunkSink:
+    """A sink that keeps references to the chunks written, not copies: the engine's record
+    of the whole digest, whose stage chunks are the very objects the stages keep (so the
+    output is held once), decoded once by :meth:`text`."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        """Remember ``data`` (no copy)."""
+        self._chunks.append(data)
+
+    def text(self) -> str:
+        """Everything written, decoded once."""
+        if len(self._chunks) > 1:
+            self._chunks[:] = [b"".join(self._chunks)]
+        return self._chunks[0].decode("utf-8", "replace") if self._chunks else ""
+
 
 @final
 class StreamSink:
@@ -170,6 +194,8 @@ class _Slot:
     done: bool = False
     header_sent: bool = False
     last: int = 10  # last byte kept (10 = "\n": nothing yet)
+    text: str | None = None  # stage_text of a finished stage, decoded once
+    text_cut: bool = False
 
 
 class OrderedOutput:
@@ -241,10 +267,20 @@ class OrderedOutput:
 
     # -- stage output ------------------------------------------------------------------------
     def feed(self, index: int, raw: bytes) -> None:
-        """Accept raw bytes from stage ``index``; invalid UTF-8 becomes U+FFFD."""
+        """Accept raw bytes from stage ``index``; invalid UTF-8 becomes U+FFFD.
+
+        Bytes past the stage's cap are counted, never decoded or kept; ASCII chunks (the
+        common case) are kept as they come, without a decode and re-encode.
+        """
         slot = self._slots[index]
         slot.raw_bytes += len(raw)
-        self._keep(index, raw if self._transparent else slot.decoder.decode(raw).encode("utf-8"))
+        if slot.kept_bytes >= slot.cap:
+            slot.dropped += len(raw)
+            return
+        if self._transparent or (raw.isascii() and not slot.decoder.getstate()[0]):
+            self._keep(index, raw)
+        else:
+            self._keep(index, slot.decoder.decode(raw).encode("utf-8"))
 
     def _keep(self, index: int, data: bytes) -> None:
         slot = self._slots[index]
@@ -310,8 +346,14 @@ class OrderedOutput:
         """What stage ``index`` contributed to the digest (after its cap, and after the total
         cap when that cut it), as text."""
         slot = self._slots[index]
-        chunks = slot.shown if slot.name in self._total_cut else slot.kept
-        return b"".join(chunks).decode("utf-8", "replace")
+        cut = slot.name in self._total_cut
+        if slot.done and slot.text is not None and slot.text_cut == cut:
+            return slot.text  # decoded once
+        chunks = slot.shown if cut else slot.kept
+        text = (chunks[0] if len(chunks) == 1 else b"".join(chunks)).decode("utf-8", "replace")
+        if slot.done:
+            slot.text, slot.text_cut = text, cut
+        return text
 
     def stage_bytes(self, index: int) -> tuple[int, bool]:
         """``(raw bytes received, whether output was cut by the stage cap)``."""

@@ -87,6 +87,12 @@ def unmet(stage: StagePlan, source: str, harness: str) -> str:
     return ""
 
 
+DEFAULT_MAX_PARALLEL = 64
+"""Stages running at once by default (``max_parallel``; 0 = no limit). Each running stage holds
+a pipe and a process group: 64 keeps a digest far below the usual 1,024 open-file limit, and
+no digest of fewer stages waits at all (docs/benchmarks.md)."""
+
+
 @dataclass(frozen=True)
 class DigestPlan:
     """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes."""
@@ -95,6 +101,7 @@ class DigestPlan:
     grace: float = 1.0
     max_output: int = 1024 * 1024
     reemit_budget: int = 24 * 1024
+    max_parallel: int = DEFAULT_MAX_PARALLEL
     scope: Literal["primary", "any"] = "primary"
     gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
     gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)

@@ -31,8 +31,6 @@ DRAIN = 0.2
 """Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
 KILL_MARGIN = 0.25
 """Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
-MAX_PARALLEL = 16
-"""Stages running at once; more wait for a slot (bounded by the budget)."""
 
 _STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
 

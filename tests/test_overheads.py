@@ -1,0 +1,99 @@
+"""The engine's own overheads: parallelism limit, output copies, lazy imports, config cache."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
+from supervisor._errors import ConfigError
+from supervisor._output import BufferSink, ChunkSink, OrderedOutput
+from supervisor._results import DigestResult
+
+# Each stage registers itself in slots/, records how many stages are registered, waits, leaves.
+SLOT = ('mkdir -p slots && touch "slots/$SUPERVISE_STAGE_NAME" && ls slots | wc -l >> counts '
+        '&& sleep 0.3 && rm "slots/$SUPERVISE_STAGE_NAME"')
+
+
+def digest(tmp_path: Path, stages: list[dict[str, Any]], **kwargs: Any) -> DigestResult:
+    config = DigestConfig(budget=60, grace=0.3, stages=tuple(StageSpec(**s) for s in stages),
+                          **kwargs)
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+    return anyio.run(partial(run_digest, config, ctx))
+
+
+@pytest.mark.parametrize("limit", [1, 2])
+def test_max_parallel_bounds_running_stages(tmp_path: Path, limit: int) -> None:
+    stages = [{"name": f"s{i}", "run": ["/bin/sh", "-c", SLOT]} for i in range(5)]
+    result = digest(tmp_path, stages, max_parallel=limit)
+    assert [s.status for s in result.stages] == ["ok"] * 5
+    counts = [int(x) for x in (tmp_path / "counts").read_text().split()]
+    assert len(counts) == 5 and max(counts) <= limit
+
+
+def test_max_parallel_zero_means_no_limit(tmp_path: Path) -> None:
+    stages = [{"name": f"s{i}", "run": ["/bin/sh", "-c", "echo $SUPERVISE_STAGE_NAME"]}
+              for i in range(80)]
+    result = digest(tmp_path, stages, max_parallel=0)
+    assert [s.output for s in result.stages] == [f"s{i}\n" for i in range(80)]
+
+
+def test_max_parallel_is_validated() -> None:
+    from supervisor._config import parse_config
+
+    with pytest.raises(ConfigError, match="max_parallel"):
+        parse_config({"max_parallel": -1}, "test.toml")
+    with pytest.raises(ConfigError, match="max_parallel"):
+        parse_config({"max_parallel": "many"}, "test.toml")
+    assert parse_config({"max_parallel": 0}, "test.toml").max_parallel == 0
+    assert parse_config({}, "test.toml").max_parallel == 64
+
+
+def test_bytes_past_the_cap_are_counted_not_kept() -> None:
+    sink = BufferSink()
+    out = OrderedOutput(sink, [("big", 10, None)], 1 << 20)
+    out.feed(0, b"0123456789")
+    out.feed(0, b"\xff" * 1000)  # invalid UTF-8 past the cap: never decoded
+    assert out.stage_bytes(0) == (1010, True)
+    assert out._slots[0].decoder.getstate() == (b"", 0)
+    out.finish(0)
+    assert out.stage_text(0).startswith("0123456789\n[supervise] OUTPUT CUT: stage 'big' printed 1010")
+
+
+def test_ascii_and_utf8_are_kept_as_sent() -> None:
+    sink = BufferSink()
+    out = OrderedOutput(sink, [("a", 1 << 20, None)], 1 << 20)
+    chunks = [b"plain ascii ", "caf\u00e9 ".encode()[:4], "caf\u00e9 ".encode()[4:], b"\xff end\n"]
+    for chunk in chunks:
+        out.feed(0, chunk)
+    out.finish(0)
+    assert out.stage_text(0) == "plain ascii caf\u00e9 \ufffd end\n"
+    assert sink.getvalue().decode() == out.stage_text(0)
+
+
+def test_chunk_sink_keeps_references() -> None:
+    sink = ChunkSink()
+    data = b"x" * 1000
+    sink.write(data)
+    sink.write(b"y")
+    assert sink._chunks[0] is data
+    assert sink.text() == "x" * 1000 + "y"
+
+
+def test_stage_text_is_decoded_once(tmp_path: Path) -> None:
+    result = digest(tmp_path, [{"name": "a", "run": [sys.executable, "-c", "print('x' * 5000)"]}])
+    assert result.stages[0].output == "x" * 5000 + "\n"
+    assert result.text.endswith(result.stages[0].output)
+
+
+def _imports(code: str) -> set[str]:
+    proc = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return set(proc.stdout.split())
