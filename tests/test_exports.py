@@ -22,7 +22,7 @@ def test_every_public_name_resolves() -> None:
 def test_hook_on_an_empty_digest_loads_no_heavy_dependency(git_repo: Path) -> None:
     """pydantic, anyio and psutil stay off the hook's hot path when there is nothing to run
     (config cached as JSON, records as typed dataclasses, ancestry from /proc on Linux)."""
-    (git_repo / "supervise.toml").write_text("budget = 10\n")
+    (git_repo / "supervise.toml").write_text("budget = 10\nstages = []\n")  # an empty digest
     payload = json.dumps({"session_id": "s", "cwd": str(git_repo), "source": "startup"}).encode()
     argv = [sys.executable, "-X", "importtime", "-m", "supervisor", "hook", "claude"]
     for _ in range(2):  # the first run validates the config and fills the cache
