@@ -25,13 +25,15 @@ VERBS: dict[str, str] = {
     "bridge": "machine interface for extension bridges (Pi, OpenCode): JSON result",
 }
 
-USAGE = "usage: supervise VERB [OPTIONS]  (supervise VERB --help for a verb's options)"
+USAGE = "usage: supervise [-h] [-V] VERB [OPTIONS]  (supervise VERB --help for a verb's options)"
 
 
 def _help() -> str:
     width = max(len(v) for v in VERBS)
     lines = [USAGE, "", "verbs:"]
     lines += [f"  {verb:<{width}}  {text}" for verb, text in VERBS.items()]
+    lines += ["", "options:", "  -h, --help     show this help and exit",
+              "  -V, --version  print the version and exit"]
     return "\n".join(lines)
 
 
@@ -41,13 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_help())
         return EXIT_OK if args else EXIT_USAGE
-    if args[0] == "--version":
-        from importlib.metadata import PackageNotFoundError, version
+    if args[0] in ("-V", "--version"):
+        from ._version import VERSION
 
-        try:
-            print(f"supervise (watchkeeper) {version('watchkeeper')}")
-        except PackageNotFoundError:
-            print("supervise (watchkeeper) unknown version")
+        print(f"supervise (watchkeeper) {VERSION}")
         return EXIT_OK
     verb = args[0]
     if verb not in VERBS:

@@ -110,7 +110,7 @@ def bench_hook(tmp: Path, runs: int) -> tuple[str, str, str]:
     project = tmp / "hook"
     project.mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
-    (project / "supervise.toml").write_text("budget = 10\n")  # an empty digest
+    (project / "supervise.toml").write_text("budget = 10\nstages = []\n")  # an empty digest
     floor = median([sys.executable, "-c", "pass"], runs)
     payload = json.dumps({"session_id": "bench", "cwd": str(project), "source": "startup",
                           "hook_event_name": "SessionStart"}).encode()

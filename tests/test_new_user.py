@@ -150,3 +150,89 @@ def test_one_deferred_stage_appears_once(git_repo: Path) -> None:
     assert text.count("[deferred stage 'later'") == 1, text
     assert "ran AFTER" not in text and "EARLIER" not in text and "IN PROGRESS" not in text
     assert not list((git_repo / ".supervise" / "deferred" / "later").glob("result-*.json"))
+
+
+# -- item 4: every verb validates -C the same way, and never creates it ---------------------
+
+
+@pytest.mark.parametrize("verb", [["digest"], ["status"], ["config"], ["doctor"],
+                                  ["install", "claude"], ["uninstall", "claude"]])
+@pytest.mark.parametrize("flag", ["-C", "--project"])
+def test_every_verb_rejects_a_missing_directory(tmp_path: Path, verb: list[str], flag: str) -> None:
+    missing = tmp_path / "nonexistent"
+    proc = run_cli(*verb, flag, str(missing), cwd=tmp_path)
+    assert proc.returncode == 2, proc
+    err = proc.stderr.decode()
+    assert f"argument -C/--project: {missing}: no such directory" in err, err
+    assert not missing.exists()
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    proc = run_cli(*verb, flag, str(afile), cwd=tmp_path)
+    assert proc.returncode == 2 and b"not a directory" in proc.stderr
+
+
+# -- item 10: help for every option, -V, a cheap --version ----------------------------------
+
+VERBS = ["digest", "run", "hook", "nudge", "status", "install", "uninstall", "doctor", "config",
+         "bridge"]
+
+
+def _entries_without_help(text: str) -> list[str]:
+    """Option/argument entries of an argparse help text that carry no help line."""
+    import re
+
+    lines = text.splitlines()
+    missing, section = [], False
+    for i, line in enumerate(lines):
+        if line.endswith(":") and not line.startswith(" "):
+            section = line in ("options:", "positional arguments:")
+            continue
+        if not section or not re.match(r"^  \S", line):
+            continue
+        own = re.search(r"\S\s{2,}\S", line.strip())
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if not own and not re.match(r"^ {4,}\S", nxt):
+            missing.append(line.strip())
+    return missing
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_option_of_every_verb_has_help(tmp_path: Path, verb: str) -> None:
+    proc = run_cli(verb, "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout.decode()
+    assert text.startswith(f"usage: supervise {verb}"), text
+    assert "options:" in text
+    assert _entries_without_help(text) == []
+    assert _entries_without_help("options:\n  --format {text,json}\n  -C DIR      x\n") == \
+        ["--format {text,json}"]  # the checker itself finds a bare option
+
+
+def test_version_is_listed_and_cheap(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import tomllib
+
+    main_help = run_cli("--help", cwd=tmp_path).stdout.decode()
+    assert "-V, --version" in main_help and "-h, --help" in main_help
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    for flag in ("-V", "--version"):
+        proc = run_cli(flag, cwd=tmp_path)
+        assert proc.returncode == 0
+        assert proc.stdout.decode() == f"supervise (watchkeeper) {pyproject['project']['version']}\n"
+    trace = subprocess.run([sys.executable, "-X", "importtime", "-m", "supervisor", "-V"],
+                           capture_output=True, text=True, cwd=tmp_path, timeout=30).stderr
+    imported = {line.rsplit("|", 1)[-1].strip() for line in trace.splitlines()}
+    ours = {name for name in imported if name.startswith("supervisor.")}
+    assert ours <= {"supervisor._main", "supervisor._exitcodes", "supervisor._version"}, ours
+    assert not {"importlib.metadata", "anyio", "pydantic"} & imported
+
+
+def test_hook_and_nudge_never_exit_on_bad_arguments(tmp_path: Path) -> None:
+    proc = run_cli("hook", "claude", "--source", "--event", "bogus", "extra", cwd=tmp_path,
+                   env={"SUPERVISE_OFF": "1"})
+    assert proc.returncode == 0
+    err = proc.stderr.decode()
+    assert "--source needs a value" in err and "unknown --event 'bogus'" in err
+    assert "unexpected argument 'extra'" in err
+    assert run_cli("nudge", "--what", cwd=tmp_path).returncode == 0

@@ -11,14 +11,16 @@ import sys
 from pathlib import Path
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
+from ._cli import add_directory
 
 
 def main(argv: list[str]) -> int:
     """Print the config; exit 1 with one line when it is invalid."""
     p = argparse.ArgumentParser(prog="supervise config", description=__doc__)
     p.add_argument("--default", action="store_true", help="print the embedded default TOML")
-    p.add_argument("--config", type=Path, metavar="FILE")
-    p.add_argument("-C", dest="directory", type=Path, default=Path.cwd(), metavar="DIR")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="read this file instead of the project's supervise.toml or pyproject.toml")
+    add_directory(p)
     args = p.parse_args(argv)
     from .._config import default_config_text, load_config
     from .._errors import ConfigError
@@ -29,7 +31,7 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     from .._off import off_line, off_reason
 
-    project = find_project_root(args.directory)
+    project = find_project_root(args.directory or Path.cwd())
     off = off_reason(project)
     if off:  # stdout stays the JSON document; the state is said once, on stderr
         sys.stderr.write("supervise config: " + off_line(off, "this configuration is not used "

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from ._cli import add_directory, add_format
 
 if TYPE_CHECKING:
     from .._results import DigestResult, StageResult
@@ -21,11 +22,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, metavar="S", help="overall budget in seconds")
     p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
     p.add_argument("--config", type=Path, metavar="FILE", help="config file to use")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_format(p, "the digest")
     p.add_argument("--only", action="append", metavar="STAGE",
                    help="run only this stage (repeatable); the others are skipped")
-    p.add_argument("-C", dest="directory", type=Path, metavar="DIR",
-                   help="run as if started in DIR")
+    add_directory(p)
     from .._plan import WHEN_HARNESSES, WHEN_SOURCES
 
     p.add_argument("--source", choices=WHEN_SOURCES, default="",
@@ -74,9 +74,6 @@ def main(argv: list[str]) -> int:
     from ._common import Aborter, with_signals
 
     start = args.directory or Path.cwd()
-    if not start.is_dir():
-        print(f"supervise digest: -C {start}: not a directory", file=sys.stderr)
-        return EXIT_USAGE
     project = find_project_root(start)
     from .._off import off_line, off_reason
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
+from ._cli import add_directory
 from ..adapters import ADAPTERS, Adapter, _settings
 
 MIN_HEADROOM = 5.0
@@ -248,7 +249,7 @@ def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="supervise doctor", description="check registrations, timeouts, "
                                 "state dir and config")
     p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")
-    p.add_argument("-C", "--project", dest="project", type=Path, default=None, help="project root (default: git top level)")
+    add_directory(p)
     args = p.parse_args(argv)
     from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
 
@@ -257,7 +258,7 @@ def main(argv: list[str]) -> int:
         print(f"supervise doctor: unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)})",
               file=sys.stderr)
         return 2
-    project = _settings.find_project_dir(args.project or Path.cwd())
+    project = _settings.find_project_dir(args.directory or Path.cwd())
     checks, config = _config_checks(project)
     from .._config import DEFAULT_BUDGET
 

@@ -21,6 +21,7 @@ scope says stand down, else 0.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+from ._cli import ArgumentProblem, TolerantParser
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -50,50 +52,71 @@ class HookArgs:
     problems: tuple[str, ...] = ()
 
 
-def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
-    """Tolerant parser: never exits; unknown or malformed arguments become ``problems``."""
-    args = HookArgs()
-    problems: list[str] = []
-    items = list(argv)
-    while items:
-        item = items.pop(0)
-        name, eq, value = item.partition("=")
-        if name in ("--source", "--event") and not eq:
-            if not items or items[0].startswith("--"):
-                problems.append(f"{name} needs a value")
-                continue
-            value = items.pop(0)
-        if name == "--source":
-            args.source = value
-        elif name == "--event":
-            if value in EVENTS:
-                args.event = value
-            else:
-                problems.append(f"unknown --event {value!r} (known: {', '.join(EVENTS)})")
-        elif item in ("-h", "--help"):
-            args.help = True
-        elif item == "--take-lock" and verb == "hook":
-            args.take_lock = True
-        elif item == "--prerequisite" and verb == "hook":
-            args.prerequisite = True
-        elif not item.startswith("-") and not args.harness:
-            args.harness = item
-        else:
-            problems.append(f"unexpected argument {item!r}")
-    args.problems = tuple(problems)
-    return args
-
-
-HOOK_USAGE = """\
-usage: supervise hook [HARNESS] [--source SOURCE] [--event session-start|post-tool|prompt]
-                      [--take-lock] [--prerequisite]
-
+HOOK_DESCRIPTION = """\
 The entry a harness registration calls (`supervise install HARNESS` writes it). Reads the
 harness payload (JSON) from stdin, routes its source (startup/new: full digest; clear/compact:
 re-emit after a proven start; resume/reload/fork: the nudge), and prints the result in the
 harness's envelope. Always exits 0 (--prerequisite: 3 = stand down, for bridges only).
-See docs/session-protocol.md.
-"""
+See docs/session-protocol.md."""
+
+NUDGE_DESCRIPTION = """\
+Prints the one-line nudge that asks the model to run `supervise digest`, unless this
+harness session already ran the digest. Always exits 0."""
+
+
+def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
+    """The ``hook`` (or ``nudge``) parser: it never exits (:class:`TolerantParser`), and no
+    option fails to parse (a missing value is None, checked by :func:`parse_hook_args`)."""
+    p = TolerantParser(prog=f"supervise {verb}", add_help=False, allow_abbrev=False,
+                       description=HOOK_DESCRIPTION if verb == "hook" else NUDGE_DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("harness", nargs="?", default="", metavar="HARNESS",
+                   help="the harness that calls us (claude, codex, cursor, gemini, qwen, grok, "
+                   "...): picks the output envelope")
+    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    if verb == "nudge":
+        return p
+    p.add_argument("--source", nargs="?", metavar="SOURCE",
+                   help="the session source when the payload does not carry it (startup, "
+                   "clear, compact, resume, ...)")
+    p.add_argument("--event", nargs="?", metavar="EVENT",
+                   help=f"which hook this is: {', '.join(EVENTS)} (default session-start)")
+    p.add_argument("--take-lock", action="store_true",
+                   help="when no harness process is among our ancestors (a terminal), let the "
+                   "calling shell take the session lock instead of running read-only")
+    p.add_argument("--prerequisite", action="store_true",
+                   help="for bridges: print nothing, exit 3 when a gate or the scope says "
+                   "stand down, else 0")
+    return p
+
+
+def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
+    """Tolerant parse (argparse, :func:`build_parser`): never exits; unknown or malformed
+    arguments become ``problems`` (one line each)."""
+    args = HookArgs()
+    problems: list[str] = []
+    try:
+        ns, extra = build_parser(verb).parse_known_args(argv)
+    except ArgumentProblem as err:
+        return HookArgs(problems=(str(err),))
+    args.harness, args.help = ns.harness or "", ns.help
+    problems += [f"unexpected argument {item!r}" for item in extra]
+    if verb == "hook":
+        args.take_lock, args.prerequisite = ns.take_lock, ns.prerequisite
+        if "--source" in argv or any(a.startswith("--source=") for a in argv):
+            if ns.source is None:
+                problems.append("--source needs a value")
+            else:
+                args.source = ns.source
+        if ns.event is not None:
+            if ns.event in EVENTS:
+                args.event = ns.event
+            else:
+                problems.append(f"unknown --event {ns.event!r} (known: {', '.join(EVENTS)})")
+        elif "--event" in argv:
+            problems.append("--event needs a value")
+    args.problems = tuple(problems)
+    return args
 
 
 def emit(harness: str, text: str, *, state_dir: Path, kind: str,
@@ -284,7 +307,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parse_hook_args(argv)
         if args.help:
-            sys.stdout.write(HOOK_USAGE)
+            sys.stdout.write(build_parser().format_help())
             return EXIT_OK
         for problem in args.problems:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .._project import add_git_exclude
+from ._cli import add_directory
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
 
@@ -40,8 +41,7 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
                    help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
     p.add_argument("--scope", choices=("project", "user"), default="project",
                    help="project settings (default) or the user's settings in $HOME")
-    p.add_argument("-C", "--project", dest="project", type=Path, default=None,
-                   help="project root (default: the git top level of the current directory)")
+    add_directory(p)
     return p
 
 
@@ -66,7 +66,7 @@ def prepare(verb: str, verb_help: str, argv: list[str]) -> Request | int:
     if isinstance(adapters, str):
         print(f"supervise {verb}: {adapters}", file=sys.stderr)
         return EXIT_USAGE
-    return Request(args, adapters, bridged, _settings.find_project_dir(args.project or Path.cwd()))
+    return Request(args, adapters, bridged, _settings.find_project_dir(args.directory or Path.cwd()))
 
 
 def pick(names: list[str]) -> list[Adapter] | str:

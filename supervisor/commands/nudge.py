@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 
 from .._exitcodes import EXIT_OK
-from .hook import HookArgs, emit, parse_hook_args, quiet_exit_on_signals, report_internal_error
+from .hook import HookArgs, build_parser, emit, parse_hook_args, quiet_exit_on_signals, report_internal_error
 
 
 def _run(args: HookArgs) -> None:
@@ -53,9 +53,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parse_hook_args(argv, verb="nudge")
         if args.help:
-            sys.stdout.write("usage: supervise nudge [HARNESS]\n\nPrints the one-line nudge that "
-                             "asks the model to run `supervise digest`, unless this\nharness "
-                             "session already ran the digest. Always exits 0.\n")
+            sys.stdout.write(build_parser("nudge").format_help())
             return EXIT_OK
         for problem in args.problems:
             print(f"supervise nudge: {problem} (ignored)", file=sys.stderr)

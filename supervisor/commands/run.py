@@ -30,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds until the whole tree is killed (default 120)")
     p.add_argument("--grace", type=float, default=1.0, metavar="S",
                    help="seconds between TERM and KILL (default 1)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: CMD uses our stdin, stdout and stderr (default); json: its output "
+                   "is captured and printed in one JSON document with its status and seconds")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
+                   help="the command to run, after `--` (no shell)")
     return p
 
 

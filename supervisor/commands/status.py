@@ -18,13 +18,14 @@ from typing import Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from .._session import when
+from ._cli import add_directory, add_format
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``status`` argument parser."""
     p = argparse.ArgumentParser(prog="supervise status", description=__doc__.splitlines()[0])
-    p.add_argument("-C", dest="directory", type=Path, metavar="DIR", help="run as if started in DIR")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    add_directory(p)
+    add_format(p, "the status")
     return p
 
 
@@ -131,11 +132,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from .._project import find_project_root
 
-    start = args.directory or Path.cwd()
-    if not start.is_dir():
-        print(f"supervise status: -C {start}: not a directory", file=sys.stderr)
-        return EXIT_FAILURE
-    doc = collect(find_project_root(start))
+    doc = collect(find_project_root(args.directory or Path.cwd()))
     if args.format == "json":
         doc.pop("_exposure_lines", None)
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
