@@ -35,6 +35,7 @@ MAX_MEMORY_LIMIT = 1 << 50
 """Largest ``max_memory`` accepted, in bytes (1 PiB)."""
 
 CACHE_FILE = "config-cache.json"
+"""Name pattern of the cache file: :func:`cache_file` adds the installation's tag."""
 CONFIG_FILE = "supervise.toml"
 _CODE_FILES = ("_config.py", "_plan.py", "default.toml")
 
@@ -217,15 +218,27 @@ def apply_env_overrides(plan: DigestPlan) -> DigestPlan:
     return replace(plan, **update) if update else plan  # type: ignore[arg-type]
 
 
+def _short_name(raw: bytes) -> str:
+    import zlib  # a short stable name, not a security hash; hashlib costs ~2.5 ms of imports
+
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+
+
+def cache_file(cache_dir: Path) -> Path:
+    """The config cache of *this installation* in ``cache_dir``:
+    ``config-cache-<tag>.json``, the tag named after the package's folder, so two
+    installations used on one project (a venv and a user install, two checkouts) each keep
+    their own entry instead of evicting each other on every hook."""
+    here = str(Path(__file__).resolve().parent).encode("utf-8", "surrogateescape")
+    stem, _, suffix = CACHE_FILE.rpartition(".")
+    return cache_dir / f"{stem}-{_short_name(here)}.{suffix}"
+
+
 def default_cache_dir(project_dir: Path) -> Path:
     """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
     a terminal digest must not create ``.supervise/`` in a project that never installed us."""
-    import zlib  # a short stable name, not a security hash; hashlib costs ~2.5 ms of imports
-
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    raw = str(project_dir).encode("utf-8", "surrogateescape")
-    digest = f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
-    return base / "watchkeeper" / digest
+    return base / "watchkeeper" / _short_name(str(project_dir).encode("utf-8", "surrogateescape"))
 
 
 def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> DigestPlan:
@@ -244,7 +257,8 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
     """Load the digest for ``project_dir`` as a plan, from the cache when it is current.
 
     Same order and errors as :func:`supervisor._config.load_config`; ``cache_dir`` (default:
-    :func:`default_cache_dir`) holds ``config-cache.json``; an unwritable cache dir just means
+    :func:`default_cache_dir`) holds one cache file per installation (:func:`cache_file`);
+    an unwritable cache dir just means
     no cache. Environment overrides are applied to the result; a bad one raises, or, with
     ``on_env_error``, is reported through it (one line) and ignored.
 
@@ -258,7 +272,7 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
     if cache_dir is None:
         cache_dir = default_cache_dir(project_dir)
-    cache = cache_dir / CACHE_FILE
+    cache = cache_file(cache_dir)
     try:
         cached = json.loads(cache.read_text("utf-8"))
         if cached.get("key") == key and isinstance(cached.get("plan"), dict):

@@ -97,3 +97,36 @@ def _imports(code: str) -> set[str]:
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return set(proc.stdout.split())
+
+
+def test_config_cache_keeps_an_entry_per_installation(tmp_path: Path, git_repo: Path) -> None:
+    """Two installations used on one project (two venvs, two checkouts) must not evict each
+    other: after each ran once, each finds its own entry (no pydantic import: a hit)."""
+    import shutil
+
+    import supervisor
+
+    package = Path(supervisor.__file__).parent
+    roots = []
+    for name in ("install a", "install b"):
+        root = tmp_path / name
+        shutil.copytree(package, root / "supervisor", ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(package.parent / "stages", root / "stages",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        roots.append(root)
+    (git_repo / "supervise.toml").write_text("budget = 33\n")
+    code = ("import sys\nfrom pathlib import Path\nfrom supervisor._plan import load_plan\n"
+            f"plan = load_plan(Path({str(git_repo)!r}))\n"
+            "print(plan.budget, 'pydantic' in sys.modules)")
+    cache = tmp_path / "cache"
+
+    def load(root: Path) -> str:
+        proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True,
+                              env={**__import__("os").environ, "PYTHONPATH": str(root),
+                                   "XDG_CACHE_HOME": str(cache)}, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    assert [load(roots[0]), load(roots[1])] == ["33.0 True", "33.0 True"]  # misses: validated
+    assert [load(roots[0]), load(roots[1])] == ["33.0 False", "33.0 False"]  # both hit
+    assert len(list(cache.rglob("config-cache-*.json"))) == 2
