@@ -6,8 +6,9 @@ Routing (product spec §2; ``docs/session-protocol.md`` gives the reasons):
 source               action
 ==================== =============================================================
 startup, new         full digest
-clear, compact       re-emit if this session proved a complete start, else full
-resume, reload, fork nudge
+clear, compact       re-emit if this session (this harness process, or the same session
+                     id in an earlier process) proved a complete start, else full
+resume, reload, fork nudge (silent when the transcript already holds the digest)
 unrecognized (``""``) full digest
 ==================== =============================================================
 
@@ -236,17 +237,27 @@ def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionCon
     return "".join(parts)
 
 
-def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False) -> SessionOutcome:
+def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False,
+                transcript: str | None = None) -> SessionOutcome:
     """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
+
+    ``transcript`` is the payload's ``transcript_path``: a resume whose transcript already
+    holds this project's digest (or the nudge) since its last compaction stays silent
+    (:func:`supervisor._nudge.restored_in_transcript`).
 
     Never raises for state problems (they make the session read-only with the reason). Engine
     or config errors propagate to the command, which states them and exits 0.
     """
     action = route(context.source)
     if action == "nudge":
-        from ._nudge import NUDGE_TEXT, digest_ran_here
+        from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript
 
-        silent = digest_ran_here(context.state_dir, _ancestry.ancestry(_ancestry.NUDGE_HOPS))
+        near = _ancestry.ancestry(_ancestry.NUDGE_HOPS)
+        if not context.harness:
+            found = _ancestry.find_harness(near)
+            context = _with(context, harness=found.harness if found else "")
+        silent = (digest_ran_here(context.state_dir, near)
+                  or restored_in_transcript(context.state_dir, context.harness, transcript))
         return SessionOutcome("" if silent else NUDGE_TEXT, "nudge")
     chain = _ancestry.ancestry()
     ancestors = _ancestry.ancestor_ids(chain)
@@ -255,7 +266,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     session_id = context.session_id
     if action == "reemit":
         view = _lock.read_state(context.state_dir)
-        if _lock.proven_start(view, ancestors, session_id):
+        if _lock.proven_start(view, ancestors, session_id) or _started_elsewhere(
+                view, context.state_dir, ancestors, harness, session_id):
             ctx = _with(context, mode="reemit", harness=harness)
             only = [s.name for s in config.stages if s.reemit]
             result, _ = _run_engine(config, ctx, "", only)
@@ -286,6 +298,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     result, text = _run_engine(config, ctx, "", None)
     if result.complete:
         reason = _lock.record_completion(context.state_dir, outcome.record.nonce, session_id)
+        if not reason:
+            _remember_start(context.state_dir, harness, session_id, outcome.record.nonce)
     else:
         unfinished = [f"{s.name} ({s.status.replace('_', ' ')})" for s in result.stages
                       if not s.completed]
@@ -298,6 +312,40 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
     _save_last_digest(context.state_dir, result, ctx)
     return _structured(text, result, "", tail, mode="full", truncation=result.reason)
+
+
+def _started_elsewhere(view: _lock.LockView, state_dir: Path, ancestors: list[_ancestry.ProcessId],
+                       harness: str, session_id: str) -> bool:
+    """This session (harness, session id) completed a full start in an earlier process
+    (``claude -p --resume``, ``codex exec resume``: the owner process is gone), and nothing
+    since says otherwise: the lock is gone, still carries that start's nonce with its
+    completion record, or belongs to another session whose owner is dead (a live one makes
+    this start read-only instead). Compaction re-emits by session, not by process."""
+    from ._ledger import started
+
+    if view.reason:
+        return False
+    nonce = started(state_dir, harness, session_id)
+    if nonce is None:
+        return False
+    held = view.lock
+    if held is None:
+        return True
+    if held.session_id == session_id or _lock.owned_by_session(held, ancestors, session_id):
+        # our own later full start decides: completed under the nonce we remembered
+        return (held.nonce == nonce and view.completion is not None
+                and view.completion.nonce == nonce)
+    return not _ancestry.is_alive(held.ident)
+
+
+def _remember_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:
+    from ._errors import StateError
+    from ._ledger import record_start
+
+    try:
+        record_start(state_dir, harness, session_id, nonce)
+    except StateError:  # the next compact of a new process then runs a full start: safe
+        pass
 
 
 def _with(context: SessionContext, **changes: str) -> SessionContext:

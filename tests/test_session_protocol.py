@@ -178,14 +178,25 @@ def test_compact_without_completion_runs_full(project: Path, harnesses: Harnesse
 
 def test_clear_after_dead_owner_runs_full_and_replaces_lock(project: Path, harnesses: Harnesses) -> None:
     a = harnesses()
+    hook(a, project, "startup", sid="first")
+    old = lock(project)
+    a.close()
+    b = harnesses()
+    run = hook(b, project, "clear", sid="other")
+    assert is_full(run), run.text
+    new = lock(project)
+    assert new["pid"] == b.pid and new["nonce"] != old["nonce"]
+
+
+def test_clear_of_the_same_session_in_a_new_process_reemits(project: Path, harnesses: Harnesses) -> None:
+    """Compaction and clear re-emit by session, not by process (issue 12, item 7)."""
+    a = harnesses()
     hook(a, project, "startup", sid="same")
     old = lock(project)
     a.close()
     b = harnesses()
-    run = hook(b, project, "clear", sid="same")
-    assert is_full(run), run.text
-    new = lock(project)
-    assert new["pid"] == b.pid and new["nonce"] != old["nonce"]
+    assert is_reemit(hook(b, project, "clear", sid="same"))
+    assert lock(project) == old
 
 
 def test_resume_nudges_and_takes_no_lock(project: Path, harnesses: Harnesses) -> None:
@@ -252,7 +263,7 @@ def test_pid_reuse_is_stale(project: Path, harnesses: Harnesses) -> None:
     state = project / ".supervise"
     # Our own harness pid, another create time: not us, even though the pid is an ancestor.
     (state / "lock.json").write_text(json.dumps({**record, "create_time": record["create_time"] - 1000}))
-    run = hook(h, project, "compact")
+    run = hook(h, project, "compact", sid="s2")  # (s1 itself would re-emit: its start completed)
     assert is_full(run), run.text
     assert lock(project)["create_time"] == pytest.approx(record["create_time"], abs=1)
     # A live foreign pid with another create time: stale, not a live foreign owner.

@@ -484,10 +484,30 @@ export function isInternalCall(input, system) {
 }
 
 /**
+ * Add `text` to OpenCode's system prompt parts WITHOUT adding a system message: OpenCode
+ * 1.18.33 sends each entry of `system` as its own `role: "system"` message, and backends that
+ * accept one leading system message (vLLM with Qwen3 templates, several OpenAI-compatible
+ * gateways) answer HTTP 400 to `system, system, user`. So the text joins the last string
+ * entry (a blank line between); only an empty array gets a first entry. Idempotent: a text
+ * already present is not added again. Mutates `system` in place.
+ */
+export function joinSystem(system, text) {
+  if (!text || system.some((s) => typeof s === "string" && s.includes(text))) return
+  for (let i = system.length - 1; i >= 0; i--) {
+    if (typeof system[i] === "string") {
+      system[i] = system[i] ? `${system[i].replace(/\n+$/, "")}\n\n${text}` : text
+      return
+    }
+  }
+  system.push(text)
+}
+
+/**
  * The OpenCode plugin's hooks. Per session: one generation when the session is first seen
  * in this process (its system text is not stored, so a continued session needs it again),
  * refreshed as a re-emit when the session compacts. The text rides on every model call
- * through `experimental.chat.system.transform`, pushed once per request, never to internal
+ * through `experimental.chat.system.transform`, joined to the existing system message once
+ * per request (:func:`joinSystem`: the request keeps exactly one), never to internal
  * calls or subagent sessions; a call waits for a running generation at most until
  * `generation start + budget`.
  */
@@ -548,8 +568,7 @@ export function openCodeHooks(input = {}, options = {}) {
       if (children.has(inp.sessionID)) return
       const text = await refresh(state(inp.sessionID), inp.sessionID)
       if (!text) return
-      if (output.system.some((s) => typeof s === "string" && s.includes(text))) return
-      output.system.push(text)
+      joinSystem(output.system, text)
     },
   }
   hooks._sessions = sessions

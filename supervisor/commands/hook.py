@@ -244,7 +244,9 @@ def _run(args: HookArgs) -> int:
         _advance_nested_epoch(context)
     from .._session import run_session
 
-    outcome = run_session(config, context, take_lock=args.take_lock)
+    transcript = getattr(payload, "transcript_path", None)
+    outcome = run_session(config, context, take_lock=args.take_lock,
+                          transcript=transcript if isinstance(transcript, str) else None)
     text = config_notice + outcome.text
     if outcome.parts is not None and text:
         from ..adapters import fit_inline, inline_cap
@@ -253,6 +255,8 @@ def _run(args: HookArgs) -> int:
         if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
             text = fit_inline(list(outcome.parts), cap, context.state_dir,
                               config_notice + outcome.notices)
+    if outcome.kind in ("digest", "reemit") and text.strip():
+        _remember_delivery(context, text, outcome.kind)
     emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
          caps=config.inline_cap)
     return EXIT_OK
@@ -283,6 +287,19 @@ def _nudge_only(args: HookArgs, project: Path) -> None:
     state_dir = state_dir_for(project)
     if not digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
         emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+
+
+def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
+    """Fingerprint what the harness receives, so a later resume can find it in the
+    transcript (:mod:`supervisor._ledger`). A state dir that cannot take it costs only that:
+    the resume then sends the nudge."""
+    from .._errors import StateError
+    from .._ledger import record_delivery
+
+    try:
+        record_delivery(context.state_dir, text, kind)
+    except (StateError, OSError) as err:
+        print(f"supervise hook: cannot record the delivered digest: {err}", file=sys.stderr)
 
 
 def _advance_nested_epoch(context: SessionContext) -> None:

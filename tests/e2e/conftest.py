@@ -180,3 +180,23 @@ def run_harness(argv: list[str | os.PathLike[str]], cwd: Path, env: dict[str, st
     """Run one harness CLI invocation to its end (stdin closed), output captured as text."""
     return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
+
+
+NUDGE = "SUPERVISE_OP: v1 session-start"
+REEMIT_HEAD = "CONTEXT RE-EMIT after"
+
+
+def matrix_toml(mark: str) -> str:
+    """The context-fidelity matrix digest: the ``reemit`` marker stage, plus a stage that is
+    NOT re-emitted printing ``FULLONLY-<mark>-<source>``, so a request can tell a re-emit
+    (marker, no FULLONLY) from a full digest (both)."""
+    return marker_toml(mark, extra=(
+        '\n[[stages]]\nname = "fullonly"\n'
+        f'run = ["sh", "-c", "echo FULLONLY-{mark}-$SUPERVISE_SOURCE"]\n'))
+
+
+def tally(body: str, mark: str) -> dict[str, int]:
+    """Markers in one request body: full digests (``full``), re-emits (``reemit``: the
+    labelled head), the re-emitted marker after a compaction (``reemit_mark``), nudges."""
+    return {"full": body.count(f"FULLONLY-{mark}"), "reemit": body.count(REEMIT_HEAD),
+            "reemit_mark": body.count(f"{mark}-compact-reemit"), "nudge": body.count(NUDGE)}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeModel, Project, clean_env, harness_bin, marker_toml, run_harness
+from conftest import FakeModel, Project, clean_env, harness_bin, marker_toml, matrix_toml, run_harness, tally
 
 pytestmark = pytest.mark.e2e
 
@@ -54,8 +54,10 @@ def test_startup_digest_reaches_the_model(installed: Project, fake_model: FakeMo
     assert fake_model.seen(f"{installed.mark}-startup-")
 
 
-def test_resume_gets_the_nudge(installed: Project, fake_model: FakeModel) -> None:
+def test_resume_of_an_unknown_transcript_gets_the_nudge(installed: Project, fake_model: FakeModel) -> None:
     sid = claude(installed, fake_model, "-p", "turn 1")["session_id"]
+    # the digest never reached this session (as if run before install): the nudge asks for it
+    (installed.path / ".supervise" / "sessions.json").unlink()
     since = fake_model.count()
     claude(installed, fake_model, "--resume", sid, "-p", "turn 2")
     assert fake_model.seen(NUDGE, since)
@@ -160,3 +162,35 @@ def test_deferred_stage_is_delivered_by_the_prompt_hook_exactly_once(
     turn3 = [b.count(late) for b in fake_model.bodies(since)]
     assert max(turn3, default=0) <= 1, f"delivered again at turn 3: {turn3}"
     assert not list(results.glob("result-*.json"))
+
+
+# -- the context-fidelity matrix (docs/harnesses/README.md) -----------------------------------------
+
+@pytest.fixture
+def matrix(project: Project) -> Project:
+    harness_bin("claude")
+    project.configure(matrix_toml(project.mark))
+    project.install("claude")
+    return project
+
+
+def test_matrix_a_compact_in_a_new_process_holds_the_reemit_once(matrix: Project, fake_model: FakeModel) -> None:
+    """`claude -p --resume ID /compact` is a new process: the re-emit, not a second full digest."""
+    sid = claude(matrix, fake_model, "-p", "turn 1")["session_id"]
+    for i in (2, 3):
+        claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}")
+    compact(matrix, fake_model, sid)
+    since = fake_model.count()
+    claude(matrix, fake_model, "--resume", sid, "-p", "after compact")
+    last = tally(fake_model.bodies(since)[-1], matrix.mark)
+    assert last == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, last
+    assert (matrix.path / ".supervise" / "lock.json").exists()
+
+
+def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(matrix: Project, fake_model: FakeModel) -> None:
+    sid = claude(matrix, fake_model, "-p", "turn 1")["session_id"]
+    for i in (2, 3):  # two resumes: nothing accumulates
+        since = fake_model.count()
+        claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}")
+        last = tally(fake_model.bodies(since)[-1], matrix.mark)
+        assert last == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, last)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeModel, Project, clean_env, harness_bin, run_harness
+from conftest import FakeModel, Project, clean_env, harness_bin, matrix_toml, run_harness, tally
 
 pytestmark = pytest.mark.e2e
 
@@ -32,6 +32,7 @@ def codex_home(project: Project, fake_model: FakeModel, tmp_path: Path) -> Path:
         f'[model_providers.fake]\nname = "fake"\nbase_url = "{fake_model.url}/v1"\n'
         'wire_api = "responses"\nenv_key = "FAKE_API_KEY"\n\n'
         f'[projects."{project.path}"]\ntrust_level = "trusted"\n\n[analytics]\nenabled = false\n')
+    project.configure(matrix_toml(project.mark))
     project.install("codex")
     return home
 
@@ -59,8 +60,10 @@ def test_startup_digest_reaches_the_model(project: Project, fake_model: FakeMode
     assert fake_model.seen(f"{project.mark}-startup-")
 
 
-def test_resume_gets_the_nudge(project: Project, fake_model: FakeModel, codex_home: Path) -> None:
+def test_resume_of_an_unknown_transcript_gets_the_nudge(project: Project, fake_model: FakeModel,
+                                                       codex_home: Path) -> None:
     tid = start(project, codex_home)
+    (project.path / ".supervise" / "sessions.json").unlink()  # as if the digest never ran here
     since = fake_model.count()
     codex(project, codex_home, "resume", tid, "turn 2")
     assert fake_model.seen(NUDGE, since)
@@ -73,3 +76,28 @@ def test_compact_digest_reaches_the_model(project: Project, fake_model: FakeMode
     since = fake_model.count()
     codex(project, codex_home, "resume", tid, "turn 3")  # ...so this turn compacts first
     assert fake_model.seen(f"{project.mark}-compact-", since)
+
+
+# -- the context-fidelity matrix (docs/harnesses/README.md) -----------------------------------------
+
+def test_matrix_a_compact_in_a_new_process_holds_the_reemit_once(project: Project, fake_model: FakeModel,
+                                                                 codex_home: Path) -> None:
+    """`codex exec resume` compacts in a new process: the re-emit once, no full digest, and
+    no nudge from the SessionStart(resume) that fires just before SessionStart(compact)."""
+    tid = start(project, codex_home)
+    fake_model.report_tokens_once(200_000)
+    codex(project, codex_home, "resume", tid, "turn 2")
+    since = fake_model.count()
+    codex(project, codex_home, "resume", tid, "turn 3")
+    last = tally(fake_model.bodies(since)[-1], project.mark)
+    assert last == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, last
+
+
+def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(project: Project, fake_model: FakeModel,
+                                                            codex_home: Path) -> None:
+    tid = start(project, codex_home)
+    for i in (2, 3):  # nudge lines used to pile up: two after two resumes
+        since = fake_model.count()
+        codex(project, codex_home, "resume", tid, f"turn {i}")
+        last = tally(fake_model.bodies(since)[-1], project.mark)
+        assert last == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, last)

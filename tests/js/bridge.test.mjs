@@ -199,7 +199,24 @@ test("the cap cuts on a UTF-8 character boundary and appends the marker", () => 
   assert.match(core.TRUNCATION_MARKER, /unread/)
 })
 
-test("OpenCode: internal calls get nothing; one push per request; compaction refreshes", async () => {
+test("OpenCode: the text joins the existing system message (one system message per request)", () => {
+  const one = ["You are opencode.\n"]
+  core.joinSystem(one, "DIGEST\n")
+  assert.deepEqual(one, ["You are opencode.\n\nDIGEST\n"])
+  core.joinSystem(one, "DIGEST\n") // idempotent
+  assert.deepEqual(one, ["You are opencode.\n\nDIGEST\n"])
+  const two = ["header", "body"] // OpenCode's cached two-part prompt: still two, not three
+  core.joinSystem(two, "DIGEST")
+  assert.deepEqual(two, ["header", "body\n\nDIGEST"])
+  const none = []
+  core.joinSystem(none, "DIGEST")
+  assert.deepEqual(none, ["DIGEST"])
+  const odd = ["base", { not: "a string" }]
+  core.joinSystem(odd, "DIGEST")
+  assert.deepEqual(odd, ["base\n\nDIGEST", { not: "a string" }])
+})
+
+test("OpenCode: internal calls get nothing; one join per request; compaction refreshes", async () => {
   const t = setup("ready")
   const hooks = core.openCodeHooks({ directory: tmpdir() }, { settings: t.settings, env: t.env })
   const call = async (system, input = { sessionID: "ses_1" }) => {
@@ -210,13 +227,13 @@ test("OpenCode: internal calls get nothing; one push per request; compaction ref
   assert.deepEqual(await call(["You are a title generator. You output ONLY a thread title."]),
     ["You are a title generator. You output ONLY a thread title."])
   assert.deepEqual(await call(["base"], { model: {} }), ["base"]) // no session: internal
-  assert.deepEqual(await call(["base"]), ["base", "DIGEST-startup\n"])
-  assert.deepEqual(await call(["base"]), ["base", "DIGEST-startup\n"])
-  assert.deepEqual(await call(["base", "DIGEST-startup\n"]), ["base", "DIGEST-startup\n"]) // no duplicate
+  assert.deepEqual(await call(["base"]), ["base\n\nDIGEST-startup\n"])
+  assert.deepEqual(await call(["base"]), ["base\n\nDIGEST-startup\n"])
+  assert.deepEqual(await call(["base\n\nDIGEST-startup\n"]), ["base\n\nDIGEST-startup\n"]) // no duplicate
   assert.deepEqual(await call(["You are a context summarization agent. ..."]), ["You are a context summarization agent. ..."])
   await hooks["experimental.session.compacting"]({ sessionID: "ses_1" }, { context: [] })
   await hooks.event({ event: { type: "session.compacted", properties: { sessionID: "ses_1" } } })
-  assert.deepEqual(await call(["base"]), ["base", "DIGEST-compact\n"])
+  assert.deepEqual(await call(["base"]), ["base\n\nDIGEST-compact\n"])
   await hooks.event({ event: { type: "session.created", properties: { info: { id: "ses_2", parentID: "ses_1" } } } })
   assert.deepEqual(await call(["base"], { sessionID: "ses_2" }), ["base"]) // a subagent session
   assert.deepEqual(t.launches(), ["startup", "compact"])

@@ -1,0 +1,161 @@
+"""Read a harness transcript: the session-start contexts it holds since the last compaction.
+
+A resume restores the prior context, and with it every session-start text the hook gave
+this session since its last compaction. Before asking for a digest again (the nudge), the
+hook looks here (issue 12, item 6). Formats, as observed with the pinned CLIs (the payload's
+``transcript_path``, JSON Lines):
+
+* **Claude Code 2.1.197**: an entry ``{"type": "attachment", "attachment": {"type":
+  "hook_additional_context", "hookEvent": "SessionStart", "content": ["<text>", ...]}}`` per
+  SessionStart context; a compaction writes ``{"type": "system", "subtype":
+  "compact_boundary"}``.
+* **Codex CLI 0.171.0** (the rollout file): ``{"type": "response_item", "payload": {"type":
+  "message", "role": "developer", "content": [{"text": "<text>"}],
+  "internal_chat_message_metadata_passthrough": {"content_item_kinds":
+  ["hooks.additional_context"]}}}``; a compaction writes ``{"type": "compacted"}``.
+
+Other harnesses' transcripts are not read (:func:`session_contexts` returns None: unknown).
+
+The file is untrusted input: it must be a regular file (a FIFO would block the hook), only
+its last :data:`MAX_SCAN` bytes are read, and a line that does not parse is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_SCAN = 32 * 1024 * 1024
+"""Bytes read at most, from the end of the file. Without a compaction in them and with
+more before them, the answer is unknown (None)."""
+READERS = ("claude", "codex")
+"""Harnesses whose transcript format is known."""
+_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TranscriptView:
+    """The session-start contexts of a transcript since its last compaction.
+
+    Attributes:
+        contexts: each SessionStart context text, oldest first.
+        compacted: a compaction boundary was found.
+        compaction_last: the compaction is the transcript's last conversation entry (no
+            message or context after it): Codex writes it, then fires SessionStart(resume)
+            and SessionStart(compact) in the same process (observed order), so a compact
+            hook follows.
+    """
+
+    contexts: tuple[str, ...]
+    compacted: bool
+    compaction_last: bool = False
+
+
+def _tail_lines(path: Path) -> tuple[list[bytes], bool] | None:
+    """The complete lines of the last MAX_SCAN bytes and whether that is the whole file;
+    None when the path is not a readable regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        start = max(info.st_size - MAX_SCAN, 0)
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks: list[bytes] = []
+        left = info.st_size - start
+        while left > 0:
+            chunk = os.read(fd, min(_CHUNK, left))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    lines = data.split(b"\n")
+    if start > 0:
+        lines = lines[1:]  # the first line was cut
+    return lines, start == 0
+
+
+def _claude(entry: dict[str, object]) -> tuple[str, list[str]]:
+    """``("boundary", [])``, ``("context", texts)``, ``("message", [])`` or ``("", [])``."""
+    kind = entry.get("type")
+    if kind == "system" and entry.get("subtype") == "compact_boundary":
+        return "boundary", []
+    if kind == "attachment":
+        att = entry.get("attachment")
+        if isinstance(att, dict) and att.get("type") == "hook_additional_context" \
+                and att.get("hookEvent", "SessionStart") == "SessionStart":
+            content = att.get("content")
+            items = content if isinstance(content, list) else [content]
+            return "context", [t for t in items if isinstance(t, str)]
+    if kind in ("user", "assistant"):
+        return "message", []
+    return "", []
+
+
+def _codex(entry: dict[str, object]) -> tuple[str, list[str]]:
+    kind = entry.get("type")
+    if kind == "compacted":
+        return "boundary", []
+    payload = entry.get("payload")
+    if kind != "response_item" or not isinstance(payload, dict) or payload.get("type") != "message":
+        return "", []
+    meta = payload.get("internal_chat_message_metadata_passthrough")
+    kinds = meta.get("content_item_kinds") if isinstance(meta, dict) else None
+    content = payload.get("content")
+    texts = [c.get("text") for c in content if isinstance(c, dict)] if isinstance(content, list) else []
+    if isinstance(kinds, list) and "hooks.additional_context" in kinds:
+        return "context", [t for t in texts if isinstance(t, str)]
+    return "message", []
+
+
+_PARSERS = {"claude": _claude, "codex": _codex}
+_HINTS = {"claude": (b"compact_boundary", b"hook_additional_context", b'"user"', b'"assistant"'),
+          "codex": (b'"compacted"', b"response_item")}
+
+
+def session_contexts(path: str | os.PathLike[str] | None, harness: str) -> TranscriptView | None:
+    """The SessionStart contexts of ``harness``'s transcript at ``path`` since the last
+    compaction, or None when that cannot be known (no path, not a regular file, unreadable,
+    a harness whose format is not known, or no compaction within the last MAX_SCAN bytes of
+    a longer file). Never raises; blocks on nothing (a FIFO is refused unopened-for-read)."""
+    parse = _PARSERS.get(harness)
+    if parse is None or not path:
+        return None
+    try:
+        got = _tail_lines(Path(path))
+    except (ValueError, OSError):  # an embedded NUL, a name too long
+        return None
+    if got is None:
+        return None
+    lines, whole = got
+    contexts: list[str] = []
+    after_boundary = False
+    for raw in reversed(lines):
+        if not any(h in raw for h in _HINTS[harness]):
+            continue
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        kind, texts = parse(entry)
+        if kind == "boundary":
+            return TranscriptView(tuple(reversed(contexts)), True, not after_boundary)
+        if kind in ("context", "message"):
+            after_boundary = True
+        contexts.extend(reversed(texts))
+    if not whole:
+        return None
+    return TranscriptView(tuple(reversed(contexts)), False)
