@@ -13,23 +13,23 @@ by then):
   Only a SHA-256 of the stripped text is kept, never the text.
 
 The record is one small JSON file, written atomically under the state mutex
-(:func:`supervisor._lock.state_mutex`), bounded to :data:`MAX_STARTS` sessions and
-:data:`MAX_DELIVERED` fingerprints (oldest dropped). Session ids are stored as given and never
-become a path. Readers never raise: an absent, corrupt or symlinked file is an empty ledger,
-so the answer falls back to the safe side (a full start, the nudge).
+(:func:`supervisor._lock.state_mutex`) through the state door (:mod:`supervisor._statedir`: no
+link followed, capped read, a corrupt file set aside), bounded to :data:`MAX_STARTS` sessions
+and :data:`MAX_DELIVERED` fingerprints (oldest dropped). Session ids are stored as given and
+never become a path. Readers never raise: an absent, corrupt or planted file is an empty
+ledger, so the answer falls back to the safe side (a full start, the nudge).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 import time
 from pathlib import Path
 
 from ._errors import StateError
 from ._lock import state_mutex
+from ._statedir import StateDir
 
 LEDGER_FILE = "sessions.json"
 MAX_STARTS = 64
@@ -48,56 +48,39 @@ def fingerprint(text: str) -> str:
     return hashlib.sha256(body.encode("utf-8", "replace")).hexdigest()
 
 
-def _read(state_dir: Path) -> dict[str, list[dict[str, object]]]:
-    path = state_dir / LEDGER_FILE
-    empty: dict[str, list[dict[str, object]]] = {"starts": [], "delivered": []}
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return empty
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return empty
-        data = os.read(fd, _MAX_BYTES + 1)
-    except OSError:
-        return empty
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_BYTES:
-        return empty
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        return empty
+def _check(doc: object) -> dict[str, list[dict[str, object]]]:
     if not isinstance(doc, dict):
-        return empty
-    out = dict(empty)
-    for key in out:
-        items = doc.get(key)
-        if isinstance(items, list):
-            out[key] = [i for i in items if isinstance(i, dict)]
-    return out
+        raise ValueError("not an object")
+    return {key: [i for i in doc.get(key) or [] if isinstance(i, dict)]
+            if isinstance(doc.get(key), list) else [] for key in ("starts", "delivered")}
+
+
+def _load(sd: StateDir) -> dict[str, list[dict[str, object]]]:
+    doc = sd.read_json(LEDGER_FILE, _MAX_BYTES, _check)
+    return doc if isinstance(doc, dict) else {"starts": [], "delivered": []}
+
+
+def _read(state_dir: Path) -> dict[str, list[dict[str, object]]]:
+    try:
+        sd = StateDir.open_existing(state_dir)
+        if sd is None:
+            return {"starts": [], "delivered": []}
+        with sd:
+            return _load(sd)
+    except StateError:
+        return {"starts": [], "delivered": []}
 
 
 def _update(state_dir: Path, key: str, entry: dict[str, object], same: tuple[str, ...],
             bound: int) -> None:
-    from ._fsutil import atomic_write
-
-    path = state_dir / LEDGER_FILE
-    if state_dir.is_symlink():
-        raise StateError(f"state dir {state_dir} is a symlink; refusing to follow it")
-    if not state_dir.is_dir():
+    sd = StateDir.open_existing(state_dir)
+    if sd is None:
         return  # nothing was started or delivered with state here: nothing to remember
-    with state_mutex(state_dir):
-        if path.is_symlink() or (path.exists() and not path.is_file()):
-            raise StateError(f"{path} is a symlink or not a regular file; refusing to replace it")
-        doc = _read(state_dir)
+    with sd, state_mutex(sd):
+        doc = _load(sd)
         kept = [e for e in doc[key] if any(e.get(k) != entry.get(k) for k in same)]
         doc[key] = (kept + [entry])[-bound:]
-        try:
-            atomic_write(path, json.dumps(doc).encode() + b"\n")
-        except OSError as err:
-            raise StateError(f"{path} cannot be written: {err.strerror}") from err
+        sd.write(LEDGER_FILE, json.dumps(doc).encode() + b"\n")
 
 
 def record_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:
