@@ -9,11 +9,16 @@ the boot time psutil derives can drift by a clock tick on some kernels (WSL2, NT
 
 The walk (:func:`ancestry`) climbs parent by parent; a vanished, zombie or unreadable parent,
 or a "parent" younger than its child (the pid was reused: psutil's ``parent()`` guard),
-simply ends it. :func:`find_harness` applies one matcher to every
-hop (first :data:`HARNESS_HOPS` parents): a non-Claude match ends the walk (innermost wins);
-a Claude match keeps climbing through contiguous Claude processes and the outermost is the
-owner, because Claude Code runs hooks from helper processes that are themselves named
-``claude`` (hook shell -> bg-pty-host -> claude -> claude).
+simply ends it. :func:`find_harness` applies one matcher to every hop (first
+:data:`HARNESS_HOPS` parents) and the **nearest** harness ancestor owns the session. One
+exception: Claude Code can run hooks from helper processes that are themselves named
+``claude`` (hook shell -> bg-pty-host -> claude -> claude). A ``claude`` process is a helper
+of *our* session when its environment carries ``CLAUDE_CODE_SESSION_ID`` equal to our
+session id (Claude sets it for every process it spawns; the session process itself, started
+by a user or a host, does not carry its own id: LAB, claude-code 2.1.197), and only then does
+the walk climb to its ``claude`` parent. So a host process above the harness (the desktop
+app named ``Claude``, or a ``claude`` that ran ``claude -p``) never becomes the owner
+(issue 12, item 4).
 """
 
 from __future__ import annotations
@@ -98,14 +103,14 @@ def match_harness(name: str, cmdline: list[str] | tuple[str, ...]) -> str | None
     """The harness a process is, from its name and argv, or ``None``.
 
     Matches: the process name or ``argv[0]``'s basename is a harness executable
-    (:data:`HARNESSES`, ``claude*`` too); ``argv[0]`` is Claude's versioned native binary;
+    (:data:`HARNESSES`, ``claude*`` too, but not the desktop app ``Claude``, a host); ``argv[0]`` is Claude's versioned native binary;
     or a ``node``/``bun``/``deno`` process runs a harness package or a script named like one.
     """
     argv0 = cmdline[0] if cmdline else ""
     for candidate in (name, _basename(argv0)):
         if candidate in HARNESSES:
             return HARNESSES[candidate]
-        if candidate.lower().startswith("claude"):
+        if candidate.startswith("claude"):  # not "Claude": the desktop app hosts sessions
             return "claude"
     found = _versioned(argv0)
     if found:
@@ -156,12 +161,34 @@ def ancestor_ids(chain: list[ProcInfo]) -> list[ProcessId]:
     return [ProcessId(p.pid, p.create_time) for p in chain]
 
 
-def find_harness(chain: list[ProcInfo]) -> HarnessProcess | None:
+CLAUDE_SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
+"""The variable Claude Code sets, to its session id, in every process it spawns."""
+
+
+def session_ids(session_id: str = "") -> frozenset[str]:
+    """The ids naming *our* session: the payload's ``session_id`` and our own
+    ``CLAUDE_CODE_SESSION_ID`` (empty ones dropped)."""
+    return frozenset(s for s in (session_id, os.environ.get(CLAUDE_SESSION_ENV, "")) if s)
+
+
+def _claude_helper(proc: ProcInfo, ours: frozenset[str]) -> bool:
+    """``proc`` (a ``claude`` process) was spawned by our own Claude session."""
+    if not ours:
+        return False
+    from ._procinfo import environ_value
+
+    return environ_value(proc.pid, CLAUDE_SESSION_ENV) in ours
+
+
+def find_harness(chain: list[ProcInfo], session_id: str = "") -> HarnessProcess | None:
     """The harness owning this session among the first :data:`HARNESS_HOPS` parents of ``chain``.
 
-    ``chain[0]`` (ourselves) is not examined. For Claude, the outermost of a contiguous run
-    of Claude processes; for any other harness, the innermost match.
+    ``chain[0]`` (ourselves) is not examined. The nearest harness process owns; a ``claude``
+    match climbs to its ``claude`` parent only while it is a helper of our session (its
+    ``CLAUDE_CODE_SESSION_ID`` is one of :func:`session_ids` of ``session_id``), so a host
+    above the harness is never the owner.
     """
+    ours = session_ids(session_id)
     found: HarnessProcess | None = None
     for proc in chain[1:HARNESS_HOPS + 1]:
         harness = match_harness(proc.name, proc.cmdline)
@@ -172,6 +199,6 @@ def find_harness(chain: list[ProcInfo]) -> HarnessProcess | None:
             continue
         assert harness is not None
         found = HarnessProcess(ProcessId(proc.pid, proc.create_time), harness, proc.name)
-        if harness != "claude":
+        if harness != "claude" or not _claude_helper(proc, ours):
             break
     return found

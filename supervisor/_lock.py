@@ -4,7 +4,11 @@ Files (all JSON, written to a temp file, fsynced and ``os.replace``-d into place
 exclusive ``fcntl.flock`` on ``lock.flock``):
 
 * ``lock.json``: :class:`LockRecord`, who holds the helm: harness process ``(pid,
-  create_time)``, harness, session id, a random nonce, when.
+  create_time)``, harness, session id, a random nonce, when, and where the pid means
+  something: the owner's pid namespace and boot id. A reader in another pid namespace (a
+  devcontainer sharing the checkout) or under another kernel cannot tell whether that owner
+  lives, so it never replaces the lock silently: its full start is read-only with the reason
+  (``--take-lock`` overrides; issue 12, item 5).
 * ``complete.json``: :class:`CompletionRecord`, "the full start under nonce N finished every
   stage". Cleared (under the same flock) the moment a full start takes the lock, written only
   when that start completed, and only while the lock still carries the same nonce.
@@ -55,11 +59,37 @@ class LockRecord:
     session_id: str
     nonce: str
     acquired_at: float
+    pid_ns: str = ""
+    """The owner's pid namespace (``pid:[4026531836]``); ``""`` in records of older versions."""
+    boot_id: str = ""
+    """The owner's kernel boot id; ``""`` in records of older versions."""
 
     @property
     def ident(self) -> ProcessId:
         """The owner's identity: (pid, process create time)."""
         return ProcessId(self.pid, self.create_time)
+
+
+def unseen_reason(record: LockRecord) -> str:
+    """Why ``record``'s owner cannot be seen from here (so its pid proves nothing), or ``""``.
+
+    Another pid namespace (same kernel): a container or ``unshare --pid`` sharing the state
+    dir. Another boot id with the lock taken after this kernel booted: another machine or VM
+    sharing the checkout. Another boot id with the lock older than this boot is simply stale
+    (the machine rebooted), so ``""``. Fields absent (an older record, no ``/proc``): ``""``.
+    """
+    from ._procinfo import boot_time, namespace_identity
+
+    pid_ns, boot_id = namespace_identity()
+    if record.boot_id and boot_id and record.boot_id != boot_id:
+        if record.acquired_at < boot_time():
+            return ""
+        return (f"it was taken under another kernel (boot id {record.boot_id}; here {boot_id}): "
+                "another machine or VM sharing this checkout")
+    if record.pid_ns and pid_ns and record.pid_ns != pid_ns:
+        return (f"its owner runs in another pid namespace ({record.pid_ns}; here {pid_ns}), e.g. "
+                "a container sharing this checkout, so whether it is alive cannot be seen from here")
+    return ""
 
 
 @dataclass(frozen=True)
@@ -141,11 +171,14 @@ def remove_record(path: Path) -> None:
 
 
 def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id: str) -> bool:
-    """The lock belongs to this session: its process is one of our ancestors, or the
-    session id matches and that process is still alive."""
-    if any(record.ident.same(a) for a in ancestors):
-        return True
-    return bool(session_id) and record.session_id == session_id and is_alive(record.ident)
+    """The lock belongs to this session: its process, in our pid namespace, is one of our
+    ancestors. A session is (harness process, session id): another live process that
+    carries the same session id is another owner candidate, not us, so 40 processes sharing
+    one id still yield one owner (issue 12, item 4). ``session_id`` is kept for callers
+    that tell sessions of one process apart."""
+    if unseen_reason(record):
+        return False
+    return any(record.ident.same(a) for a in ancestors)
 
 
 @dataclass(frozen=True)
@@ -153,35 +186,45 @@ class LockOutcome:
     """What a full start got.
 
     ``status``: ``acquired`` (we hold ``record``; ``previous`` is what we replaced),
-    ``foreign`` (``record`` is a live owner that is not us), ``unusable`` (``reason``).
+    ``foreign`` (``record`` is a live owner that is not us), ``unseen`` (``record``'s owner
+    cannot be seen from here, ``reason`` says why), ``unusable`` (``reason``).
     """
 
-    status: Literal["acquired", "foreign", "unusable"]
+    status: Literal["acquired", "foreign", "unseen", "unusable"]
     record: LockRecord | None = None
     previous: LockRecord | None = None
     reason: str = ""
 
 
 def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, session_id: str,
-                           ancestors: list[ProcessId]) -> LockOutcome:
+                           ancestors: list[ProcessId], *, take_unseen: bool = False) -> LockOutcome:
     """Take (or renew) the lock for a full start and clear the completion record.
 
     Under the state mutex: a lock owned by this session is renewed with a fresh nonce (same
     owner process); an absent, corrupt or stale one (owner dead, or its pid now names another
-    process) is replaced; a live foreign owner is left alone. Never raises: an unusable state
-    dir or file is ``status="unusable"`` with the reason.
+    process) is replaced; a live foreign owner is left alone; an owner that cannot be seen
+    from here (:func:`unseen_reason`) is left alone too (``status="unseen"``) unless
+    ``take_unseen`` (``--take-lock``). Never raises: an unusable state dir or file is
+    ``status="unusable"`` with the reason.
     """
+    from ._procinfo import namespace_identity
+
     try:
         with prepare_state_dir(state_dir) as sd, state_mutex(sd):
             current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
-            if current is not None and not owned_by_session(current, ancestors, session_id) \
-                    and is_alive(current.ident):
+            unseen = unseen_reason(current) if current is not None else ""
+            if current is not None and unseen and not take_unseen:
+                return LockOutcome("unseen", current, reason=unseen)
+            mine = current is not None and owned_by_session(current, ancestors, session_id)
+            if current is not None and not unseen and not mine and is_alive(current.ident):
                 return LockOutcome("foreign", current)
             pid, ctime = owner.pid, owner.create_time
-            if current is not None and owned_by_session(current, ancestors, session_id):
+            if current is not None and mine:
                 pid, ctime, harness = current.pid, current.create_time, current.harness or harness
+            pid_ns, boot_id = namespace_identity()
             record = LockRecord(pid=pid, create_time=ctime, harness=harness, session_id=session_id,
-                                nonce=os.urandom(16).hex(), acquired_at=time.time())
+                                nonce=os.urandom(16).hex(), acquired_at=time.time(),
+                                pid_ns=pid_ns, boot_id=boot_id)
             sd.remove(COMPLETE_FILE)
             sd.write(LOCK_FILE, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
             return LockOutcome("acquired", record, previous=current)

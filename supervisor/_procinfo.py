@@ -89,3 +89,57 @@ def proc_info(pid: int) -> ProcInfo | None:
         return _linux(pid) if _LINUX else _psutil(pid)
     except (OSError, ValueError, IndexError):
         return None
+
+
+ENVIRON_CAP = 256 * 1024
+"""Bytes of ``/proc/<pid>/environ`` read at most (a larger environment is cut there)."""
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of variable ``name`` in process ``pid``'s initial environment, or None when
+    it is unset or unreadable (another user's process, no ``/proc``: psutil is tried).
+    Never raises."""
+    try:
+        if _LINUX:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read(ENVIRON_CAP)
+            prefix = name.encode() + b"="
+            for item in raw.split(b"\0"):
+                if item.startswith(prefix):
+                    return item[len(prefix):].decode("utf-8", "replace")
+            return None
+        import psutil
+
+        return psutil.Process(pid).environ().get(name)
+    except Exception:  # noqa: BLE001 - psutil.Error, OSError, ValueError: all "unknown"
+        return None
+
+
+@cache
+def namespace_identity() -> tuple[str, str]:
+    """``(pid namespace, boot id)`` of this process: ``readlink /proc/self/ns/pid``
+    (``pid:[4026531836]``) and ``/proc/sys/kernel/random/boot_id``; ``""`` for what cannot
+    be read (no ``/proc``: macOS). Two processes can judge each other's liveness by pid only
+    when both match. Never raises."""
+    try:
+        pid_ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        pid_ns = ""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot_id = f.read(64).decode("ascii", "replace").strip()
+    except OSError:
+        boot_id = ""
+    return pid_ns, boot_id
+
+
+def boot_time() -> float:
+    """This kernel's boot time (seconds since the epoch), or 0.0 when unknown. Never raises."""
+    try:
+        if _LINUX:
+            return _boot_time()
+        import psutil
+
+        return float(psutil.boot_time())
+    except Exception:  # noqa: BLE001 - unknown
+        return 0.0

@@ -261,7 +261,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         return SessionOutcome("" if silent else NUDGE_TEXT, "nudge")
     chain = _ancestry.ancestry()
     ancestors = _ancestry.ancestor_ids(chain)
-    harness_proc = _ancestry.find_harness(chain)
+    harness_proc = _ancestry.find_harness(chain, context.session_id)
     harness = context.harness or (harness_proc.harness if harness_proc else "")
     session_id = context.session_id
     if action == "reemit":
@@ -287,9 +287,14 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
                "lock was taken. Use `--take-lock` to take it from a terminal.")
         return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)
     outcome = _lock.acquire_for_full_start(context.state_dir, owner, harness or "terminal",
-                                           session_id, ancestors)
+                                           session_id, ancestors, take_unseen=take_lock)
     if outcome.status == "foreign" and outcome.record is not None:
         why = f"Another live session holds the lock: {owner_line(outcome.record)}."
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    if outcome.status == "unseen" and outcome.record is not None:
+        why = (f"The lock is held by {owner_line(outcome.record)}, but {outcome.reason}; it is "
+               "not taken over silently. If that session is gone, take it from here with "
+               "`supervise hook --take-lock`.")
         return _read_only(config, _with(context, harness=harness), why, exclusive)
     if outcome.status == "unusable" or outcome.record is None:
         why = f"The state dir cannot be used, so no lock was taken: {outcome.reason}."

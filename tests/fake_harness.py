@@ -58,12 +58,16 @@ class FakeHarness:
         env: extra environment for the harness and everything below it.
         inner: names of further processes between the harness and the CLI (outermost first),
             e.g. ``("pi",)`` for a Pi running below a Codex.
+        helper_session: with ``nest > 1``, the ``CLAUDE_CODE_SESSION_ID`` the inner copies
+            carry, as Claude's helper processes carry their session's id (the owner walk
+            climbs through them); None: the inner copies are separate sessions below a host.
     """
 
     _ids = itertools.count()
 
     def __init__(self, workdir: Path, name: str = "claude", nest: int = 1,
-                 env: dict[str, str] | None = None, inner: tuple[str, ...] = ()) -> None:
+                 env: dict[str, str] | None = None, inner: tuple[str, ...] = (),
+                 helper_session: str | None = None) -> None:
         self.workdir = workdir / f"h{next(self._ids)}-{name}"
         self.workdir.mkdir(parents=True)
         binary = harness_binary(workdir / "bin", name)
@@ -72,8 +76,10 @@ class FakeHarness:
         self.proc = subprocess.Popen([str(binary), "-s"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                      cwd=self.workdir, env=full_env)
-        self._inner = [str(binary)] * (nest - 1) + [str(harness_binary(workdir / "bin", n))
-                                                     for n in inner]
+        copy = [str(binary)] if helper_session is None else [
+            "env", f"CLAUDE_CODE_SESSION_ID={helper_session}", str(binary)]
+        self._inner = [copy] * (nest - 1) + [[str(harness_binary(workdir / "bin", n))]
+                                             for n in inner]
         self.inner_pids: list[int] = []
         # Handshake: the shell is up and has its own name.
         self._send("echo ready $$")
@@ -118,7 +124,7 @@ class FakeHarness:
         base.with_suffix(".sh").write_text(script)
         inner = shlex.join([_SHELL, "-c", f"{_SHELL} {shlex.quote(str(base))}.sh; :"])
         for binary in reversed(self._inner):
-            inner = shlex.join([binary, "-c", f"{inner}; :"])
+            inner = shlex.join([*binary, "-c", f"{inner}; :"])
         self._send(f"{inner}; echo done {n}")
         return n
 

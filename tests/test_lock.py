@@ -113,12 +113,15 @@ def test_pid_reuse_of_an_ancestor_is_not_ownership(tmp_path: Path) -> None:
     assert (out.record.pid, out.record.create_time) == (owner.pid, owner.create_time)
 
 
-def test_same_session_id_and_alive_is_ownership(tmp_path: Path, other_process: ProcessId) -> None:
+def test_same_session_id_in_another_live_process_is_not_ownership(
+        tmp_path: Path, other_process: ProcessId) -> None:
+    """A session is (harness process, session id): a second live process carrying the same
+    id is another owner candidate, never us (issue 12, item 4: 40 processes, one owner)."""
     acquire_for_full_start(tmp_path, other_process, "claude", "S", [other_process])
     owner, ancestors = me()
-    assert acquire_for_full_start(tmp_path, owner, "claude", "S", ancestors).status == "acquired"
+    assert acquire_for_full_start(tmp_path, owner, "claude", "S", ancestors).status == "foreign"
     view = read_state(tmp_path)
-    assert view.lock is not None and view.lock.pid == other_process.pid  # owner kept, nonce new
+    assert view.lock is not None and view.lock.pid == other_process.pid
 
 
 def test_corrupt_lock_is_replaced(tmp_path: Path) -> None:
@@ -214,7 +217,8 @@ def test_records_are_json(tmp_path: Path) -> None:
     owner, ancestors = me()
     acquire_for_full_start(tmp_path, owner, "claude", "../../x", ancestors)
     data = json.loads((tmp_path / LOCK_FILE).read_text())
-    assert set(data) == {"pid", "create_time", "harness", "session_id", "nonce", "acquired_at"}
+    assert set(data) == {"pid", "create_time", "harness", "session_id", "nonce", "acquired_at",
+                         "pid_ns", "boot_id"}
     assert data["session_id"] == "../../x"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([LOCK_FILE, _lock.MUTEX_FILE])
 

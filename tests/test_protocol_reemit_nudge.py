@@ -34,7 +34,7 @@ run = ["sh", "-c", "echo REST"]
 
 @pytest.fixture
 def harness(tmp_path: Path) -> Iterator[FakeHarness]:
-    with FakeHarness(tmp_path / "h", "claude", nest=2) as h:
+    with FakeHarness(tmp_path / "h", "claude", nest=2, helper_session="s") as h:
         yield h
 
 

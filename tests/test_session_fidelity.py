@@ -158,3 +158,166 @@ def test_grok_gets_the_nudge_alone_and_nothing_is_written(project: Path, harness
         assert run.returncode == 0 and run.stdout == b""
     assert not (project / ".supervise").exists()  # no lock, no count, no claim, no ledger
     assert fleet_runs(project) == 0
+
+
+# -- item 4: owner identity ------------------------------------------------------------------
+
+def _clean_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SUPERVISE_", "CLAUDE", "CODEX", "GROK"))}
+
+
+def _hook_line(project: Path, workdir: Path, name: str, sid: str, *extra: str) -> str:
+    """Shell text running the real hook with a startup payload, output to ``workdir/name.out``."""
+    import shlex
+
+    (workdir / f"{name}.in").write_bytes(payload("startup", project, sid))
+    cli = shlex.join([sys.executable, "-m", "supervisor", "hook", "claude", *extra])
+    return (f"{cli} < {shlex.quote(str(workdir / (name + '.in')))} "
+            f"> {shlex.quote(str(workdir / (name + '.out')))} 2>&1")
+
+
+def _wait_for(path: Path) -> str:
+    return f"while [ ! -e {path} ]; do sleep 0.02; done"
+
+
+def _host_with_sessions(project: Path, tmp_path: Path, sessions: list[tuple[str, str]],
+                        helper: bool = False) -> tuple[dict[str, int], dict[str, str]]:
+    """A host process named ``claude`` running one child ``claude`` session per
+    ``(name, session id)``, one after another, each staying alive until all have run.
+
+    With ``helper``, each session runs its hook through a helper ``claude`` carrying the
+    session's ``CLAUDE_CODE_SESSION_ID``. Returns ``({name: session pid}, {name: output})``.
+    """
+    import shlex
+
+    from fake_harness import harness_binary
+
+    work = tmp_path / "host"
+    work.mkdir()
+    claude = str(harness_binary(tmp_path / "bin", "claude"))
+    release = work / "release"
+    parts = []
+    previous: Path | None = None
+    for name, sid in sessions:
+        line = _hook_line(project, work, name, sid)
+        if helper:
+            line = shlex.join(["env", f"CLAUDE_CODE_SESSION_ID={sid}", claude, "-c", f"{line}; :"])
+        body = (f"echo $$ > {work / (name + '.pid')}; "
+                + (f"{_wait_for(previous)}; " if previous else "")
+                + f"{line}; touch {work / (name + '.done')}; {_wait_for(release)}")
+        parts.append(shlex.join([claude, "-c", body]) + " &")
+        previous = work / f"{name}.done"
+    script = " ".join(parts) + f" {_wait_for(previous)}; touch {release}; wait"  # type: ignore[operator]
+    proc = subprocess.run([claude, "-c", script], cwd=project, env=_clean_env(), timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    pids = {n: int((work / f"{n}.pid").read_text()) for n, _ in sessions}
+    outs = {n: (work / f"{n}.out").read_text() for n, _ in sessions}
+    return pids, outs
+
+
+def _lock(project: Path) -> dict[str, object]:
+    return json.loads((project / ".supervise" / "lock.json").read_text())
+
+
+def _read_only(text: str) -> bool:
+    return "READ-ONLY SESSION" in text
+
+
+def test_a_host_named_claude_above_two_sessions_never_owns(project: Path, tmp_path: Path) -> None:
+    pids, outs = _host_with_sessions(project, tmp_path, [("a", "sa"), ("b", "sb")])
+    assert _lock(project)["pid"] == pids["a"]  # the nearest claude, not the host above it
+    assert "FLEET-EXCLUSIVE" in outs["a"] and not _read_only(outs["a"])
+    assert _read_only(outs["b"]) and "FLEET-EXCLUSIVE" not in outs["b"]
+    assert f"pid {pids['a']} (session sa)" in outs["b"]
+    assert fleet_runs(project) == 1
+
+
+def test_a_helper_claude_of_our_session_is_climbed_through(project: Path, tmp_path: Path) -> None:
+    pids, outs = _host_with_sessions(project, tmp_path, [("a", "sa")], helper=True)
+    assert _lock(project)["pid"] == pids["a"], outs["a"]
+
+
+def test_many_processes_sharing_one_session_id_yield_one_owner(project: Path, tmp_path: Path) -> None:
+    sessions = [(f"p{i}", "shared") for i in range(12)]
+    pids, outs = _host_with_sessions(project, tmp_path, sessions)
+    assert _lock(project)["pid"] == pids["p0"]
+    assert fleet_runs(project) == 1
+    assert [n for n, text in outs.items() if not _read_only(text)] == ["p0"]
+
+
+def test_the_desktop_app_name_is_a_host_not_a_harness() -> None:
+    from supervisor._ancestry import match_harness
+
+    assert match_harness("claude", ["claude"]) == "claude"
+    assert match_harness("Claude", ["/Applications/Claude.app/Contents/MacOS/Claude"]) is None
+    assert match_harness("Claude Helper", ["Claude Helper", "--type=renderer"]) is None
+
+
+# -- item 5: pid namespaces ---------------------------------------------------------------------
+
+def _unshare_works() -> str:
+    try:
+        proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                              capture_output=True, timeout=20, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"unshare cannot run here: {err}"
+    if proc.returncode != 0:
+        return f"unshare --pid --fork --mount-proc fails here: {proc.stderr.decode().strip()[:200]}"
+    return ""
+
+
+def _in_namespace(project: Path, tmp_path: Path, sid: str, *extra: str) -> str:
+    """The real hook below a ``claude`` that is pid 1 of a new pid namespace."""
+    from fake_harness import harness_binary
+
+    claude = str(harness_binary(tmp_path / "bin", "claude"))
+    work = tmp_path / f"ns-{sid}"
+    work.mkdir()
+    line = _hook_line(project, work, "run", sid, *extra)
+    proc = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", claude, "-c", f"{line}; :"],
+                          cwd=project, env=_clean_env(), timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    return (work / "run.out").read_text()
+
+
+def test_a_session_in_another_pid_namespace_is_read_only_never_a_silent_steal(
+        project: Path, harnesses: Harnesses, tmp_path: Path) -> None:
+    why = _unshare_works()
+    if why:
+        pytest.skip(why)
+    host = harnesses("claude")
+    assert "FLEET-EXCLUSIVE" in context_of(hook(host, project, "startup", "claude", sid="host"))
+    before = _lock(project)
+    assert before["pid"] == host.pid and before["pid_ns"] and before["boot_id"]
+    text = _in_namespace(project, tmp_path, "inner")
+    assert _read_only(text) and "another pid namespace" in text and "--take-lock" in text, text
+    assert "FLEET-EXCLUSIVE" not in text and _lock(project) == before
+    assert fleet_runs(project) == 1
+    # --take-lock from inside overrides; the host, which cannot see that owner, is then read-only
+    text = _in_namespace(project, tmp_path, "taker", "--take-lock")
+    assert not _read_only(text) and "FLEET-EXCLUSIVE" in text
+    taken = _lock(project)
+    assert taken["pid"] == 1 and taken["pid_ns"] != before["pid_ns"]
+    text = context_of(hook(host, project, "startup", "claude", sid="host"))
+    assert _read_only(text) and "another pid namespace" in text
+    assert fleet_runs(project) == 2
+
+
+def test_a_lock_from_another_kernel_is_unseen_unless_older_than_this_boot(project: Path) -> None:
+    import time
+
+    from supervisor._lock import LockRecord, unseen_reason
+    from supervisor._procinfo import boot_time, namespace_identity
+
+    pid_ns, boot_id = namespace_identity()
+    fresh = LockRecord(pid=1, create_time=0.0, harness="claude", session_id="x", nonce="n",
+                       acquired_at=time.time(), pid_ns=pid_ns, boot_id="other-boot")
+    assert "another kernel" in unseen_reason(fresh)
+    stale = LockRecord(pid=1, create_time=0.0, harness="claude", session_id="x", nonce="n",
+                       acquired_at=boot_time() - 10, pid_ns=pid_ns, boot_id="other-boot")
+    assert unseen_reason(stale) == ""  # the machine rebooted since: simply stale
+    old_format = LockRecord(pid=1, create_time=0.0, harness="claude", session_id="x", nonce="n",
+                            acquired_at=time.time())
+    assert unseen_reason(old_format) == ""

@@ -287,7 +287,7 @@ def test_truncated_start_writes_no_completion(project: Path, harnesses: Harnesse
 
 
 def test_outermost_claude_and_innermost_other(project: Path, harnesses: Harnesses) -> None:
-    outer = harnesses("claude", nest=3)
+    outer = harnesses("claude", nest=3, helper_session="s1")
     hook(outer, project, "startup")
     assert lock(project)["pid"] == outer.pid and lock(project)["harness"] == "claude"
     outer.close()
