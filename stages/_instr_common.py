@@ -29,7 +29,8 @@ GIT_ENV_STRIP = (
 
 
 def warn(message: str) -> None:
-    """One line to stderr (the engine merges it into the stage output; keep it rare)."""
+    """One line to stderr (the stage log by default, ``supervise status`` shows it; merged into
+    the stage output with ``stderr = "context"``; keep it rare)."""
     sys.stderr.write(f"{os.environ.get('SUPERVISE_STAGE_NAME', 'stage')}: {message}\n")
 
 

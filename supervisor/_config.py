@@ -71,6 +71,9 @@ class StageSpec(_Frozen):
     ``stages/``) is given. ``timeout`` and ``max_output`` are in seconds and bytes.
     ``options`` is passed to the stage as JSON in ``SUPERVISE_STAGE_OPTIONS``.
     ``when`` (:class:`StageWhen`) limits the runs it takes part in, by source and harness.
+    ``stderr`` is where the stage's stderr goes: ``log`` (default: the stage log in the state
+    dir, :mod:`supervisor._stagelog`; what the model reads is stdout), ``context`` (merged
+    into stdout, as one pipe) or ``drop``.
     ``max_tasks`` (processes in the stage's tree at once, default 512) and ``max_memory``
     (bytes of memory of the whole tree, default none) are caps: a stage over one is killed
     whole (cgroup ``pids.max`` / ``memory.max`` where available, else the watchdog).
@@ -95,6 +98,7 @@ class StageSpec(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict)
     ok_exit: tuple[int, ...] = (0,)
     when: StageWhen | None = None
+    stderr: Literal["context", "log", "drop"] = "log"
 
     DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
     """Built-ins that run deferred unless the config says ``deferred = false`` (network checks

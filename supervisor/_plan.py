@@ -64,6 +64,9 @@ class StagePlan:
     ok_exit: tuple[int, ...] = (0,)
     when: dict[str, tuple[str, ...]] | None = None
     """``{"source": (...), "harness": (...)}`` (either may be absent): see :func:`unmet`."""
+    stderr: Literal["context", "log", "drop"] = "log"
+    """Where the stage's stderr goes: the stage log (:mod:`supervisor._stagelog`), merged
+    into its stdout (``context``), or nowhere (``drop``)."""
 
 
 WHEN_SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")

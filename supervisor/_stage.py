@@ -19,13 +19,14 @@ from typing import Literal
 
 import anyio
 
-from . import _cgroup, _tree
+from . import _cgroup, _stagelog, _tree
 from ._builtins import builtin_argv
 from ._context import SessionContext
-from ._errors import ConfigError
+from ._errors import ConfigError, StateError
 from ._output import OrderedOutput
 from ._plan import DigestPlan, StagePlan
 from ._results import StageResult, StageStatus
+from ._stagelog import StderrCapture
 
 DRAIN = 0.2
 """Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
@@ -175,8 +176,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 argv, stdin=None, stdout=None, stderr=None, cwd=_stage_cwd(spec, run.context),
                 env=stage_env(spec, run.context, token, run.config), start_new_session=True)
         else:
+            # stderr: merged into stdout ("context"), its own pipe for the log, or nowhere
+            err_to = {"context": STDOUT, "log": PIPE, "drop": DEVNULL}[spec.stderr]
             proc = await anyio.open_process(
-                argv, stdin=DEVNULL, stdout=PIPE, stderr=STDOUT,
+                argv, stdin=DEVNULL, stdout=PIPE, stderr=err_to,
                 cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token, run.config),
                 start_new_session=True)
     except (OSError, ValueError, ConfigError) as err:
@@ -209,11 +212,25 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         finally:
             eof.set()
 
+    stderr = proc.stderr if not run.inherit_stdio else None
+    capture = StderrCapture()
+    err_eof = anyio.Event()
+
+    async def err_reader() -> None:  # stderr = "log": kept apart, bounded, logged at the end
+        try:
+            while stderr is not None:
+                capture.feed(await stderr.receive(65536))
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        finally:
+            err_eof.set()
+
     status: StageStatus
     outcome: Literal["exited", "deadline", "abort"] = "deadline"
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
+            tg.start_soon(err_reader)
             if await _race(run.abort, deadline, proc.wait):
                 outcome = "exited"
             else:
@@ -230,6 +247,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                                            cgroup)
                 with anyio.move_on_after(DRAIN):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
+                    await err_eof.wait()
             tg.cancel_scope.cancel()
     except BaseException:
         # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
@@ -258,7 +276,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     if outcome == "exited":
         status = "ok" if code in spec.ok_exit else "failed"
         if status == "failed":
-            out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}")
+            last = capture.last_line()
+            why = (f"; its stderr ends: {last!r} (all of it: supervise status, "
+                   f"{_stagelog.log_path(run.context.state_dir, spec.name)})" if last else "")
+            out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}{why}")
     elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
         status = "timed_out"
         what = ("its output above is incomplete" if out.stage_bytes(index)[0]
@@ -269,6 +290,13 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         status = "killed"
         if run.abort_reason is None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
+    if capture.data:
+        try:
+            _stagelog.write_entry(run.context.state_dir, spec.name,
+                                  _stagelog.header(run.context, status), capture)
+        except StateError as err:  # the stderr is lost; say so where the user will see it
+            out.note(index, f"[supervise] stage '{spec.name}': its stderr could not be logged: "
+                            f"{err}")
     raw, cut = out.stage_bytes(index)
     out.finish(index)  # flush a cut character before the text is taken
     run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,

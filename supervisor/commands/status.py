@@ -1,9 +1,10 @@
 """supervise status [-C DIR] [--format text|json]: the session state of a project.
 
 Shows the lock owner (alive or stale, which harness, since when), the completion record (and
-whether it matches the lock), the last digest the hook ran (per-stage status and seconds)
-and deferred results waiting to be delivered. Reads only; never takes the mutex, never
-writes (a status check must not change what it reports).
+whether it matches the lock), the last digest the hook ran (per-stage status and seconds),
+deferred results waiting to be delivered, and each stage's stderr log (its last lines and how
+many are new since the last view). Reads only; never takes the mutex; the one thing it writes
+is the logs' "seen" count (this view becomes the last view).
 
 Exit status: 0; 1 when the state cannot be read (a symlinked state dir or file).
 """
@@ -55,7 +56,7 @@ def collect(project: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
                            "off": off_reason(project) or None, "error": None,
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
-                           "exposure": None, "lost": []}
+                           "stderr_logs": [], "exposure": None, "lost": []}
     try:
         from .._statedir import StateDir
 
@@ -78,6 +79,13 @@ def collect(project: Path) -> dict[str, Any]:
     from .._deferred import lost_results
 
     doc["lost"] = lost_results(state_dir)
+    from .._stagelog import read_logs
+
+    try:  # the stage stderr logs; this view becomes "the last view" for their counts
+        doc["stderr_logs"] = read_logs(state_dir, mark_seen=True)
+    except StateError as err:
+        doc["stderr_logs"] = []
+        doc["error"] = str(err)
     from .._exposure import summarize_exposure
 
     exposure = summarize_exposure(state_dir)
@@ -123,6 +131,13 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {when(item['finished'])}")
     for text in doc.get("lost", []):
         lines.append(f"lost       {text}")
+    logs = doc.get("stderr_logs") or []
+    if logs:
+        lines.append(f"stderr     {len(logs)} stage log(s) (stderr kept out of the context)")
+    for log in logs:
+        new = f"{log['new']} new line(s) since the last view" if log["new"] else "nothing new"
+        lines.append(f"  {log['stage']:<24} {new}, {log['lines']} in all: {log['path']}")
+        lines += [f"    | {line}" for line in log["tail"]]
     lines += doc.get("_exposure_lines", [])
     return "\n".join(lines) + "\n"
 
