@@ -22,6 +22,11 @@ from typing import Any
 GIT_TIMEOUT = 5.0
 """Seconds the ``git ls-files`` refusal check may take before it is abandoned (fail closed)."""
 
+LOG_MAX_BYTES = 1024 * 1024
+"""Bytes a stage log may reach before it is rotated to ``<stage>.log.1``."""
+LOG_LINE_BYTES = 8 * 1024
+"""Bytes one log line may take (a longer one is cut)."""
+
 _GIT_ENV_LEAKS = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_COMMON_DIR")
 
 
@@ -157,20 +162,25 @@ def resolve_path(project_dir: Path, value: str) -> Path:
 
 
 def log(env: StageEnv, line: str) -> None:
-    """Append one timestamped line to ``<state>/logs/<stage>.log``; silent when impossible."""
+    """Append one timestamped line to ``<state>/logs/<stage>.log`` (rotated past
+    :data:`LOG_MAX_BYTES`) through the state door; silent when impossible (a symlinked state
+    dir included: nothing is written through it)."""
     if env.state_dir is None:
         return
     try:
-        logs = env.state_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        text = f"{stamp} [{env.stage}] {' '.join(line.split())}\n"
-        fd = os.open(logs / f"{env.stage}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        try:
-            os.write(fd, text.encode("utf-8", "replace"))
-        finally:
-            os.close(fd)
-    except OSError:
+        from supervisor._errors import StateError
+        from supervisor._statedir import open_subpath
+    except ImportError:  # the stage runs under an interpreter without watchkeeper
+        return
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = f"{stamp} [{env.stage}] {' '.join(line.split())}\n"
+    try:  # through the state door: never through a planted link, FIFO or folder
+        folder = open_subpath(env.state_dir, ("logs",), create=True)
+        if folder is not None:
+            with folder:
+                folder.append(f"{env.stage}.log", text.encode("utf-8", "replace")[:LOG_LINE_BYTES],
+                              max_bytes=LOG_MAX_BYTES)
+    except (StateError, OSError):
         pass
 
 

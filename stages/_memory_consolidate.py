@@ -14,7 +14,8 @@ How "at most once" and "fully detached" are kept:
    digest's pipe nor delays the stage. The stage closes its copy; the lock now lives exactly as
    long as the wrapper (a killed wrapper releases it: no stale lock to clean up).
 3. The wrapper writes ``pid=`` and ``started=`` into the lock file, runs the command in its own
-   session with output appended to ``<state>/logs/consolidation.log``, kills the command's group
+   session with output appended to ``<state>/logs/consolidation.log`` (opened by the stage
+   through the state door and passed as a descriptor), kills the command's group
    after ``consolidate_timeout`` seconds, and exits.
 
 The command gets ``SUPERVISE_MEMORY_DIR`` (the store) and runs in the project dir.
@@ -31,6 +32,9 @@ import time
 from pathlib import Path
 
 LOCK_NAME = "consolidate.lock"
+LOG_NAME = "consolidation.log"
+LOG_MAX_BYTES = 4 * 1024 * 1024
+"""Bytes the consolidation log may reach before it is rotated to ``consolidation.log.1``."""
 DETACHED_MARK = "SUPERVISE_DETACHED_FROM"
 """Set in the wrapper's environment to the stage name: a process started on purpose to outlive
 its stage (the engine's leftover sweep must leave it alone)."""
@@ -44,37 +48,55 @@ def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
     (pid None). Raises:
         OSError: the state dir cannot hold the lock, or the wrapper cannot be started.
     """
-    folder = state_dir / "memory"
-    folder.mkdir(parents=True, exist_ok=True)
-    logs = state_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    from supervisor._errors import StateError
+    from supervisor._statedir import StateDir
+
+    fds: list[int] = []
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return "running", None
+        # Through the state door: the state dir, memory/ and logs/ are opened without following
+        # links, and the lock and log files are refused as links, FIFOs or folders (set aside):
+        # a planted `consolidate.lock -> ../victim` is never truncated or written.
+        with StateDir.open(state_dir, create=True) as state:
+            memory = state.sub("memory", create=True)
+            logs = state.sub("logs", create=True)
+            assert memory is not None and logs is not None
+            with memory, logs:
+                fds.append(memory.open_file(LOCK_NAME, os.O_RDWR | os.O_CREAT))
+                try:
+                    fcntl.flock(fds[0], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return "running", None
+                logs.append(LOG_NAME, b"", max_bytes=LOG_MAX_BYTES)  # rotates a full log
+                fds.append(logs.open_file(LOG_NAME, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
+    except StateError as err:
+        for fd in fds:
+            os.close(fd)
+        raise OSError(str(err)) from err
+    lock_fd, log_fd = fds
+    try:
+        os.set_blocking(log_fd, True)
         env = {k: v for k, v in os.environ.items()
                if k not in ("SUPERVISE_STAGE_TOKEN", "STAGE_TOKEN")}
         env[DETACHED_MARK] = stage
         env["SUPERVISE_MEMORY_DIR"] = str(store)
-        wrapper = [sys.executable, str(Path(__file__).resolve()), str(fd), f"{timeout:g}",
-                   str(logs / "consolidation.log"), "--", *argv]
+        wrapper = [sys.executable, str(Path(__file__).resolve()), str(lock_fd), f"{timeout:g}",
+                   str(log_fd), "--", *argv]
         proc = subprocess.Popen(
             wrapper, cwd=project_dir, env=env, stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, close_fds=True,
-            pass_fds=(fd,), start_new_session=True,
+            pass_fds=(lock_fd, log_fd), start_new_session=True,
         )
         # Popen keeps no pipe to the wrapper; drop the handle so no ResourceWarning fires for a
         # child we deliberately never wait for (it is reaped by init or the subreaper).
         proc.returncode = 0
         return "started", proc.pid
     finally:
-        os.close(fd)
+        os.close(lock_fd)
+        os.close(log_fd)
 
 
 def _wrap(argv: list[str]) -> int:
-    lock_fd, timeout, log_path = int(argv[0]), float(argv[1]), argv[2]
+    lock_fd, timeout, log_fd = int(argv[0]), float(argv[1]), int(argv[2])
     command = argv[4:]
     try:
         os.ftruncate(lock_fd, 0)
@@ -83,7 +105,9 @@ def _wrap(argv: list[str]) -> int:
     except OSError:
         pass
     env = {k: v for k, v in os.environ.items() if k != DETACHED_MARK}
-    with open(log_path, "ab") as log:
+    # The log was opened by the stage through the state door and handed over as a descriptor:
+    # this wrapper never opens a path in the state dir itself.
+    with open(log_fd, "ab", closefd=True) as log:
         log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} start {command!r}\n".encode())
         log.flush()
         try:

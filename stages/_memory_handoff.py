@@ -19,22 +19,25 @@ Rules (brief memory.md #6-#8; claude-remember #341/#379 and #842):
   zeros are decimal (``007`` is 7), unknown keys are ignored;
 - past ``max_redeliveries`` deliveries (0 = no cap) the body is replaced by its path.
 
-Writes are atomic (temp file in the same dir, ``os.replace``) and the whole exchange holds an
-exclusive ``flock``, so concurrent digests neither lose nor double a count.
+Every access goes through the state door (``supervisor._statedir``: no link followed, no FIFO
+opened, reads capped); writes are atomic and the whole exchange holds an exclusive ``flock``,
+so concurrent digests neither lose nor double a count.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
-from supervisor._fsutil import atomic_write, flocked
+from supervisor._errors import StateError
+from supervisor._statedir import StateDir
 
 RECORD_NAME = "handoff.delivered"
 LOCK_NAME = "handoff.lock"
+RECORD_CAP = 64 * 1024
+"""Bytes of the record read at most; a bigger file is not ours (set aside)."""
 LOCK_TIMEOUT = 5.0
 """Seconds to wait for the record lock before going on without the record (never hang)."""
 
@@ -67,29 +70,29 @@ def parse_count(raw: str | None) -> int:
     return int(raw, 10) if raw.isascii() and raw.isdigit() else 0
 
 
-def read_record(path: Path) -> dict[str, str]:
-    """``key=value`` lines of the record; ``{}`` when missing or unreadable. Never raises."""
-    try:
-        text = path.read_bytes()[:64 * 1024].decode("utf-8", "replace")
-    except OSError:
-        return {}
+def parse_record(data: bytes) -> dict[str, str]:
+    """``key=value`` lines of a record's bytes (invalid UTF-8 replaced). Never raises."""
     record: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in data.decode("utf-8", "replace").splitlines():
         if "=" in line and not line.lstrip().startswith("#"):
             key, _, value = line.partition("=")
             record[key.strip()] = value.strip()
     return record
 
 
-def _write_record(path: Path, fields: dict[str, str]) -> None:
-    body = "# watchkeeper memory stage: handoff delivery record (per machine, safe to delete)\n"
-    body += "".join(f"{k}={v}\n" for k, v in fields.items())
-    atomic_write(path, body.encode("utf-8"))
-
-
-def _locked(lock_path: Path) -> AbstractContextManager[bool]:
-    """Hold an exclusive flock on ``lock_path`` (yields False when it cannot be had in time)."""
-    return flocked(lock_path, LOCK_TIMEOUT, poll=0.01)
+def read_record(path: Path) -> dict[str, str]:
+    """``key=value`` lines of the record at ``path``; ``{}`` when missing, unreadable or not a
+    regular file of at most :data:`RECORD_CAP` bytes (read through the state door). Never
+    raises."""
+    try:
+        sd = StateDir.open_existing(path.parent)
+        if sd is None:
+            return {}
+        with sd:
+            data = sd.read(path.name, RECORD_CAP)
+    except StateError:
+        return {}
+    return parse_record(data or b"")
 
 
 def _sanitize(value: str) -> str:
@@ -106,34 +109,37 @@ def deliver(state_dir: Path | None, note: Path, content: bytes | None, *, compac
     if state_dir is None:
         return Delivery(number=1, prior=0, since="")
     folder = state_dir / "memory"
-    record_path = folder / RECORD_NAME
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with _locked(folder / LOCK_NAME) as held:
-            if not held:
-                return Delivery(1, 0, "", f"handoff record lock busy > {LOCK_TIMEOUT:g}s; not counted")
-            if blank:
-                record_path.unlink(missing_ok=True)
-                return Delivery(0, 0, "")
-            assert content is not None
-            record = read_record(record_path)
-            fp = fingerprint(content)
-            if record.get("fingerprint") == fp:
-                prior = parse_count(record.get("deliveries"))
-                since = _sanitize(record.get("first_delivered", ""))
-            else:
-                prior, since = 0, ""
-            if compact:
-                # claude-remember #341: a compaction is not a new delivery of the note.
-                return Delivery(number=max(prior, 1), prior=prior, since=since)
-            if not since:
-                since = time.strftime("%Y-%m-%d %H:%M")
-            _write_record(record_path, {
-                "fingerprint": fp,
-                "first_delivered": since,
-                "deliveries": str(prior + 1),
-                "note": str(note),
-            })
-            return Delivery(number=prior + 1, prior=prior, since=since)
-    except OSError as err:
+        with StateDir.open(state_dir, create=True) as state:
+            memory = state.sub("memory", create=True)
+            assert memory is not None
+            with memory, memory.flock(LOCK_NAME, LOCK_TIMEOUT, poll=0.01) as held:
+                if not held:
+                    return Delivery(1, 0, "", f"handoff record lock busy > {LOCK_TIMEOUT:g}s; not counted")
+                if blank:
+                    memory.remove(RECORD_NAME)
+                    return Delivery(0, 0, "")
+                assert content is not None
+                record = parse_record(memory.read(RECORD_NAME, RECORD_CAP) or b"")
+                fp = fingerprint(content)
+                if record.get("fingerprint") == fp:
+                    prior = parse_count(record.get("deliveries"))
+                    since = _sanitize(record.get("first_delivered", ""))
+                else:
+                    prior, since = 0, ""
+                if compact:
+                    # claude-remember #341: a compaction is not a new delivery of the note.
+                    return Delivery(number=max(prior, 1), prior=prior, since=since)
+                if not since:
+                    since = time.strftime("%Y-%m-%d %H:%M")
+                body = "# watchkeeper memory stage: handoff delivery record (per machine, safe to delete)\n"
+                body += "".join(f"{k}={v}\n" for k, v in {
+                    "fingerprint": fp,
+                    "first_delivered": since,
+                    "deliveries": str(prior + 1),
+                    "note": str(note),
+                }.items())
+                memory.write(RECORD_NAME, body.encode("utf-8", "replace"))
+                return Delivery(number=prior + 1, prior=prior, since=since)
+    except (StateError, OSError) as err:
         return Delivery(1, 0, "", f"handoff record in {folder} unusable: {err}")

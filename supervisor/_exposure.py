@@ -20,16 +20,22 @@ Stdlib only and cheap to import: stage programs import it on their hot path.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ._errors import StateError
+from ._statedir import StateDir
+
 LOG_NAME = "exposure.jsonl"
 MAX_LOG_BYTES = 2 * 1024 * 1024
 """Past this size (bytes) the log is rotated to ``exposure.jsonl.1`` (one generation kept)."""
+MAX_LINE_BYTES = 8 * 1024
+"""Bytes one event may take (a longer one is cut)."""
+MAX_READ_BYTES = 2 * (MAX_LOG_BYTES + 8 * MAX_LINE_BYTES)
+"""Bytes ``summarize_exposure`` reads at most, whatever was planted in the log's place."""
 NO_SOURCE = "(none)"
 
 
@@ -50,12 +56,11 @@ def append_exposure(state_dir: Path, *, what: str, nbytes: int, source: str, ses
         session: the harness session id (display only).
         stage: the stage that injected it.
 
-    The line is written with one ``write`` on an ``O_APPEND`` descriptor, so concurrent
-    digests interleave whole lines. Raises:
-        OSError: the state dir or the log cannot be written.
+    Written through the state door (:mod:`supervisor._statedir`): one ``write`` on an
+    ``O_APPEND`` descriptor (concurrent digests interleave whole lines), never through a link,
+    rotated past :data:`MAX_LOG_BYTES`. Raises:
+        OSError: the state dir or the log cannot be written (a symlinked state dir included).
     """
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / LOG_NAME
     event = {
         "v": 1,
         "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -69,15 +74,10 @@ def append_exposure(state_dir: Path, *, what: str, nbytes: int, source: str, ses
     }
     line = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8", "replace")
     try:
-        if path.stat().st_size > MAX_LOG_BYTES:
-            os.replace(path, path.with_name(LOG_NAME + ".1"))
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        os.write(fd, line)
-    finally:
-        os.close(fd)
+        with StateDir.open(state_dir, create=True) as sd:
+            sd.append(LOG_NAME, line[:MAX_LINE_BYTES], max_bytes=MAX_LOG_BYTES)
+    except StateError as err:
+        raise OSError(str(err)) from err
 
 
 @dataclass
@@ -149,23 +149,32 @@ class ExposureSummary:
 
 
 def _events(path: Path) -> Iterator[dict[str, Any] | None]:
-    """Yield each line's event, None for a malformed one; rotated generation first."""
-    for candidate in (path.with_name(LOG_NAME + ".1"), path):
-        try:
-            with candidate.open("rb") as f:
-                for raw in f:
-                    try:
-                        event = json.loads(raw)
-                    except ValueError:
-                        yield None
-                        continue
-                    ok = (isinstance(event, dict) and event.get("event") == "exposure"
-                          and isinstance(event.get("what"), str)
-                          and isinstance(event.get("bytes"), int)
-                          and not isinstance(event.get("bytes"), bool))
-                    yield event if ok else None
-        except OSError:
-            continue
+    """Yield each line's event, None for a malformed one; rotated generation first. Each
+    generation is read through the state door, capped at its rotation size plus one line
+    (a planted link, FIFO or oversized file is set aside, not read)."""
+    try:
+        sd = StateDir.open_existing(path.parent)
+    except StateError:
+        return
+    if sd is None:
+        return
+    with sd:
+        for name in (LOG_NAME + ".1", LOG_NAME):
+            try:
+                data = sd.read(name, MAX_LOG_BYTES + 8 * MAX_LINE_BYTES)
+            except StateError:
+                continue
+            for raw in (data or b"").splitlines():
+                try:
+                    event = json.loads(raw)
+                except (ValueError, RecursionError, MemoryError):
+                    yield None
+                    continue
+                ok = (isinstance(event, dict) and event.get("event") == "exposure"
+                      and isinstance(event.get("what"), str)
+                      and isinstance(event.get("bytes"), int)
+                      and not isinstance(event.get("bytes"), bool))
+                yield event if ok else None
 
 
 def summarize_exposure(state_dir: Path) -> ExposureSummary:

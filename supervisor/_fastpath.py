@@ -24,7 +24,12 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._fsutil import atomic_write
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._statedir import StateDir
+
+FASTPATH_DIR = "fastpath"
 
 MTIME_SLACK = 2.0
 """Seconds the watch list's mtime is set before the moment it was written."""
@@ -32,7 +37,7 @@ MTIME_SLACK = 2.0
 
 def fastpath_dir(state_dir: Path) -> Path:
     """``<state_dir>/fastpath``: where the fast path's index files live."""
-    return state_dir / "fastpath"
+    return state_dir / FASTPATH_DIR
 
 
 def wake(state_dir: Path, name: str) -> None:
@@ -43,9 +48,9 @@ def wake(state_dir: Path, name: str) -> None:
         ValueError: ``name`` is not a plain short name.
         OSError: the state dir cannot be written.
     """
-    path = fastpath_dir(state_dir) / f"wake-{_check(name)}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, b"")
+    name = f"wake-{_check(name)}"
+    with _folder(state_dir) as folder:
+        folder.write(name, b"")
 
 
 def clear_wake(state_dir: Path, name: str) -> None:
@@ -54,9 +59,16 @@ def clear_wake(state_dir: Path, name: str) -> None:
     Raises:
         ValueError: ``name`` is not a plain short name.
     """
+    name = f"wake-{_check(name)}"
+    from ._errors import StateError
+    from ._statedir import open_subpath
+
     try:
-        (fastpath_dir(state_dir) / f"wake-{_check(name)}").unlink()
-    except FileNotFoundError:
+        folder = open_subpath(state_dir, (FASTPATH_DIR,))
+        if folder is not None:
+            with folder:
+                folder.remove(name)
+    except StateError:
         pass
 
 
@@ -73,11 +85,27 @@ def set_watch(state_dir: Path, paths: Iterable[Path]) -> None:
         if not os.path.isabs(text) or "\n" in text:
             raise ValueError(f"watch path must be absolute and on one line: {text!r}")
         lines.append(text + "\n")
-    target = fastpath_dir(state_dir) / "watch"
-    target.parent.mkdir(parents=True, exist_ok=True)
     stamp = time.time() - MTIME_SLACK
-    atomic_write(target, "".join(lines).encode("utf-8", "surrogateescape"))
-    os.utime(target, (stamp, stamp))
+    with _folder(state_dir) as folder:
+        folder.write("watch", "".join(lines).encode("utf-8", "surrogateescape"))
+        os.utime("watch", (stamp, stamp), dir_fd=folder.fileno(), follow_symlinks=False)
+
+
+def _folder(state_dir: Path) -> StateDir:
+    """``<state>/fastpath`` through the state door (created; no link followed).
+
+    Raises:
+        OSError: the state dir cannot be used (a symlinked state dir included).
+    """
+    from ._errors import StateError
+    from ._statedir import open_subpath
+
+    try:
+        folder = open_subpath(state_dir, (FASTPATH_DIR,), create=True)
+    except StateError as err:
+        raise OSError(str(err)) from err
+    assert folder is not None
+    return folder
 
 
 def _check(name: str) -> str:

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import StateError
-from ._fsutil import atomic_write
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -46,6 +45,7 @@ RETRY_AFTER = 30.0  # seconds before an unreadable instruction file is tried aga
 LOCK_WAIT = 2.0  # seconds to wait for another hook process's in-flight load of this session
 MAX_INJECT_BYTES = 32 * 1024  # per injection, whole files only; bigger ones are named
 _MAX_READ = 4 * 1024 * 1024
+_MAX_LEDGER = 256 * 1024  # bytes: a session's ledger; a bigger file is corrupt (set aside)
 _IMPORTS_AGENTS = re.compile(r"(?:^|\s)@(?:\./)?AGENTS\.md(?:\s|$)")
 
 
@@ -55,46 +55,44 @@ def _ledger_base(context: SessionContext, session_id: str) -> Path:
 
 
 class _Claim:
-    """An exclusive ``flock`` on ``<base>.lock``, waited for at most ``wait`` seconds.
+    """An exclusive ``flock`` on ``<state>/nested/<key>.lock``, waited for at most ``wait``
+    seconds, through the state door (:mod:`supervisor._statedir`: no link followed, a planted
+    ledger set aside). ``acquired`` is False when another process still holds it after
+    ``wait``; the kernel drops the lock when the holder exits, so a crash never leaves it held.
 
-    ``acquired`` is False when another process still holds it after ``wait``; the kernel drops
-    the lock when the holder exits or is killed, so a crash never leaves it held.
+    Raises:
+        StateError: the state dir or the ledger folder cannot be used (a symlinked state dir).
     """
 
     def __init__(self, base: Path, wait: float) -> None:
-        import fcntl
+        from contextlib import ExitStack
 
-        from ._project import state_dir_problem
+        from ._statedir import StateDir
 
-        problem = state_dir_problem(base.parent.parent) or state_dir_problem(base.parent)
-        if problem:
-            raise StateError(problem)
+        self.base = base
+        self.key = base.name
+        self._stack = ExitStack()
         try:
-            base.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(f"{base}.lock",
-                               os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        except OSError as err:
-            raise StateError(f"cannot use the nested-instructions ledger in {base.parent}: {err.strerror}") from err
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                self.acquired = True
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    self.acquired = False
-                    return
-                time.sleep(0.01)
+            state = self._stack.enter_context(StateDir.open(base.parent.parent, create=True))
+            folder = state.sub(base.parent.name, create=True)
+            assert folder is not None
+            self.folder = self._stack.enter_context(folder)
+            self.acquired = self._stack.enter_context(self.folder.flock(f"{self.key}.lock", wait, poll=0.01))
+        except BaseException as err:
+            self._stack.close()
+            if isinstance(err, StateError):
+                raise StateError(f"cannot use the nested-instructions ledger: {err}") from err
+            raise
 
     def release(self) -> None:
-        os.close(self._fd)  # closing the descriptor releases the flock
+        """Release the lock and close the folders."""
+        self._stack.close()
 
 
-def _load(base: Path) -> dict[str, object]:
+def _load(claim: _Claim) -> dict[str, object]:
     try:
-        data = json.loads(Path(f"{base}.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = claim.folder.read_json(f"{claim.key}.json", _MAX_LEDGER)
+    except StateError:
         data = {}
     if not isinstance(data, dict):
         data = {}
@@ -107,11 +105,12 @@ def _load(base: Path) -> dict[str, object]:
     }
 
 
-def _save(base: Path, ledger: dict[str, object]) -> None:
-    try:
-        atomic_write(Path(f"{base}.json"), json.dumps(ledger, sort_keys=True).encode("utf-8"))
-    except OSError as err:
-        raise StateError(f"cannot write the nested-instructions ledger {base}.json: {err.strerror}") from err
+def _save(claim: _Claim, ledger: dict[str, object]) -> None:
+    data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+    if len(data) > _MAX_LEDGER:  # thousands of nested files: start the session's ledger over
+        ledger = {**ledger, "injected": {}, "retry_at": {}}
+        data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+    claim.folder.write(f"{claim.key}.json", data)
 
 
 def _read(path: Path) -> tuple[str, int, bool] | None:
@@ -226,9 +225,10 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     base = _ledger_base(context, _session_id(payload, context))
     claim = _Claim(base, lock_wait)
     if not claim.acquired:
+        claim.release()
         return None
     try:
-        ledger = _load(base)
+        ledger = _load(claim)
         epoch, injected, retry_at = ledger["epoch"], ledger["injected"], ledger["retry_at"]
         assert isinstance(injected, dict) and isinstance(retry_at, dict)
         blocks: list[str] = []
@@ -255,7 +255,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             used += len(text.encode("utf-8"))
             flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
             blocks.append(f"Instructions from: {path}{flag}\n{text.rstrip()}")
-        _save(base, ledger)
+        _save(claim, ledger)
     finally:
         claim.release()
     return "\n\n".join(blocks) + "\n" if blocks else None
@@ -275,10 +275,10 @@ def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> i
         claim.release()
         raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
     try:
-        ledger = _load(base)
+        ledger = _load(claim)
         epoch: int = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
         ledger.update(epoch=epoch, injected={})
-        _save(base, ledger)
+        _save(claim, ledger)
     finally:
         claim.release()
     return epoch

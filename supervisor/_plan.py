@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ConfigError
-from ._fsutil import atomic_write
 
 MAX_SECONDS = 86400.0
 """Largest ``budget``, ``timeout`` or ``SUPERVISE_TIMEOUT`` accepted (a day): more is a typo,
@@ -37,6 +36,8 @@ MAX_MEMORY_LIMIT = 1 << 50
 CACHE_FILE = "config-cache.json"
 """Name pattern of the cache file: :func:`cache_file` adds the installation's tag."""
 CONFIG_FILE = "supervise.toml"
+_MAX_CACHE = 1024 * 1024
+"""Bytes: the config cache is read up to this; a bigger file is not ours (set aside)."""
 _CODE_FILES = ("_config.py", "_plan.py", "default.toml")
 
 
@@ -275,22 +276,28 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
     if cache_dir is None:
         cache_dir = default_cache_dir(project_dir)
-    cache = cache_file(cache_dir)
-    try:
-        cached = json.loads(cache.read_text("utf-8"))
-        if cached.get("key") == key and isinstance(cached.get("plan"), dict):
-            return _with_env(DigestPlan.from_mapping(cached["plan"]), on_env_error)
-    except (OSError, ValueError, TypeError, AttributeError):
+    from ._errors import StateError
+    from ._statedir import StateDir
+
+    cache_name = cache_file(cache_dir).name
+    try:  # through the state door: no link followed, capped, a corrupt cache set aside
+        cache = StateDir.open_existing(cache_dir)
+        if cache is not None:
+            with cache:
+                cached = cache.read_json(cache_name, _MAX_CACHE)
+            if (isinstance(cached, dict) and cached.get("key") == key
+                    and isinstance(cached.get("plan"), dict)):
+                return _with_env(DigestPlan.from_mapping(cached["plan"]), on_env_error)
+    except (StateError, ValueError, TypeError, AttributeError, RecursionError):
         pass
     from ._config import load_config_raw
 
     config = load_config_raw(project_dir, explicit)
     plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
     try:
-        cache_dir.mkdir(parents=True, exist_ok=True)
-        if not cache_dir.is_symlink():
-            atomic_write(cache, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
-    except OSError:
+        with StateDir.open(cache_dir, create=True) as cache:
+            cache.write(cache_name, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
+    except StateError:
         pass
     return _with_env(plan, on_env_error)
 

@@ -12,8 +12,11 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from .._fsutil import atomic_write
+if TYPE_CHECKING:
+    from .._statedir import StateDir
+
 
 DIGESTS_DIR = "digests"
 """Sub-folder of the state dir holding whole digests that were over an inline cap."""
@@ -39,27 +42,45 @@ def save_full(text: str, state_dir: Path) -> Path:
         The absolute path written.
 
     Raises:
-        OSError: the state dir cannot be created or written.
+        OSError: the state dir cannot be created or written, or it (or ``digests/``) is a
+            symlink: nothing is written through a link (via :mod:`supervisor._statedir`).
     """
-    folder = state_dir.absolute() / DIGESTS_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    from .._errors import StateError
+    from .._statedir import StateDir
+
     data = text.encode("utf-8", "replace")
-    path = folder / f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
-    atomic_write(path, data)
-    _prune(folder, keep=path)
-    return path
-
-
-def _prune(folder: Path, keep: Path) -> None:
+    name = f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
     try:
-        files = sorted(folder.glob("digest-*.txt"), key=lambda p: p.stat().st_mtime, reverse=True)
-    except OSError:
+        with StateDir.open(state_dir.absolute(), create=True) as state:
+            folder = state.sub(DIGESTS_DIR, create=True)
+            assert folder is not None
+            with folder:
+                folder.write(name, data)
+                _prune(folder, keep=name)
+    except StateError as err:  # a symlinked state dir or digests folder: nothing written
+        raise OSError(str(err)) from err
+    return state_dir.absolute() / DIGESTS_DIR / name
+
+
+def _prune(folder: StateDir, keep: str) -> None:
+    """Remove all but the newest :data:`KEEP_DIGESTS` saved digests, in this folder only
+    (opened without following links: a planted link never makes us delete elsewhere)."""
+    from .._errors import StateError
+
+    try:
+        names = folder.names("digest-*.txt")
+        stamped = []
+        for name in names:
+            st = folder.lstat(name)
+            if st is not None:
+                stamped.append((st.st_mtime, name))
+    except StateError:
         return
-    for old in files[KEEP_DIGESTS:]:
+    for _mtime, old in sorted(stamped, reverse=True)[KEEP_DIGESTS:]:
         if old != keep:
             try:
-                old.unlink()
-            except OSError:
+                folder.remove(old)
+            except StateError:
                 pass
 
 
