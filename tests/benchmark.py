@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -120,25 +121,262 @@ def bench_hook(tmp: Path, runs: int) -> tuple[str, str, str]:
             f"{ours * 1000:.1f} ms vs {floor * 1000:.1f} ms", f"{ours / floor:.2f}x")
 
 
+# -- issue 13: per-event hooks, session start on a large repository, engine overheads ---------
+FAST_PATH = ROOT / "supervisor" / "hook-fast.sh"
+NO_BYTECODE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def interleaved(cases: dict[str, Callable[[], float]], runs: int) -> dict[str, float]:
+    """Medians of ``runs`` rounds, each round timing every case once, one after another (a
+    loaded host slows all of them alike, so the ratios stay fair)."""
+    for fn in cases.values():
+        fn()  # warm caches
+    samples: dict[str, list[float]] = {name: [] for name in cases}
+    for _ in range(runs):
+        for name, fn in cases.items():
+            samples[name].append(fn())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _payload(cwd: Path, event: str, session: str = "bench", **extra: object) -> bytes:
+    return json.dumps({"session_id": session, "transcript_path": "/nowhere.jsonl",
+                       "cwd": str(cwd), "hook_event_name": event, **extra},
+                      separators=(",", ":")).encode()
+
+
+def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    project = tmp / "event hooks"
+    (project / "src" / "pkg").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    (project / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    (project / "nested").mkdir()
+    (project / "nested" / "AGENTS.md").write_text("nested rules\n")
+    env = {**NO_BYTECODE_ENV}
+    env.pop("SUPERVISE_STATE_DIR", None)
+    hook = ["/bin/sh", str(FAST_PATH), sys.executable, "-P", "-m", "supervisor", "hook", "claude"]
+    prompt = _payload(project, "UserPromptSubmit", prompt="add a test")
+    read = _payload(project, "PostToolUse", tool_name="Read",
+                    tool_input={"file_path": str(project / "src" / "pkg" / "mod.py")},
+                    tool_response={"content": "y" * 200_000})
+    state = project / ".supervise" / "deferred" / "net"
+    counter = iter(range(10**9))
+
+    def with_result() -> float:
+        state.mkdir(parents=True, exist_ok=True)
+        (state / "result-1.json").write_text(json.dumps(
+            {"name": "net", "title": "net", "status": "ok", "seconds": 0.1, "output": "OK"}))
+        return timed([*hook, "--event", "prompt"], cwd=project, env=env, stdin=prompt)
+
+    def nested_read() -> float:
+        payload = _payload(project, "PostToolUse", session=f"s{next(counter)}", tool_name="Read",
+                           tool_input={"file_path": str(project / "nested" / "a.py")},
+                           tool_response={"content": "y" * 200_000})
+        return timed([*hook, "--event", "post-tool"], cwd=project, env=env, stdin=payload)
+
+    (project / "supervise.toml").write_text("budget = 10\nstages = []\n")
+    start = _payload(project, "SessionStart", source="startup")
+    got = interleaved({
+        "sh": lambda: timed(["/bin/sh", "-c", ":"]),
+        "python": lambda: timed([sys.executable, "-c", "pass"], env=env),
+        "prompt-nothing": lambda: timed([*hook, "--event", "prompt"], cwd=project, env=env,
+                                        stdin=prompt),
+        "post-nothing": lambda: timed([*hook, "--event", "post-tool"], cwd=project, env=env,
+                                      stdin=read),
+        "prompt-deliver": with_result,
+        "post-deliver": nested_read,
+        "session-empty": lambda: timed([sys.executable, "-P", "-m", "supervisor", "hook", "claude"],
+                                       cwd=project, env=env, stdin=start),
+    }, runs)
+    sh, py = got["sh"], got["python"]
+    ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+    return [
+        ("prompt hook, nothing to do (fast path) vs `sh -c :` (target <= 3x)",
+         f"{ms(got['prompt-nothing'])} vs {ms(sh)}", f"{got['prompt-nothing'] / sh:.1f}x"),
+        ("post-tool hook on a 200 KB Read, nothing to do (fast path) vs `sh -c :` (target <= 3x)",
+         f"{ms(got['post-nothing'])} vs {ms(sh)}", f"{got['post-nothing'] / sh:.1f}x"),
+        ("prompt hook delivering a deferred result vs `python -c pass` (target <= 4x)",
+         f"{ms(got['prompt-deliver'])} vs {ms(py)}", f"{got['prompt-deliver'] / py:.1f}x"),
+        ("post-tool hook injecting a nested AGENTS.md vs `python -c pass` (target <= 4x)",
+         f"{ms(got['post-deliver'])} vs {ms(py)}", f"{got['post-deliver'] / py:.1f}x"),
+        ("SessionStart hook on an empty digest vs `python -c pass` (target <= 4x)",
+         f"{ms(got['session-empty'])} vs {ms(py)}", f"{got['session-empty'] / py:.1f}x"),
+    ]
+
+
+def synthetic_repo(tmp: Path, files: int = 20_000) -> Path:
+    """A git repository of ``files`` tracked files in 200 folders, four nested AGENTS.md, a
+    root AGENTS.md and one modified file."""
+    repo = tmp / "synthetic repo"
+    for i in range(files):
+        folder = repo / f"pkg{i % 200:03d}" / f"sub{i % 7}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"file{i}.py").write_text(f"VALUE = {i}\n")
+    (repo / "AGENTS.md").write_text("# Root rules\nRun the tests.\n")
+    for i in range(4):
+        (repo / f"pkg{i:03d}" / "AGENTS.md").write_text(f"# Rules of pkg{i:03d}\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "synthetic"], check=True)
+    (repo / "pkg000" / "sub0" / "file0.py").write_text("VALUE = -1\n")
+    subprocess.run([*git, "status", "--porcelain"], check=True, stdout=subprocess.DEVNULL)
+    return repo
+
+
+def bench_large_repo_digest(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    repo = synthetic_repo(tmp)
+    env = {**NO_BYTECODE_ENV, "SUPERVISE_STATE_DIR": str(tmp / "synthetic state")}
+    got = interleaved({
+        "git": lambda: timed(["git", "-C", str(repo), "status", "--porcelain"]),
+        "digest": lambda: timed([*SUPERVISE, "digest", "-C", str(repo)], env=env),
+    }, max(3, runs // 2))
+    return [("embedded default digest, 20,000 tracked files, 4 nested AGENTS.md, 1 modified file, "
+             "vs `git status --porcelain` (target <= 5x)",
+             f"{got['digest'] * 1000:.0f} ms vs {got['git'] * 1000:.0f} ms",
+             f"{got['digest'] / got['git']:.1f}x")]
+
+
+def _peak_and_wall(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    peak = peak_rss_until_exit(proc)
+    return peak, time.perf_counter() - t0
+
+
+def bench_gib(tmp: Path, runs: int, mib: int = 1024) -> list[tuple[str, str, str]]:
+    size = mib * 2**20
+    producer = f"yes 0123456789abcdefghijklmnopqrstuvwxyz | head -c {size}"
+    raised, default = tmp / "raised", tmp / "default cap"
+    for project, cap in ((raised, 2 * size), (default, None)):
+        project.mkdir()
+        cap_line = f"max_output = {cap}\n" if cap else ""
+        (project / "supervise.toml").write_text(
+            f"budget = 600\n{cap_line}[[stages]]\nname = \"flood\"\nrun = {json.dumps(producer)}\n"
+            "shell = true\n" + (f"max_output = {cap}\n" if cap else ""))
+    env = {**NO_BYTECODE_ENV, "SUPERVISE_STATE_DIR": str(tmp / "gib state")}
+    cat = ["/bin/sh", "-c", f"{producer} | cat"]
+    peaks: list[int] = []
+
+    def raised_run() -> float:
+        peak, wall = _peak_and_wall([*SUPERVISE, "digest", "-C", str(raised)], env)
+        peaks.append(peak)
+        return wall
+
+    got = interleaved({
+        "cat": lambda: timed(cat),
+        "raised": raised_run,
+        "default": lambda: timed([*SUPERVISE, "digest", "-C", str(default)], env=env),
+    }, runs)
+    peak = statistics.median(peaks)
+    return [
+        (f"{mib} MiB through a raised cap: peak RSS of `supervise digest` vs the output "
+         "(target <= 1.5x)", f"{peak / 2**20:.0f} MiB vs {mib} MiB", f"{peak / size:.2f}x"),
+        (f"{mib} MiB through a raised cap: wall vs `cat` (target <= 2x)",
+         f"{got['raised']:.2f} s vs {got['cat']:.2f} s", f"{got['raised'] / got['cat']:.1f}x"),
+        (f"{mib} MiB under the default 1 MiB cap: wall vs `cat` (target <= 1.2x)",
+         f"{got['default']:.2f} s vs {got['cat']:.2f} s", f"{got['default'] / got['cat']:.2f}x"),
+    ]
+
+
+ASYNCIO_SCRIPT = """
+import asyncio, sys
+async def one(argv):
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    await proc.communicate()
+async def main(n, argv):
+    await asyncio.gather(*(one(argv) for _ in range(n)))
+asyncio.run(main(int(sys.argv[1]), sys.argv[2:]))
+"""
+
+
+def _cpu(argv: list[str], env: dict[str, str] | None = None) -> float:
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def bench_many_stages(tmp: Path, runs: int, n: int = 500) -> list[tuple[str, str, str]]:
+    def project(name: str, count: int, cmd: str) -> Path:
+        folder = tmp / name
+        folder.mkdir()
+        stages = "".join(f'[[stages]]\nname = "s{i}"\nrun = "{cmd}"\n' for i in range(count))
+        (folder / "supervise.toml").write_text(f"budget = 120\nmax_parallel = 0\n{stages}")
+        return folder
+
+    sleepy, trues, empty = project("sleep", n, "sleep 0.2"), project("true", n, "true"), project("none", 0, "true")
+    env = {**NO_BYTECODE_ENV, "SUPERVISE_STATE_DIR": str(tmp / "many state")}
+    xargs = ["/bin/sh", "-c", f"seq {n} | xargs -P0 -I{{}} sleep 0.2"]
+    got = interleaved({
+        "xargs": lambda: timed(xargs),
+        "ours": lambda: timed([*SUPERVISE, "digest", "-C", str(sleepy)], env=env),
+    }, max(3, runs // 4))
+    rounds = max(3, runs // 4)
+    ours_cpu = statistics.median(
+        (_cpu([*SUPERVISE, "digest", "-C", str(trues)], env) - _cpu([*SUPERVISE, "digest", "-C", str(empty)], env)) / n
+        for _ in range(rounds))
+    script = [sys.executable, "-c", ASYNCIO_SCRIPT]
+    base_cpu = statistics.median(
+        (_cpu([*script, str(n), "true"]) - _cpu([*script, "0", "true"])) / n for _ in range(rounds))
+    return [
+        (f"{n} stages of `sleep 0.2`, max_parallel = 0, vs `xargs -P0` (target <= 2x)",
+         f"{got['ours']:.2f} s vs {got['xargs']:.2f} s", f"{got['ours'] / got['xargs']:.1f}x"),
+        ("CPU per extra stage (`true`) vs a plain asyncio script (target <= 1.2x)",
+         f"{ours_cpu * 1000:.2f} ms vs {base_cpu * 1000:.2f} ms", f"{ours_cpu / base_cpu:.2f}x"),
+    ]
+
+
+def bench_run_vs_python(runs: int) -> tuple[str, str, str]:
+    true = shutil.which("true") or "/bin/true"
+    env = {**NO_BYTECODE_ENV}
+    got = interleaved({
+        "python": lambda: timed([sys.executable, "-c", "pass"], env=env),
+        "run": lambda: timed([*SUPERVISE, "run", "--", true], env=env),
+    }, runs)
+    return ("`supervise run -- true` vs `python -c pass` (target <= 5x)",
+            f"{got['run'] * 1000:.1f} ms vs {got['python'] * 1000:.1f} ms",
+            f"{got['run'] / got['python']:.1f}x")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--only", choices=("cost",), help="only the rows of issue 13 (cost)")
+    parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
-    runs = 5 if args.quick else 20
+    runs = 5 if args.quick else 15
     rows: list[tuple[str, str, str]] = []
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        rows += bench_event_hooks(tmp, runs)
+        rows += bench_large_repo_digest(tmp, runs)
+        rows += bench_gib(tmp, 3, args.gib)
+        rows += bench_many_stages(tmp, runs)
+        rows.append(bench_run_vs_python(runs))
+        if args.only == "cost":
+            _print(rows, runs, load)
+            return 0
         rows += bench_run_overhead(runs)
         rows.append(bench_parallel(tmp, runs))
         rows += bench_overrun(tmp)
         rows.append(bench_rss(tmp, 200))
         rows.append(bench_hook(tmp, runs))
-    print(f"Measured {time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores, "
-          f"Python {sys.version.split()[0]}, medians of {runs} runs.\n")
+    _print(rows, runs, load)
+    return 0
+
+
+def _print(rows: list[tuple[str, str, str]], runs: int, load: tuple[float, float, float]) -> None:
+    print(f"Measured {time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores, "
+          f"Python {sys.version.split()[0]}, medians of {runs} runs; load average at the start "
+          f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f}, at the end "
+          + " / ".join(f"{x:.1f}" for x in os.getloadavg()) + ".\n")
     print("| measurement | figures | ratio |\n|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    return 0
 
 
 if __name__ == "__main__":
