@@ -36,7 +36,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
                      abort_reason: str | Callable[[], str] = "signal",
                      rerun_hint: str | None = None,
                      on_stage: Callable[[str, StageResult | None], None] | None = None,
-                     ) -> DigestResult:
+                     keep_output: bool = True) -> DigestResult:
     """Run a digest: every stage concurrently, output in declared order, one deadline.
 
     Args:
@@ -55,6 +55,9 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         on_stage: observer called as ``on_stage(name, None)`` when a stage starts and
             ``on_stage(name, result)`` when it ends (live progress, bridges' events). It runs
             in the event loop: keep it quick and never raise from it.
+        keep_output: False when the caller needs only what streamed to ``sink`` (a terminal
+            digest): no text is kept, so memory stays flat whatever the stages print, and the
+            result's ``text`` and each stage's ``output`` are empty.
 
     Returns:
         A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
@@ -65,7 +68,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         every stage (bounded, shielded) and propagates.
     """
     return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
-                          on_stage=on_stage)
+                          on_stage=on_stage, keep_output=keep_output)
 
 
 async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
@@ -73,11 +76,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    abort_reason: str | Callable[[], str],
                    rerun_hint: str | None, *, transparent: bool = False,
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
-                   inherit_stdio: bool = False) -> DigestResult:
+                   inherit_stdio: bool = False, keep_output: bool = True) -> DigestResult:
     started = anyio.current_time()
     wall0 = time.time()
     buffer = ChunkSink()  # references, not copies: the output is held once
-    tee = _Tee(sink, None if transparent else buffer)
+    tee = _Tee(sink, None if transparent or not keep_output else buffer)
     if transparent:
         # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
         # sequence (grace + KILL) comes after it.
@@ -95,7 +98,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     live = [s for s in selected if not s.deferred]
     position = {s.name: i for i, s in enumerate(live)}
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
-                        config.max_output, transparent=transparent)
+                        config.max_output, transparent=transparent, keep=keep_output)
     run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
                anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,

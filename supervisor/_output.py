@@ -209,9 +209,12 @@ class OrderedOutput:
     """
 
     def __init__(self, sink: Sink, slots: list[tuple[str, int, str | None]], total_cap: int,
-                 *, transparent: bool = False) -> None:
+                 *, transparent: bool = False, keep: bool = True) -> None:
         self._sink = sink
         self._transparent = transparent  # `supervise run`: bytes only, no notes or fix-ups
+        # keep=False: the text only streams to the sink (a terminal digest); nothing is kept,
+        # so a stage may print far more than memory holds (stage_text is then "").
+        self._keep_text = keep and not transparent
         self._slots = [_Slot(name, cap, title) for name, cap, title in slots]
         self._head = 0
         self._total_cap = total_cap
@@ -296,12 +299,14 @@ class OrderedOutput:
         if not slot.header_sent and slot.title:
             slot.header_sent = True
             self._keep(index, f"## {slot.title}\n".encode())
-        if not self._transparent:
+        if self._keep_text:
             slot.kept.append(data)
         slot.kept_bytes += len(data)
         slot.last = data[-1]
         if index == self._head:
-            slot.shown.append(self._emit(data, slot.name))
+            shown = self._emit(data, slot.name)
+            if self._keep_text:
+                slot.shown.append(shown)
         else:
             slot.pending.append((data, False))
 
@@ -312,11 +317,14 @@ class OrderedOutput:
             return
         line = ("\n" if slot.last != 10 else "") + text.rstrip("\n") + "\n"
         data = line.encode("utf-8", "replace")
-        slot.kept.append(data)
+        if self._keep_text:
+            slot.kept.append(data)
         slot.kept_bytes += len(data)
         slot.last = 10
         if index == self._head:
-            slot.shown.append(self._emit(data, slot.name, forced=True))
+            shown = self._emit(data, slot.name, forced=True)
+            if self._keep_text:
+                slot.shown.append(shown)
         else:
             slot.pending.append((data, True))
 
@@ -339,7 +347,9 @@ class OrderedOutput:
             if self._head < len(self._slots):
                 head = self._slots[self._head]
                 for chunk, forced in head.pending:
-                    head.shown.append(self._emit(chunk, head.name, forced))
+                    shown = self._emit(chunk, head.name, forced)
+                    if self._keep_text:
+                        head.shown.append(shown)
                 head.pending.clear()
 
     def stage_text(self, index: int) -> str:

@@ -30,6 +30,9 @@ from ._stagelog import StderrCapture
 
 DRAIN = 0.2
 """Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
+READ_SIZE = 1 << 20
+"""Bytes asked for per read of a stage's pipe: whatever the transport has buffered (up to
+256 KiB per wakeup) comes in one piece, so a flood costs few loop iterations."""
 KILL_MARGIN = 0.25
 """Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
 
@@ -204,7 +207,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     async def reader() -> None:
         try:
             while stdout is not None:
-                out.feed(index, await stdout.receive(65536))
+                out.feed(index, await stdout.receive(READ_SIZE))
                 if room is not None:
                     await room()  # a reader of our stdout that lags: wait, within the deadline
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):

@@ -130,3 +130,21 @@ def test_config_cache_keeps_an_entry_per_installation(tmp_path: Path, git_repo: 
     assert [load(roots[0]), load(roots[1])] == ["33.0 True", "33.0 True"]  # misses: validated
     assert [load(roots[0]), load(roots[1])] == ["33.0 False", "33.0 False"]  # both hit
     assert len(list(cache.rglob("config-cache-*.json"))) == 2
+
+
+def test_a_streaming_only_digest_keeps_nothing(tmp_path: Path) -> None:
+    """keep_output=False (a terminal digest): every byte reaches the sink, nothing is held."""
+    sink = BufferSink()
+    out = OrderedOutput(sink, [("a", 1 << 20, "A"), ("b", 1 << 20, None)], 1 << 20, keep=False)
+    out.feed(1, b"second\n")  # buffered until 'a' ends (declared order), then released
+    out.feed(0, b"first")
+    out.finish(0)
+    out.finish(1)
+    assert sink.getvalue() == b"## A\nfirst\nsecond\n"
+    assert out.stage_text(0) == out.stage_text(1) == ""
+    assert not any(slot.kept or slot.shown or slot.pending for slot in out._slots)
+    config = DigestConfig(budget=60, stages=(StageSpec(name="a", run=("echo", "hi")),))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+    streamed = BufferSink()
+    result = anyio.run(partial(run_digest, config, ctx, sink=streamed, keep_output=False))
+    assert streamed.getvalue() == b"hi\n" and result.text == "" and result.stages[0].bytes == 3

@@ -123,7 +123,7 @@ def main(argv: list[str]) -> int:
     async def body(aborter: Aborter) -> DigestResult:
         return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
                                 abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
-                                on_stage=live)
+                                on_stage=live, keep_output=args.format != "text")
 
     live = _live_progress if sys.stderr.isatty() else None
     result, aborter = anyio.run(with_signals, body)
