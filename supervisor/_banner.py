@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -17,26 +17,36 @@ def _fmt_seconds(value: float) -> str:
 
 
 def truncation_banner(budget: float, results: Sequence[StageResult], reason: str | None,
-                      rerun_hint: str | None, started: float, now: float) -> str:
+                      rerun_hint: str | None, started: float, now: float,
+                      abnormal: Mapping[str, str] | None = None) -> str:
     """The banner text printed when the budget or a signal ends a digest.
 
     It names the budget (seconds), each stage that did not finish with its run time and byte
     count, each stage that never started, and the exact command to re-run with a larger
     budget (twice the current one, at least 30 s more) when the budget ended it, or the plain
-    re-run command after a signal. Everything printed above it stays valid.
+    re-run command after a signal. Everything printed above it stays valid. ``abnormal``
+    names stages that ended abnormally on their own (stage name -> the signal's name, e.g.
+    ``SIGKILL``, or the cap key, e.g. ``max_tasks``); ``reason`` is then ``"stage"``.
     """
+    abnormal = abnormal or {}
     unfinished = [r for r in results if r.status == "killed"]
     never = [r for r in results if r.status == "not_started"]
     by_budget = reason in (None, "budget")
-    why = (f"to end within its {_fmt_seconds(budget)}s budget (the time to kill stages is "
-           f"reserved inside it)" if by_budget else f"because the supervisor received {reason}")
+    if reason == "stage":
+        why = "because a stage ended abnormally"
+    elif by_budget:
+        why = (f"to end within its {_fmt_seconds(budget)}s budget (the time to kill stages is "
+               f"reserved inside it)")
+    else:
+        why = f"because the supervisor received {reason}"
     lines = [_BAR,
              f"\u25cf STARTUP TRUNCATED: the digest stopped after {now - started:.1f}s {why} "
              f"(budget {_fmt_seconds(budget)}s).",
              "\u25cf Everything above is complete up to where each stage stopped."]
     if unfinished:
         lines.append("\u25cf Did not finish (killed): " + ", ".join(
-            f"'{r.name}' (ran {r.seconds:.1f}s, {r.bytes} bytes)" for r in unfinished))
+            f"'{r.name}' ({_how(abnormal.get(r.name))}ran {r.seconds:.1f}s, {r.bytes} bytes)"
+            for r in unfinished))
     if never:
         lines.append("\u25cf Never started: " + ", ".join(f"'{r.name}'" for r in never))
     if unfinished or never:
@@ -49,3 +59,11 @@ def truncation_banner(budget: float, results: Sequence[StageResult], reason: str
         lines.append(f"\u25cf Re-run it: {hint}")
     lines.append(_BAR)
     return "\n".join(lines)
+
+
+def _how(abnormal: str | None) -> str:
+    if abnormal is None:
+        return ""
+    if abnormal.startswith("max_"):
+        return f"over its {abnormal} cap, "
+    return f"died of {abnormal}, "

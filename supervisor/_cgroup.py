@@ -1,11 +1,16 @@
-"""Optional cgroup v2 containment for stages (design rule 11).
+"""cgroup v2 containment for stages (design rule 11), used automatically where delegated.
 
-When ``SUPERVISE_CGROUP_ROOT`` names a writable, delegated cgroup v2 directory whose children
-offer ``cgroup.kill`` (Linux >= 5.14), each stage runs in a cgroup of its own: a tiny ``sh``
-wrapper moves itself into the cgroup *before* it ``exec``\\ s the stage, so no fork can slip out
-first. Membership is then a cgroup, not a pgid or an environment token: a double-forked,
-``setsid``, environment-clearing daemon still dies (systemd's ``KillMode=control-group``).
-Anything unusable falls back silently to the process-group + subreaper + token sweep.
+The root is ``SUPERVISE_CGROUP_ROOT`` when set (``off`` disables cgroups), else, on Linux, our
+own cgroup v2 directory when it is a **delegated subtree**: not the hierarchy's root, owned by
+our user and writable (what systemd gives a user session's ``user@.service`` and the scopes
+under it). Each stage then runs in a cgroup of its own: a tiny ``sh`` wrapper moves itself
+into the cgroup *before* it ``exec``\\ s the stage, so no fork can slip out first. Membership
+is then a cgroup, not a pgid or an environment token: a double-forked, ``setsid``,
+environment-clearing daemon still dies (systemd's ``KillMode=control-group``), the kill is
+``cgroup.freeze`` + ``cgroup.kill`` (whole, atomic), and where the ``pids`` / ``memory``
+controllers are enabled for the root's children, ``max_tasks`` / ``max_memory`` become
+``pids.max`` / ``memory.max``. Anything unusable falls back silently to the process-group +
+subreaper + token sweep.
 """
 
 from __future__ import annotations
@@ -16,22 +21,70 @@ from pathlib import Path
 
 ROOT_VAR = "SUPERVISE_CGROUP_ROOT"
 _WRAPPER = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
+_OFF = ("off", "none", "0", "no", "false")
+
+
+def _cgroup2_mount(mounts: str) -> Path | None:
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            return Path(fields[1])
+    return None
+
+
+def delegated_root(proc_cgroup: str, mounts: str, uid: int) -> Path | None:
+    """Our own cgroup v2 directory when it is a delegated subtree we may use, else None.
+
+    Args:
+        proc_cgroup: the text of ``/proc/self/cgroup``.
+        mounts: the text of ``/proc/mounts``.
+        uid: our effective uid.
+
+    The hierarchy's root (``0::/``) is the whole machine's and is never used implicitly.
+    """
+    mount = _cgroup2_mount(mounts)
+    rel = next((line[3:] for line in proc_cgroup.splitlines() if line.startswith("0::")), None)
+    if mount is None or rel is None or rel.strip("/") == "" or ".." in rel.split("/"):
+        return None
+    path = mount / rel.strip("/")
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    if st.st_uid != uid or not os.access(path, os.W_OK) or not (path / "cgroup.kill").exists():
+        return None
+    return path
 
 
 def cgroup_root() -> Path | None:
-    """The configured cgroup v2 root when it is usable, else None (never raises)."""
+    """The cgroup v2 root stages' cgroups go under, or None for the sweep (never raises)."""
     raw = os.environ.get(ROOT_VAR)
-    if not raw:
+    if raw is not None and raw.strip().lower() in _OFF:
         return None
-    root = Path(raw)
+    if raw:
+        root = Path(raw)
+    else:
+        try:
+            with open("/proc/self/cgroup") as f:
+                own = f.read()
+            with open("/proc/mounts") as f:
+                mounts = f.read()
+        except OSError:
+            return None
+        found = delegated_root(own, mounts, os.geteuid())
+        if found is None:
+            return None
+        root = found
     if not (root / "cgroup.procs").is_file() or not os.access(root, os.W_OK):
         return None
     return root
 
 
-def create(root: Path) -> Path | None:
+def create(root: Path, max_tasks: int | None = None, max_memory: int | None = None) -> Path | None:
     """Make a fresh child cgroup under ``root`` for one stage; None when that fails or the
-    kernel offers no ``cgroup.kill`` there."""
+    kernel offers no ``cgroup.kill`` there. ``max_tasks`` / ``max_memory`` (bytes) are
+    written to ``pids.max`` / ``memory.max`` where those controllers are enabled (else the
+    watchdog enforces them)."""
     path = root / f"supervise.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     try:
         path.mkdir()
@@ -40,6 +93,11 @@ def create(root: Path) -> Path | None:
     if not (path / "cgroup.kill").exists():
         remove(path)
         return None
+    for name, value in (("pids.max", max_tasks), ("memory.max", max_memory)):
+        if value is not None and (path / name).exists():
+            _write(path / name, str(value))
+    if max_memory is not None and (path / "memory.oom.group").exists():
+        _write(path / "memory.oom.group", "1")
     return path
 
 
@@ -56,12 +114,55 @@ def pids(path: Path) -> list[int]:
         return []
 
 
-def kill(path: Path) -> None:
-    """SIGKILL every process in the cgroup at once (``cgroup.kill``)."""
+def _write(path: Path, text: str) -> bool:
     try:
-        (path / "cgroup.kill").write_text("1")
+        path.write_text(text)
+        return True
     except OSError:
-        pass
+        return False
+
+
+def signal_all(path: Path, sig: int) -> None:
+    """Send ``sig`` to every process in the cgroup now. Never raises."""
+    for pid in pids(path):
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def freeze(path: Path) -> None:
+    """Freeze every process in the cgroup at once (``cgroup.freeze``): none can fork."""
+    _write(path / "cgroup.freeze", "1")
+
+
+def kill(path: Path) -> None:
+    """SIGKILL every process in the cgroup at once (``cgroup.kill``; frozen ones too)."""
+    _write(path / "cgroup.kill", "1")
+
+
+def _events(path: Path) -> dict[str, int]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if value.strip().isdigit():
+            out[key] = int(value)
+    return out
+
+
+def over_cap(path: Path) -> str | None:
+    """``"max_tasks"`` when ``pids.max`` refused a fork, ``"max_memory"`` when ``memory.max``
+    caused an OOM kill, else None."""
+    if _events(path / "pids.events").get("max", 0) > 0:
+        return "max_tasks"
+    memory = _events(path / "memory.events")
+    if memory.get("oom_kill", 0) > 0 or memory.get("max", 0) > 0 and memory.get("oom", 0) > 0:
+        return "max_memory"
+    return None
 
 
 def remove(path: Path) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from . import _banner, _cgroup, _deferred
+from . import _banner, _cgroup, _deferred, _tree
 from ._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan, unmet
@@ -102,7 +102,9 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
                anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
-               inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None))
+               inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
+               watch=_tree.Watch(exclude=_deferred.spawned_pids),
+               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent)
     for spec in config.stages:
         if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
@@ -119,6 +121,16 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                 await abort.wait()
                 run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
             tg.start_soon(watch_abort)
+        watchdog = anyio.CancelScope()
+
+        async def watchdog_tasks() -> None:
+            with watchdog:
+                async with anyio.create_task_group() as wg:
+                    wg.start_soon(run.watch.reaper)  # adopted orphans never pile up
+                    wg.start_soon(run.watch.monitor)  # caps; members for the kill
+
+        if live:
+            tg.start_soon(watchdog_tasks)
         for index, spec in enumerate(live):
             tg.start_soon(run_stage, run, index, spec)
         # wait for the stages, then stop the abort watcher
@@ -148,10 +160,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             # (a later stage's text may have been cut by the total cap after it ended).
             shown = out.stage_text(position[spec.name])
             results.append(replace(found, output=shown) if shown != found.output else found)
-    reason = (run.abort_reason or "budget") if truncated else None
+    reason = (run.abort_reason or ("stage" if run.abnormal else "budget")) if truncated else None
     if truncated and not transparent:
         out.write_notice(_banner.truncation_banner(
-            config.budget, results, reason, rerun_hint, started, anyio.current_time()))
+            config.budget, results, reason, rerun_hint, started, anyio.current_time(),
+            abnormal=run.abnormal))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
                         buffer.text(), tuple(out.notices))
 

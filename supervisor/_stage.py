@@ -35,6 +35,8 @@ READ_SIZE = 1 << 20
 256 KiB per wakeup) comes in one piece, so a flood costs few loop iterations."""
 KILL_MARGIN = 0.25
 """Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
+DRAIN_RESERVE = 0.08
+"""Seconds of :data:`KILL_MARGIN` kept after the kill sequence for the drain and the banner."""
 
 _STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
 
@@ -62,6 +64,14 @@ class DigestRun:
     """``supervise run`` without capture: the command uses our stdin/stdout/stderr directly."""
     room: Callable[[], Awaitable[None]] | None = None
     """Back-pressure from the sink (a reader that does not keep up), bounded by deadlines."""
+    watch: _tree.Watch = field(default_factory=_tree.Watch)
+    """The watchdog: shared scans, continuous reaping, caps, bounded kills."""
+    end_at: float = float("inf")
+    """When the digest must have returned (anyio clock): every kill sequence ends before."""
+    transparent: bool = False
+    """``supervise run``: the command's own signal death is its exit status, not ours to name."""
+    abnormal: dict[str, str] = field(default_factory=dict)
+    """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
 
     def report(self, name: str, result: StageResult | None) -> None:
         """Tell the observer a stage started (None) or ended (its result)."""
@@ -169,7 +179,9 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
     token = uuid.uuid4().hex
     started = now()
-    cgroup = _cgroup.create(run.cgroup_root) if run.cgroup_root is not None else None
+    cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
+              if run.cgroup_root is not None else None)
+    run.watch.spawning += 1
     try:
         argv = stage_argv(spec)
         if cgroup is not None:
@@ -186,6 +198,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token, run.config),
                 start_new_session=True)
     except (OSError, ValueError, ConfigError) as err:
+        run.watch.spawning -= 1
         reason = getattr(err, "strerror", None) or str(err)
         if isinstance(err, OSError) and err.filename is None and spec.run:
             reason = f"{spec.run[0]}: {reason}"
@@ -196,6 +209,11 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
         run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
         return
+    stop = anyio.Event()  # set by an abort or by the watchdog (a cap)
+    tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
+                           spec.max_tasks, spec.max_memory, on_cap=stop.set)
+    run.watch.add(tree)
+    run.watch.spawning -= 1
     run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
@@ -228,36 +246,44 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         finally:
             err_eof.set()
 
+    async def relay_abort() -> None:
+        await run.abort.wait()
+        stop.set()
+
+    def kill_deadline() -> float:
+        # The kill sequence ends by the digest's end (budget + 0.25 s at most), whatever the
+        # stage does; the drain and the banner get what is left of KILL_MARGIN.
+        return min(now() + run.grace + _tree.HARD_PHASE, run.end_at - DRAIN_RESERVE)
+
     status: StageStatus
-    outcome: Literal["exited", "deadline", "abort"] = "deadline"
+    outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(reader)
             tg.start_soon(err_reader)
-            if await _race(run.abort, deadline, proc.wait):
+            tg.start_soon(relay_abort)
+            if await _race(stop, deadline, proc.wait):
                 outcome = "exited"
             else:
                 outcome = "exited" if proc.returncode is not None else (
-                    "abort" if run.abort.is_set() else "deadline")
-            with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
-                others = run.leaders - {proc.pid}
+                    "cap" if tree.over_cap else "abort" if run.abort.is_set() else "deadline")
+            with anyio.CancelScope(shield=True):
                 if outcome != "exited":
-                    await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token,
-                                           run.grace, others, cgroup)
-                elif _tree.has_leftovers(proc.pid, token, others, cgroup):
+                    await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,
+                                               kill_deadline())
+                elif await run.watch.has_leftovers(tree, min(now() + 0.1, run.end_at)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
-                    await _tree.kill_stage(proc.pid, lambda: False, token, run.grace, others,
-                                           cgroup)
-                with anyio.move_on_after(DRAIN):  # never read to EOF after a kill (rule 6)
+                    await run.watch.kill_stage(tree, run.grace, kill_deadline())
+                with anyio.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
                     await err_eof.wait()
             tg.cancel_scope.cancel()
     except BaseException:
         # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
         # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
-        with anyio.CancelScope(shield=True), anyio.move_on_after(run.grace + 2 * _tree.KILL_WAIT):
-            await _tree.kill_stage(proc.pid, lambda: proc.returncode is None, token, run.grace,
-                                   run.leaders - {proc.pid}, cgroup)
+        with anyio.CancelScope(shield=True):
+            await run.watch.kill_stage(tree, run.grace,
+                                       now() + run.grace + _tree.HARD_PHASE + DRAIN_RESERVE)
         raise
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
@@ -272,17 +298,34 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
             while cgroup is not None and not _cgroup.remove(cgroup):
                 await anyio.sleep(0.005)  # empties within ms of the kill
+        run.watch.discard(tree)
         run.running.pop(spec.name, None)
         run.leaders.discard(proc.pid)
     seconds = now() - started
     code = proc.returncode
-    if outcome == "exited":
+    if outcome == "exited" and tree.over_cap is None and (code is None or code >= 0
+                                                          or run.transparent):
         status = "ok" if code in spec.ok_exit else "failed"
         if status == "failed":
             last = capture.last_line()
             why = (f"; its stderr ends: {last!r} (all of it: supervise status, "
                    f"{_stagelog.log_path(run.context.state_dir, spec.name)})" if last else "")
             out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}{why}")
+    elif outcome in ("exited", "cap"):
+        # An abnormal end we did not cause by the deadline: a cap, or a signal we never sent
+        # (an out-of-memory kill is a SIGKILL). Named like a killed stage; the start is
+        # incomplete (the session protocol writes no completion record).
+        status = "killed"
+        what = ("its output above is incomplete" if out.stage_bytes(index)[0]
+                else "it printed nothing before that")
+        if tree.over_cap == "max_tasks":
+            why = f"went over max_tasks = {spec.max_tasks} processes and was killed whole"
+        elif tree.over_cap == "max_memory":
+            why = f"went over max_memory = {spec.max_memory} bytes and was killed whole"
+        else:
+            why = f"died of {_signal_name(-(code or 0))} (a signal the supervisor did not send)"
+        out.note(index, f"[supervise] stage '{spec.name}' {why}; {what}")
+        run.abnormal[spec.name] = tree.over_cap or _signal_name(-(code or 0))
     elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
         status = "timed_out"
         what = ("its output above is incomplete" if out.stage_bytes(index)[0]
@@ -304,3 +347,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out.finish(index)  # flush a cut character before the text is taken
     run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
                                       out.stage_text(index)))
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

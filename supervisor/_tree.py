@@ -1,37 +1,53 @@
-"""Whole-tree kill for one stage: TERM + CONT, grace, re-snapshot, KILL every survivor.
+"""The watchdog: who belongs to which stage, continuous reaping, caps, and a bounded kill.
 
-Follows the design rules of ``docs/engine.md`` (brief: supervisor.md §3, rules 3, 7-10): the
-snapshot is the union of the leader's descendants, the processes still in the stage's process
-group, and (with the child subreaper on Linux, else a global scan) any process carrying the
-stage's token; escalation looks at every member, never only the leader (the coreutils
-``timeout`` / supervisord #1101 / circus bug); zombies count as dead; ``killpg`` is used only
-while the group id is provably still ours (pgid-reuse guard); orphans re-parented to us are
-reaped per pid, never with ``waitpid(-1)`` (which would steal asyncio's reaps).
+Follows the design rules of ``docs/engine.md`` (brief: supervisor.md §3, rules 3, 7-11) and
+issue 10 ("the watchdog holds under stress"):
+
+- **Membership** comes from one process table per scan (:mod:`supervisor._proctable`): a
+  process is a member of a stage when it is in the stage's session or process group, descends
+  from a member, or carries the stage's token (read only for our unclaimed descendants with
+  the subreaper, for unclaimed processes without it). Scans run in a worker thread under a
+  deadline and are shared by every stage (:class:`Watch`); nothing unbounded runs on the
+  event loop.
+- **Reaping**: with the child subreaper, orphans adopted from stages are reaped while the
+  digest runs (:meth:`Watch.reap`), never with ``waitpid(-1)`` and never a pid we spawned
+  ourselves (asyncio reaps those).
+- **The kill** (:func:`kill_stage`) has a hard wall-clock bound: TERM + CONT, grace, then
+  freeze (cgroup ``cgroup.freeze``, else SIGSTOP to the process group and to each member
+  outside it, repeated on fresh scans until nothing new appears), then SIGKILL per process
+  group before per process (``cgroup.kill`` when there is a cgroup). ``killpg`` is used only
+  while the group id is provably ours (pgid-reuse guard); a pid is signalled only while its
+  start stamp is the one we saw (pid-reuse guard).
 """
 
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
-import psutil
 
 from . import _cgroup
+from ._proctable import Row, environ_value, scan, stat
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage inherits this variable; the sweep finds escapees by it."""
 
 POLL = 0.02
-"""Seconds between liveness polls during the grace period."""
+"""Seconds between liveness polls during the grace period, and between reaper ticks."""
 KILL_WAIT = 1.0
-"""Seconds we wait for SIGKILLed members to disappear before giving up on them."""
+"""Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
+HARD_PHASE = 0.12
+"""Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
+REAP_BATCH = 4096
+"""Most zombies reaped per reaper tick (the tick stays bounded whatever the stages do)."""
 
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper: bool | None = None
@@ -41,8 +57,9 @@ def enable_subreaper() -> bool:
     """Make this process a child subreaper (Linux >= 3.4); idempotent.
 
     Orphaned descendants of our stages (double forks, ``setsid`` daemons) are then re-parented
-    to us instead of init, so the sweep can find them. Returns False where unsupported (macOS,
-    old kernels); the sweep then falls back to a global token scan.
+    to us instead of init, so the sweep can find them and the reaper reaps them. Returns False
+    where unsupported (macOS, old kernels); the sweep then reads every process's token.
+    Call it only in a process that owns all of its children (the CLI, the deferred runner).
     """
     global _subreaper
     if _subreaper is None:
@@ -61,140 +78,73 @@ def subreaper_enabled() -> bool:
     return bool(_subreaper)
 
 
-def alive(proc: psutil.Process) -> bool:
-    """True while ``proc`` runs; a zombie counts as dead (we never wait for init to reap)."""
-    try:
-        return bool(proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE)
-    except psutil.Error:
-        return False
+def _live(pid: int, start: float | None = None) -> bool:
+    row = stat(pid)
+    return row is not None and not row.zombie and (start is None or row.start == start)
 
 
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-SCAN_TTL = 0.02
-"""Seconds a scan of our descendants is shared by every stage that asks (many stages being
-killed at once would otherwise each rescan ``/proc`` and every environment)."""
-
-_scan_cache: tuple[float, list[tuple[psutil.Process, int | None, str | None]]] | None = None
-
-
-def _scan(fresh: bool) -> list[tuple[psutil.Process, int | None, str | None]]:
-    """``(process, pgid, stage token)`` of every candidate: our descendants with the subreaper,
-    every process without it. Shared for :data:`SCAN_TTL` seconds unless ``fresh``."""
-    global _scan_cache
-    now = time.monotonic()
-    if not fresh and _scan_cache is not None and now - _scan_cache[0] < SCAN_TTL:
-        return _scan_cache[1]
-    pool: Iterable[psutil.Process]
-    if subreaper_enabled():
-        try:
-            pool = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            pool = ()
-    else:
-        pool = psutil.process_iter()
-    me = os.getpid()
-    rows: list[tuple[psutil.Process, int | None, str | None]] = []
-    for proc in pool:
-        if proc.pid == me:
-            continue
-        try:
-            token = proc.environ().get(TOKEN_VAR)
-        except (psutil.Error, OSError):
-            token = None
-        rows.append((proc, _pgid(proc.pid), token))
-    _scan_cache = (now, rows)
-    return rows
-
-
-def snapshot(leader_pid: int | None, pgid: int, token: str,
-             exclude: Iterable[int] = (), cgroup: Path | None = None,
-             fresh: bool = False) -> dict[int, psutil.Process]:
-    """The members of a stage right now, as ``{pid: psutil.Process}``.
-
-    Args:
-        leader_pid: the stage leader's pid while it is unreaped (None once reaped: its pid may
-            then belong to an unrelated process).
-        pgid: the stage's process group id (= the leader's pid).
-        token: the stage's ``SUPERVISE_STAGE_TOKEN`` value.
-        exclude: pids never to include (other stages' leaders, deferred runners).
-        cgroup: the stage's cgroup (rule 11), whose processes are all members.
-        fresh: scan now instead of reusing a scan up to :data:`SCAN_TTL` seconds old.
-
-    Never raises for vanished or inaccessible processes; they are simply not members.
-    """
-    skip = set(exclude)
-    skip.add(os.getpid())
-    found: dict[int, psutil.Process] = {}
-    if leader_pid is not None:
-        try:
-            leader = psutil.Process(leader_pid)
-            found[leader.pid] = leader
-            for child in leader.children(recursive=True):
-                found[child.pid] = child
-        except psutil.Error:
-            pass
-    if cgroup is not None:
-        for pid in _cgroup.pids(cgroup):
-            if pid not in found and pid not in skip:
-                try:
-                    found[pid] = psutil.Process(pid)
-                except psutil.Error:
-                    pass
-    for proc, proc_pgid, proc_token in _scan(fresh):
-        if proc.pid in found or proc.pid in skip:
-            continue
-        if proc_pgid == pgid or proc_token == token:
-            found[proc.pid] = proc
-    return found
-
-
-def group_is_ours(leader_unreaped: bool, members: Iterable[psutil.Process], pgid: int) -> bool:
+def group_is_ours(leader_unreaped: bool, members: Iterable[int], pgid: int) -> bool:
     """Whether ``killpg(pgid)`` can only hit our stage (design rule 10).
 
     A process group id cannot be reissued while its leader's pid is unreaped or while any
     member is still in the group; only then is the group id provably still ours.
+    ``members`` are pids; each is checked now.
     """
     if leader_unreaped:
         return True
-    for proc in members:
-        if alive(proc) and _pgid(proc.pid) == pgid:
+    for pid in members:
+        row = stat(pid)
+        if row is not None and not row.zombie and row.pgid == pgid:
             return True
     return False
 
 
-def _signal_all(members: Iterable[psutil.Process], pgid: int, sig: int, group_ok: bool) -> None:
-    if group_ok:
-        try:
-            os.killpg(pgid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
-    for proc in members:
-        try:
-            proc.send_signal(sig)  # psutil checks for pid reuse before signalling
-        except psutil.Error:
-            pass
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
 
 
-def reap_orphans(pids: Iterable[int], managed: Callable[[int], bool] = lambda pid: False) -> None:
-    """``waitpid(pid, WNOHANG)`` each pid that is our child and not managed by anyio."""
-    for pid in pids:
-        if managed(pid):
-            continue
-        try:
-            os.waitpid(pid, os.WNOHANG)
-        except (ChildProcessError, OSError):
-            pass
+def _kill_checked(pid: int, start: float, sig: int) -> None:
+    """Signal ``pid`` only while it is still the process we saw (same start stamp)."""
+    row = stat(pid)
+    if row is None or row.start != start:
+        return
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class StageTree:
+    """One running stage as the watchdog knows it.
+
+    ``leader`` is the leader's pid (= its process group and session id: stages run with
+    ``setsid``); ``leader_unreaped()`` is True until asyncio has reaped it; ``token`` is its
+    ``SUPERVISE_STAGE_TOKEN``; ``cgroup`` its cgroup, if any; ``max_tasks`` and ``max_memory``
+    (bytes) its caps, None for none.
+    """
+
+    leader: int
+    leader_unreaped: Callable[[], bool]
+    token: str
+    cgroup: Path | None = None
+    max_tasks: int | None = None
+    max_memory: int | None = None
+    members: dict[int, Row] = field(default_factory=dict)
+    """Live members at the last scan (pid -> row)."""
+    over_cap: str | None = None
+    """Set by the watchdog: which cap the stage went over (``"max_tasks"``/``"max_memory"``)."""
+    on_cap: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
 class KillReport:
-    """What a kill did: members found, how many needed SIGKILL, how many survived it."""
+    """What a kill did: members found, how many needed SIGKILL, how many survived it, and its
+    duration in seconds."""
 
     members: int
     hard_killed: int
@@ -202,69 +152,319 @@ class KillReport:
     seconds: float
 
 
-async def kill_stage(leader_pid: int, leader_unreaped: Callable[[], bool], token: str,
-                     grace: float, exclude: Iterable[int] = (),
-                     cgroup: Path | None = None) -> KillReport:
-    """Kill every member of a stage: TERM + CONT, up to ``grace`` seconds, freeze, KILL.
+class Watch:
+    """The watchdog of one digest: shared scans, continuous reaping, caps, membership.
 
-    Args:
-        leader_pid: the stage leader's pid (= its pgid; stages run with ``setsid``).
-        leader_unreaped: returns True while the leader has not been reaped.
-        token: the stage's token value.
-        grace: seconds between TERM and KILL; polling every 20 ms ends the wait early when
-            every member is gone.
-        exclude: pids that are never members.
-        cgroup: the stage's cgroup, if it has one: its processes are members, and the KILL
-            phase also writes ``cgroup.kill``.
-
-    Cancellation-safe: call it inside a shielded, bounded scope.
+    Create one per digest (inside its event loop), :meth:`add` each stage after its spawn,
+    run :meth:`monitor` in the digest's task group while it runs. ``exclude`` returns pids
+    that are never members (deferred runners).
     """
-    t0 = time.monotonic()
-    exclude = frozenset(exclude)
 
-    def members_now(fresh: bool = False) -> dict[int, psutil.Process]:
-        return snapshot(leader_pid if leader_unreaped() else None, leader_pid, token, exclude,
-                        cgroup, fresh)
+    def __init__(self, exclude: Callable[[], set[int]] = set) -> None:
+        self.stages: dict[str, StageTree] = {}
+        self.protected: set[int] = set()
+        """Pids this process spawned itself (stage leaders): asyncio reaps them, never us."""
+        self.spawning = 0
+        """Spawns in flight: until they return, a new leader's pid is not yet protected."""
+        self.exclude = exclude
+        self.table: dict[int, Row] = {}
+        self.scanned_at = -math.inf
+        self.scan_seconds = 0.0
+        self.reaped = 0
+        self._tokens: dict[tuple[int, float], str | None] = {}
+        self._inflight: tuple[anyio.Event, float] | None = None
+        self._me = os.getpid()
 
-    members = members_now()
-    ok = group_is_ours(leader_unreaped(), members.values(), leader_pid)
-    for sig in (signal.SIGTERM, signal.SIGCONT):
-        _signal_all(members.values(), leader_pid, sig, ok)
-    while time.monotonic() - t0 < grace and any(alive(p) for p in members.values()):
-        await anyio.sleep(POLL)
-    # Hard phase: freeze, then kill. A member that forks and exits faster than a signal
-    # reaches it (a fork-and-exit chain) escapes any single snapshot; SIGSTOP freezes every
-    # member found, so repeated fresh snapshots reach a fixpoint, and SIGKILL then takes the
-    # frozen set at once (a stopped process cannot fork).
-    end = time.monotonic() + KILL_WAIT
-    frozen: set[int] = set()
-    while True:
-        members.update(members_now(fresh=True))
-        fresh = [p for pid, p in members.items() if pid not in frozen and alive(p)]
-        if not fresh or time.monotonic() >= end:
-            break
-        _signal_all(fresh, leader_pid, signal.SIGSTOP, group_is_ours(leader_unreaped(), fresh, leader_pid))
-        frozen.update(p.pid for p in fresh)
-    live = [p for p in members.values() if alive(p)]
-    if cgroup is not None and _cgroup.pids(cgroup):
-        _cgroup.kill(cgroup)  # whatever the snapshots saw, the cgroup holds them all
-    if live:
-        _signal_all(live, leader_pid, signal.SIGKILL, group_is_ours(leader_unreaped(), live, leader_pid))
-    end = time.monotonic() + KILL_WAIT
-    while (any(alive(p) for p in live) or (cgroup is not None and _cgroup.pids(cgroup))) \
-            and time.monotonic() < end:
-        await anyio.sleep(0.005)
-    reap_orphans(p for p in members if p != leader_pid)
-    survivors = sum(1 for p in members.values() if alive(p))
-    return KillReport(len(members), len(live), survivors, time.monotonic() - t0)
+    # -- membership ---------------------------------------------------------------------
+    def add(self, tree: StageTree) -> None:
+        """Watch a freshly spawned stage."""
+        self.stages[tree.token] = tree
+        self.protected.add(tree.leader)
 
+    def discard(self, tree: StageTree) -> None:
+        """Stop watching a stage (its leader is reaped, its tree swept)."""
+        self.stages.pop(tree.token, None)
 
-def has_leftovers(leader_pid: int, token: str, exclude: Iterable[int] = (),
-                  cgroup: Path | None = None) -> bool:
-    """Whether any member of a stage whose leader is already reaped is still alive."""
-    if cgroup is not None and _cgroup.pids(cgroup):
+    def _attribute(self, rows: dict[int, Row], limit: float, sessions: dict[int, str],
+                   exclude: set[int]) -> dict[str, dict[int, Row]]:
+        known = set(sessions.values())
+        owner: dict[int, str] = {}
+        children: dict[int, list[int]] = {}
+        for row in rows.values():
+            children.setdefault(row.ppid, []).append(row.pid)
+            if row.pid in exclude or row.zombie:
+                continue
+            token = sessions.get(row.sid) or sessions.get(row.pgid)
+            if token is not None:
+                owner[row.pid] = token
+        # Escapees (setsid, then maybe a double fork): find them by token.
+        candidates: list[int] = []
+        if subreaper_enabled():
+            stack = list(children.get(self._me, ()))
+            while stack:
+                pid = stack.pop()
+                if pid in owner or pid in exclude:
+                    continue
+                candidates.append(pid)
+                stack.extend(children.get(pid, ()))
+        else:
+            candidates = [pid for pid in rows if pid not in owner and pid not in exclude]
+        for pid in candidates:
+            row = rows[pid]
+            if row.zombie:
+                continue
+            key = (pid, row.start)
+            if key not in self._tokens:
+                if time.monotonic() > limit:
+                    break
+                self._tokens[key] = environ_value(pid, TOKEN_VAR)
+            token = self._tokens[key]
+            if token in known:
+                owner[pid] = token
+        # Descendants of a member are members (a child that cleared its environment).
+        stack = list(owner)
+        while stack:
+            pid = stack.pop()
+            for child in children.get(pid, ()):
+                if child not in owner and child not in exclude and not rows[child].zombie:
+                    owner[child] = owner[pid]
+                    stack.append(child)
+        found: dict[str, dict[int, Row]] = {token: {} for token in known}
+        for pid, token in owner.items():
+            found[token][pid] = rows[pid]
+        if len(self._tokens) > 65536:
+            self._tokens.clear()
+        return found
+
+    def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
+                   ) -> tuple[dict[int, Row], dict[str, dict[int, Row]], float]:
+        t0 = time.monotonic()
+        rows, _ = scan(limit)
+        found = self._attribute(rows, limit, sessions, exclude)
+        return rows, found, time.monotonic() - t0
+
+    async def refresh(self, deadline: float, max_age: float = 0.0,
+                      started_after: float | None = None) -> None:
+        """Scan the process table in a worker thread and update every stage's members.
+
+        ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
+        returns by then whatever happens (a scan still running is abandoned). Concurrent
+        callers share one scan unless it started before ``started_after`` (anyio clock); a
+        table younger than ``max_age`` seconds is reused.
+        """
+        if anyio.current_time() - self.scanned_at <= max_age:
+            return
+        with anyio.move_on_at(deadline):
+            while self._inflight is not None:
+                event, began = self._inflight
+                await event.wait()
+                if started_after is None or began >= started_after:
+                    return
+            event = anyio.Event()
+            self._inflight = (event, anyio.current_time())
+            try:
+                remaining = max(0.0, deadline - anyio.current_time())
+                limit = time.monotonic() + remaining
+                sessions = {t.leader: t.token for t in self.stages.values()}
+                exclude = set(self.exclude()) | {self._me}
+                rows, found, took = await anyio.to_thread.run_sync(
+                    self._scan_sync, limit, sessions, exclude, abandon_on_cancel=True)
+                self.table, self.scan_seconds = rows, took
+                self.scanned_at = self._inflight[1]
+                for token, members in found.items():
+                    tree = self.stages.get(token)
+                    if tree is not None:
+                        tree.members = members
+            finally:
+                self._inflight = None
+                event.set()
+
+    # -- reaping ------------------------------------------------------------------------
+    def reap(self) -> int:
+        """Reap zombie children adopted from stages (subreaper only); return how many.
+
+        A child is reaped only when it is not a pid we spawned (asyncio reaps those: reaping
+        one here would yield "returncode 255"). ``waitid(WNOWAIT)`` peeks at one zombie
+        without reaping it; when the first zombie is one of ours, the last table names the
+        others. Bounded: at most :data:`REAP_BATCH` per call. Never raises.
+        """
+        if not subreaper_enabled():
+            return 0
+        count = 0
+        blocked = False
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        while count < REAP_BATCH:
+            try:
+                info = os.waitid(os.P_ALL, 0, flags)
+            except (ChildProcessError, OSError):
+                break
+            if info is None or info.si_pid == 0:
+                break
+            if not self._may_reap(info.si_pid):
+                blocked = True
+                break
+            count += self._reap_one(info.si_pid)
+        if blocked:
+            for row in list(self.table.values()):
+                if row.ppid == self._me and row.zombie and self._may_reap(row.pid):
+                    count += self._reap_one(row.pid)
+        self.reaped += count
+        return count
+
+    def _may_reap(self, pid: int) -> bool:
+        if pid in self.protected:
+            return False
+        if self.spawning:
+            row = stat(pid)  # a leader not yet protected is a session leader
+            return row is not None and row.sid != pid
         return True
-    return any(alive(p) for p in snapshot(None, leader_pid, token, exclude, cgroup).values())
+
+    @staticmethod
+    def _reap_one(pid: int) -> int:
+        try:
+            got, _ = os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return 0
+        return 1 if got else 0
+
+    async def reaper(self) -> None:
+        """Reap adopted orphans every :data:`POLL` seconds until cancelled (subreaper only)."""
+        if not subreaper_enabled():
+            return
+        while True:
+            self.reap()
+            await anyio.sleep(POLL)
+
+    # -- caps ---------------------------------------------------------------------------
+    async def monitor(self) -> None:
+        """Scan periodically (off the loop) and enforce ``max_tasks`` / ``max_memory``.
+
+        The period adapts to the scan's cost (four times its duration, at least 0.1 s), so
+        the watchdog never takes more than about a fifth of a core. A stage over a cap gets
+        ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
+        """
+        while True:
+            if self.stages:
+                await self.refresh(anyio.current_time() + 1.0)
+                for tree in list(self.stages.values()):
+                    self._check_caps(tree)
+            await anyio.sleep(max(0.1, 4 * self.scan_seconds))
+
+    def _check_caps(self, tree: StageTree) -> None:
+        if tree.over_cap is not None:
+            return
+        which = None
+        if tree.cgroup is not None:
+            which = _cgroup.over_cap(tree.cgroup)
+        if which is None:
+            live = [r for r in tree.members.values() if not r.zombie]
+            if tree.max_tasks is not None and len(live) > tree.max_tasks:
+                which = "max_tasks"
+            elif tree.max_memory is not None and sum(r.rss for r in live) > tree.max_memory:
+                which = "max_memory"
+        if which is not None:
+            tree.over_cap = which
+            if tree.on_cap is not None:
+                tree.on_cap()
+
+    # -- the kill -----------------------------------------------------------------------
+    def _group_ok(self, tree: StageTree) -> bool:
+        return group_is_ours(tree.leader_unreaped(), list(tree.members), tree.leader)
+
+    def _outside_group(self, tree: StageTree) -> list[Row]:
+        return [r for r in tree.members.values() if r.pgid != tree.leader]
+
+    def _anything_alive(self, tree: StageTree) -> bool:
+        """Cheap: stops at the first live member found (cgroup, leader, members, group)."""
+        if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
+            return True
+        if tree.leader_unreaped() and _live(tree.leader):
+            return True
+        if any(_live(r.pid, r.start) for r in tree.members.values()):
+            return True
+        # kill(0) also succeeds for zombies: then ask the last table which are live.
+        return _killpg(tree.leader, 0) and self._group_ok(tree) and any(
+            r.pgid == tree.leader and _live(r.pid, r.start) for r in self.table.values())
+
+    def _signal(self, tree: StageTree, sig: int, rows: Iterable[Row] | None = None) -> None:
+        """``sig`` to the process group (when provably ours) and to each member outside it."""
+        group = self._group_ok(tree)
+        if group:
+            _killpg(tree.leader, sig)
+        for row in (tree.members.values() if rows is None else rows):
+            if group and row.pgid == tree.leader and rows is None:
+                continue
+            _kill_checked(row.pid, row.start, sig)
+
+    async def kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
+        """Kill every member of ``tree``, returning by ``deadline`` (anyio clock) whatever
+        the stage does.
+
+        TERM + CONT to the group and each member; poll every 20 ms up to ``grace`` seconds
+        (ending early when nothing is alive); then freeze (``cgroup.freeze``, else SIGSTOP
+        to the group and to every member found, repeated on fresh bounded scans until none
+        is new), SIGKILL (``cgroup.kill``, the group, then each member outside it), and wait
+        for them to be gone. The hard phase starts no later than ``deadline`` minus
+        :data:`HARD_PHASE`. Cancellation-safe: call it inside a shielded scope.
+        """
+        t0 = anyio.current_time()
+        now = anyio.current_time
+        hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
+        if not tree.members:
+            await self.refresh(min(deadline, t0 + 0.05), max_age=0.05)
+        if tree.cgroup is not None:
+            _cgroup.signal_all(tree.cgroup, signal.SIGTERM)
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            self._signal(tree, sig)
+        termed = set(tree.members)
+        while now() < hard_at and self._anything_alive(tree):
+            await anyio.sleep(POLL)
+            if now() - self.scanned_at > 0.1 and not self._inflight:
+                # members born during the grace get their TERM too (scan off the loop)
+                await self.refresh(min(hard_at, now() + 0.1))
+                new = [r for pid, r in tree.members.items() if pid not in termed]
+                self._signal(tree, signal.SIGTERM, new)
+                self._signal(tree, signal.SIGCONT, new)
+                termed.update(r.pid for r in new)
+        # Hard phase. A stopped process cannot fork: freeze first, so a fork-and-exit chain
+        # or a fork bomb cannot outrun the kill, then kill the frozen set whole.
+        seen: dict[int, Row] = dict(tree.members)
+        if tree.cgroup is not None:
+            _cgroup.freeze(tree.cgroup)
+        kill_by = deadline - HARD_PHASE / 2
+        frozen: set[int] = set()
+        while True:
+            fresh = [r for pid, r in tree.members.items() if pid not in frozen]
+            self._signal(tree, signal.SIGSTOP, fresh)
+            frozen.update(r.pid for r in fresh)
+            seen.update(tree.members)
+            if now() >= kill_by:
+                break
+            await self.refresh(kill_by, started_after=now())
+            if not any(pid not in frozen for pid in tree.members):
+                break
+        if tree.cgroup is not None:
+            _cgroup.kill(tree.cgroup)
+        self._signal(tree, signal.SIGKILL)
+        self._signal(tree, signal.SIGKILL, list(seen.values()))
+        hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
+        while now() < deadline and self._anything_alive(tree):
+            self.reap()
+            await anyio.sleep(0.005)
+        self.reap()
+        survivors = sum(1 for r in seen.values() if _live(r.pid, r.start))
+        return KillReport(len(seen), hard, survivors, now() - t0)
+
+    async def has_leftovers(self, tree: StageTree, deadline: float) -> bool:
+        """Whether any member of a stage whose leader has exited is still alive (a fresh scan,
+        bounded by ``deadline``, plus its cgroup)."""
+        if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
+            return True
+        if _killpg(tree.leader, 0):  # something (maybe only a zombie) is still in its group
+            await self.refresh(deadline, started_after=anyio.current_time())
+        else:  # escapees outside the group: the watchdog's last scan, if recent, knows them
+            await self.refresh(deadline, max_age=0.05)
+        return self._anything_alive(tree)
 
 
 def reap_zombie_children(keep: Iterable[int] = ()) -> int:
@@ -275,17 +475,16 @@ def reap_zombie_children(keep: Iterable[int] = ()) -> int:
     """
     skip = set(keep)
     count = 0
-    try:
-        children = psutil.Process().children()
-    except psutil.Error:
-        return 0
-    for child in children:
-        if child.pid in skip:
-            continue
+    while True:
         try:
-            if child.status() == psutil.STATUS_ZOMBIE:
-                os.waitpid(child.pid, os.WNOHANG)
-                count += 1
-        except (psutil.Error, ChildProcessError, OSError):
-            continue
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            break
+        if info is None or info.si_pid == 0 or info.si_pid in skip:
+            break
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+            count += 1
+        except (ChildProcessError, OSError):
+            break
     return count

@@ -1,0 +1,123 @@
+"""A bounded snapshot of the process table: ``/proc`` on Linux, psutil elsewhere.
+
+The watchdog (:mod:`supervisor._tree`) attributes processes to stages from one table per
+scan instead of asking psutil per process: on Linux one read of ``/proc/<pid>/stat`` gives
+the parent, process group, session, state, start time and resident set of a process (about
+15 µs), where psutil's recursive ``children()`` plus ``environ()`` took seconds over thousands
+of processes (issue 10, example 2). A scan takes a ``deadline`` and returns what it has read
+by then, so its cost is bounded by design; it is meant to run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+_LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+@dataclass(frozen=True)
+class Row:
+    """One process: ``pid``, ``ppid``, process group ``pgid``, session ``sid``, ``zombie``
+    (exited, not yet reaped), ``start`` (an opaque start stamp: equal stamps = same process,
+    the pid-reuse check) and ``rss`` (resident bytes; 0 when unknown)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    zombie: bool
+    start: float
+    rss: int
+
+
+def _parse_stat(pid: int, raw: bytes) -> Row | None:
+    right = raw.rfind(b")")  # comm may contain spaces and parentheses: it ends at the LAST ')'
+    fields = raw[right + 2:].split()
+    if len(fields) < 22:
+        return None
+    state = fields[0]
+    return Row(pid, int(fields[1]), int(fields[2]), int(fields[3]), state in (b"Z", b"X"),
+               float(fields[19]), int(fields[21]) * _PAGE)
+
+
+def stat(pid: int) -> Row | None:
+    """The row of ``pid`` now, or None when it is gone or unreadable. Never raises."""
+    if _LINUX:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                return _parse_stat(pid, f.read())
+        except (OSError, ValueError, IndexError):
+            return None
+    return _psutil_row(pid)
+
+
+def _psutil_row(pid: int) -> Row | None:
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            zombie = proc.status() == psutil.STATUS_ZOMBIE
+            rss = 0 if zombie else proc.memory_info().rss
+            return Row(pid, proc.ppid(), os.getpgid(pid), os.getsid(pid), zombie,
+                       proc.create_time(), rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+def scan(deadline: float | None = None) -> tuple[dict[int, Row], bool]:
+    """Every process visible now, as ``({pid: Row}, complete)``.
+
+    ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
+    has read with ``complete`` False. Never raises.
+    """
+    rows: dict[int, Row] = {}
+    if _LINUX:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return rows, False
+        for i, name in enumerate(names):
+            if not name.isdigit():
+                continue
+            if deadline is not None and i % 64 == 0 and time.monotonic() > deadline:
+                return rows, False
+            row = stat(int(name))
+            if row is not None:
+                rows[row.pid] = row
+        return rows, True
+    import psutil
+
+    for pid in psutil.pids():
+        if deadline is not None and time.monotonic() > deadline:
+            return rows, False
+        row = _psutil_row(pid)
+        if row is not None:
+            rows[pid] = row
+    return rows, True
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """The value of environment variable ``name`` in process ``pid`` as it was started, or
+    None (absent, gone, a zombie, not ours to read). Never raises."""
+    if _LINUX:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read(1 << 20)
+        except OSError:
+            return None
+        key = name.encode() + b"="
+        for item in raw.split(b"\0"):
+            if item.startswith(key):
+                return item[len(key):].decode("utf-8", "replace")
+        return None
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get(name)
+    except (psutil.Error, OSError):
+        return None
