@@ -32,6 +32,8 @@ class Row:
     zombie: bool
     start: float
     rss: int
+    stopped: bool = False
+    """Stopped by a signal (``T``): it cannot fork until continued."""
 
 
 def _parse_stat(pid: int, raw: bytes) -> Row | None:
@@ -41,7 +43,7 @@ def _parse_stat(pid: int, raw: bytes) -> Row | None:
         return None
     state = fields[0]
     return Row(pid, int(fields[1]), int(fields[2]), int(fields[3]), state in (b"Z", b"X"),
-               float(fields[19]), int(fields[21]) * _PAGE)
+               float(fields[19]), int(fields[21]) * _PAGE, state in (b"T", b"t"))
 
 
 def stat(pid: int) -> Row | None:
@@ -64,16 +66,19 @@ def _psutil_row(pid: int) -> Row | None:
             zombie = proc.status() == psutil.STATUS_ZOMBIE
             rss = 0 if zombie else proc.memory_info().rss
             return Row(pid, proc.ppid(), os.getpgid(pid), os.getsid(pid), zombie,
-                       proc.create_time(), rss)
+                       proc.create_time(), rss, proc.status() == psutil.STATUS_STOPPED)
     except (psutil.Error, OSError):
         return None
 
 
-def scan(deadline: float | None = None) -> tuple[dict[int, Row], bool]:
+def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
+         reread: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, Row], bool]:
     """Every process visible now, as ``({pid: Row}, complete)``.
 
     ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
-    has read with ``complete`` False. Never raises.
+    has read with ``complete`` False. With ``previous`` (an earlier scan), only pids new since
+    then and those in ``reread`` are read again (an incremental scan: a fork-and-exit chain's
+    new generations are new pids); the others keep their earlier rows. Never raises.
     """
     rows: dict[int, Row] = {}
     if _LINUX:
@@ -81,14 +86,20 @@ def scan(deadline: float | None = None) -> tuple[dict[int, Row], bool]:
             names = os.listdir("/proc")
         except OSError:
             return rows, False
-        for i, name in enumerate(names):
-            if not name.isdigit():
-                continue
-            if deadline is not None and i % 64 == 0 and time.monotonic() > deadline:
+        pids = [int(name) for name in names if name.isdigit()]
+        if previous is not None:
+            for pid in pids:
+                old = previous.get(pid)
+                if old is not None and pid not in reread:
+                    rows[pid] = old
+            pids = [pid for pid in pids if pid not in rows]
+            pids.sort(reverse=True)  # the newest first: they are the likeliest escapees
+        for i, pid in enumerate(pids):
+            if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
                 return rows, False
-            row = stat(int(name))
+            row = stat(pid)
             if row is not None:
-                rows[row.pid] = row
+                rows[pid] = row
         return rows, True
     import psutil
 

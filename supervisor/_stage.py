@@ -253,7 +253,9 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     def kill_deadline() -> float:
         # The kill sequence ends by the digest's end (budget + 0.25 s at most), whatever the
         # stage does; the drain and the banner get what is left of KILL_MARGIN.
-        return min(now() + run.grace + _tree.HARD_PHASE, run.end_at - DRAIN_RESERVE)
+        # Away from the digest's end (a stage's own timeout, leftovers) the hard phase may
+        # take up to KILL_WAIT; it ends as soon as nothing is left.
+        return min(now() + run.grace + _tree.KILL_WAIT, run.end_at - DRAIN_RESERVE)
 
     status: StageStatus
     outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
@@ -271,7 +273,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 if outcome != "exited":
                     await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,
                                                kill_deadline())
-                elif await run.watch.has_leftovers(tree, min(now() + 0.1, run.end_at)):
+                elif await run.watch.has_leftovers(tree, min(now() + _tree.KILL_WAIT,
+                                                              run.end_at - DRAIN_RESERVE)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
                     await run.watch.kill_stage(tree, run.grace, kill_deadline())
                 with anyio.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)

@@ -171,7 +171,10 @@ class Watch:
         self.scanned_at = -math.inf
         self.scan_seconds = 0.0
         self.reaped = 0
+        self.last_complete = False
         self._tokens: dict[tuple[int, float], str | None] = {}
+        self._ever: dict[int, str] = {}
+        self._ever_tokens: set[str] = set()
         self._inflight: tuple[anyio.Event, float] | None = None
         self._me = os.getpid()
 
@@ -194,13 +197,16 @@ class Watch:
             children.setdefault(row.ppid, []).append(row.pid)
             if row.pid in exclude or row.zombie:
                 continue
-            token = sessions.get(row.sid) or sessions.get(row.pgid)
+            token = sessions.get(row.sid) or sessions.get(row.pgid) or (
+                self._ever.get(row.ppid) if row.ppid not in rows else None)
             if token is not None:
                 owner[row.pid] = token
         # Escapees (setsid, then maybe a double fork): find them by token.
         candidates: list[int] = []
         if subreaper_enabled():
+            # our descendants, and orphans whose parent is gone (on their way to us)
             stack = list(children.get(self._me, ()))
+            stack += [r.pid for r in rows.values() if r.ppid not in rows and r.ppid > 1]
             while stack:
                 pid = stack.pop()
                 if pid in owner or pid in exclude:
@@ -209,6 +215,7 @@ class Watch:
                 stack.extend(children.get(pid, ()))
         else:
             candidates = [pid for pid in rows if pid not in owner and pid not in exclude]
+        candidates.sort(reverse=True)  # the newest first: a bounded scan reads them first
         for pid in candidates:
             row = rows[pid]
             if row.zombie:
@@ -232,34 +239,43 @@ class Watch:
         found: dict[str, dict[int, Row]] = {token: {} for token in known}
         for pid, token in owner.items():
             found[token][pid] = rows[pid]
+            self._ever[pid] = token  # its children outlive it: they are members too
+            if pid not in sessions:
+                self._ever_tokens.add(token)  # the stage had more than its leader
+        if len(self._ever) > 65536:
+            self._ever.clear()
         if len(self._tokens) > 65536:
             self._tokens.clear()
         return found
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
-                   ) -> tuple[dict[int, Row], dict[str, dict[int, Row]], float]:
+                   previous: dict[int, Row] | None, reread: set[int],
+                   ) -> tuple[dict[int, Row], dict[str, dict[int, Row]], float, bool]:
         t0 = time.monotonic()
-        rows, _ = scan(limit)
+        rows, complete = scan(limit, previous, reread)
         found = self._attribute(rows, limit, sessions, exclude)
-        return rows, found, time.monotonic() - t0
+        return rows, found, time.monotonic() - t0, complete
 
     async def refresh(self, deadline: float, max_age: float = 0.0,
-                      started_after: float | None = None) -> None:
+                      started_after: float | None = None, incremental: bool = False) -> bool:
         """Scan the process table in a worker thread and update every stage's members.
 
         ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
         returns by then whatever happens (a scan still running is abandoned). Concurrent
         callers share one scan unless it started before ``started_after`` (anyio clock); a
-        table younger than ``max_age`` seconds is reused.
+        table younger than ``max_age`` seconds is reused. ``incremental`` reads only new pids
+        and known members (see :func:`supervisor._proctable.scan`). Returns True when a
+        complete scan (or a shared one) updated the members by the deadline.
         """
         if anyio.current_time() - self.scanned_at <= max_age:
-            return
+            return True
+        complete = False
         with anyio.move_on_at(deadline):
             while self._inflight is not None:
                 event, began = self._inflight
                 await event.wait()
                 if started_after is None or began >= started_after:
-                    return
+                    return self.last_complete
             event = anyio.Event()
             self._inflight = (event, anyio.current_time())
             try:
@@ -267,10 +283,17 @@ class Watch:
                 limit = time.monotonic() + remaining
                 sessions = {t.leader: t.token for t in self.stages.values()}
                 exclude = set(self.exclude()) | {self._me}
-                rows, found, took = await anyio.to_thread.run_sync(
-                    self._scan_sync, limit, sessions, exclude, abandon_on_cancel=True)
-                self.table, self.scan_seconds = rows, took
+                previous = self.table if incremental and self.table else None
+                reread = {pid for t in self.stages.values() for pid in t.members}
+                reread.update(t.leader for t in self.stages.values())
+                rows, found, took, complete = await anyio.to_thread.run_sync(
+                    self._scan_sync, limit, sessions, exclude, previous, reread,
+                    abandon_on_cancel=True)
+                self.table = rows
+                if previous is None:
+                    self.scan_seconds = took
                 self.scanned_at = self._inflight[1]
+                self.last_complete = complete
                 for token, members in found.items():
                     tree = self.stages.get(token)
                     if tree is not None:
@@ -278,6 +301,7 @@ class Watch:
             finally:
                 self._inflight = None
                 event.set()
+        return complete
 
     # -- reaping ------------------------------------------------------------------------
     def reap(self) -> int:
@@ -396,6 +420,28 @@ class Watch:
                 continue
             _kill_checked(row.pid, row.start, sig)
 
+    async def _freeze(self, tree: StageTree, until: float, seen: dict[int, Row]) -> None:
+        """SIGSTOP every member, rescanning (incrementally, off the loop) until the fixpoint
+        or ``until``. A fork in flight when SIGSTOP is sent can still attach a child after a
+        scan has listed ``/proc``; so the fixpoint is two complete scans in a row that find no
+        new member while every member seen is stopped (a stopped process cannot fork)."""
+        frozen: set[int] = set()
+        quiet = 0
+        while True:
+            fresh = [r for pid, r in tree.members.items() if pid not in frozen]
+            self._signal(tree, signal.SIGSTOP, fresh)
+            frozen.update(r.pid for r in fresh)
+            seen.update(tree.members)
+            if anyio.current_time() >= until or tree.cgroup is not None:
+                return
+            complete = await self.refresh(until, started_after=anyio.current_time(),
+                                          incremental=True)
+            settled = complete and all(
+                pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items())
+            quiet = quiet + 1 if settled else 0
+            if quiet >= 2:
+                return
+
     async def kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
         """Kill every member of ``tree``, returning by ``deadline`` (anyio clock) whatever
         the stage does.
@@ -431,18 +477,8 @@ class Watch:
         seen: dict[int, Row] = dict(tree.members)
         if tree.cgroup is not None:
             _cgroup.freeze(tree.cgroup)
-        kill_by = deadline - HARD_PHASE / 2
-        frozen: set[int] = set()
-        while True:
-            fresh = [r for pid, r in tree.members.items() if pid not in frozen]
-            self._signal(tree, signal.SIGSTOP, fresh)
-            frozen.update(r.pid for r in fresh)
-            seen.update(tree.members)
-            if now() >= kill_by:
-                break
-            await self.refresh(kill_by, started_after=now())
-            if not any(pid not in frozen for pid in tree.members):
-                break
+        kill_by = deadline - HARD_PHASE / 3
+        await self._freeze(tree, kill_by, seen)
         if tree.cgroup is not None:
             _cgroup.kill(tree.cgroup)
         self._signal(tree, signal.SIGKILL)
@@ -451,20 +487,33 @@ class Watch:
         while now() < deadline and self._anything_alive(tree):
             self.reap()
             await anyio.sleep(0.005)
+            if now() - self.scanned_at > 0.05:  # one that outran the freeze: kill it too
+                await self.refresh(deadline, incremental=True)
+                late = [r for pid, r in tree.members.items() if pid not in seen]
+                seen.update(tree.members)
+                self._signal(tree, signal.SIGKILL, late)
         self.reap()
         survivors = sum(1 for r in seen.values() if _live(r.pid, r.start))
         return KillReport(len(seen), hard, survivors, now() - t0)
 
     async def has_leftovers(self, tree: StageTree, deadline: float) -> bool:
-        """Whether any member of a stage whose leader has exited is still alive (a fresh scan,
-        bounded by ``deadline``, plus its cgroup)."""
+        """Whether a stage whose leader has exited left anything behind: its cgroup or process
+        group is not empty, a scan ever saw another member, or one of two fresh incremental
+        scans (bounded by ``deadline``) sees one. A member seen counts even if it is gone
+        now: a fork-and-exit chain's generation lives shorter than a scan, but its successor
+        is alive (issue 10, example 4); the kill sequence then finds it."""
         if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
             return True
-        if _killpg(tree.leader, 0):  # something (maybe only a zombie) is still in its group
-            await self.refresh(deadline, started_after=anyio.current_time())
-        else:  # escapees outside the group: the watchdog's last scan, if recent, knows them
-            await self.refresh(deadline, max_age=0.05)
-        return self._anything_alive(tree)
+        if _killpg(tree.leader, 0):  # maybe only the leader's zombie: check
+            await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
+            if self._anything_alive(tree):
+                return True
+        for _ in range(2):
+            if any(self._ever.get(pid) == tree.token for pid in tree.members if pid != tree.leader) \
+                    or tree.token in self._ever_tokens:
+                return True
+            await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
+        return any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens
 
 
 def reap_zombie_children(keep: Iterable[int] = ()) -> int:
