@@ -109,7 +109,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
     deferred = [s for s in selected if s.deferred]
-    if (live or deferred) and not transparent:
+    if (live or deferred) and not transparent and context.mode != "read-only":
         try:  # stages keep their state here; a first run must not leave it untracked
             ensure_state_dir(context.state_dir)
         except OSError:

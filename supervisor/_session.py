@@ -170,16 +170,55 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
     return result, sink.getvalue().decode("utf-8", "replace")
 
 
-def _save_last_digest(state_dir: Path, result: DigestResult, context: SessionContext) -> None:
+HISTORY_FILE = "digest-history.json"
+HISTORY_KEEP = 10
+"""Digests ``digest-history.json`` keeps (newest last): enough to see a slow-start trend."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One past digest: when it finished (epoch seconds), its source, harness (``""`` for a
+    terminal), mode, wall seconds, budget seconds, and whether it was truncated."""
+
+    finished_at: float
+    source: str
+    harness: str
+    mode: str
+    seconds: float
+    budget: float
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class DigestHistory:
+    """The last :data:`HISTORY_KEEP` digests of a project, oldest first."""
+
+    entries: tuple[HistoryEntry, ...] = ()
+
+
+def record_digest(state_dir: Path, result: DigestResult, context: SessionContext) -> None:
+    """Record a finished digest for ``supervise status``: ``last-digest.json`` (per stage) and
+    one entry in ``digest-history.json``. Hook and terminal digests alike. Never raises (a
+    summary for ``status`` must never break the hook); writes nothing when ``state_dir`` does
+    not exist (a terminal digest in a project that has none)."""
+    if not state_dir.is_dir():
+        return
+    now = time.time()
     stages = tuple(StageSummary(name=s.name, status=s.status, exit_code=s.exit_code,
                                 seconds=s.seconds, bytes=s.bytes, truncated=s.truncated)
                    for s in result.stages)
-    record = LastDigest(finished_at=time.time(), source=context.source, mode=context.mode,
+    record = LastDigest(finished_at=now, source=context.source, mode=context.mode,
                         harness=context.harness, session_id=context.session_id,
                         seconds=result.seconds, truncated=result.truncated,
                         complete=result.complete, stages=stages)
+    entry = HistoryEntry(finished_at=now, source=context.source, harness=context.harness,
+                         mode=context.mode, seconds=round(result.seconds, 3),
+                         budget=result.budget, truncated=result.truncated)
     try:
         _lock.write_record(state_dir / LAST_DIGEST_FILE, record)
+        old = _lock.read_record(state_dir / HISTORY_FILE, DigestHistory) or DigestHistory()
+        kept = (*old.entries, entry)[-HISTORY_KEEP:]
+        _lock.write_record(state_dir / HISTORY_FILE, DigestHistory(kept))
     except Exception:  # noqa: BLE001 - a summary for `status` must never break the hook
         pass
 
@@ -271,7 +310,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
             ctx = _with(context, mode="reemit", harness=harness)
             only = [s.name for s in config.stages if s.reemit]
             result, _ = _run_engine(config, ctx, "", only)
-            _save_last_digest(context.state_dir, result, ctx)
+            record_digest(context.state_dir, result, ctx)
             return SessionOutcome(compose_reemit(config, result, ctx), "reemit", "reemit",
                                   result.reason)
     exclusive = [s.name for s in config.stages if s.exclusive]
@@ -315,7 +354,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         tail = (f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
                 "will run a full start.\n")
         text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
-    _save_last_digest(context.state_dir, result, ctx)
+    record_digest(context.state_dir, result, ctx)
     return _structured(text, result, "", tail, mode="full", truncation=result.reason)
 
 

@@ -236,3 +236,53 @@ def test_hook_and_nudge_never_exit_on_bad_arguments(tmp_path: Path) -> None:
     assert "--source needs a value" in err and "unknown --event 'bogus'" in err
     assert "unexpected argument 'extra'" in err
     assert run_cli("nudge", "--what", cwd=tmp_path).returncode == 0
+
+
+# -- item 9: a run that could not read its config writes nothing ---------------------------
+
+
+def test_config_error_digest_writes_nothing(git_repo: Path) -> None:
+    write_config(git_repo, 'budget = "soon"\n')
+    exclude = git_repo / ".git" / "info" / "exclude"
+    before = exclude.read_bytes() if exclude.exists() else None
+    proc = run_cli("digest", cwd=git_repo)
+    assert proc.returncode == 1
+    assert b"config error" in proc.stdout and b"## Repository" in proc.stdout  # default ran
+    assert not (git_repo / ".supervise").exists()
+    assert (exclude.read_bytes() if exclude.exists() else None) == before
+    write_config(git_repo, "budget = 30\n")  # the same run with a good config does write
+    assert run_cli("digest", cwd=git_repo).returncode == 0
+    assert (git_repo / ".supervise").is_dir()
+
+
+# -- item 7: status counts terminal digests, keeps a history, explains itself ---------------
+
+
+def test_status_counts_terminal_digests_and_keeps_a_history(git_repo: Path) -> None:
+    write_config(git_repo, '[[stages]]\nname = "big"\nrun = ["sh", "-c", "seq 1 2000"]\n'
+                 "max_output = 100\n")
+    empty = run_cli("status", cwd=git_repo).stdout.decode()
+    assert "no digest recorded" in empty
+    assert "exposure   none recorded: no memory file" in empty  # explained, not bare
+    for source in ("startup", "compact", "clear"):
+        assert run_cli("digest", "--source", source, cwd=git_repo).returncode == 0
+    text = run_cli("status", cwd=git_repo).stdout.decode()
+    assert "last       full digest from a terminal, source clear" in text, text
+    big = next(l for l in text.splitlines() if l.strip().startswith("big "))
+    assert "CUT by max_output" in big
+    assert "recent     3 digest(s), newest first:" in text
+    doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
+    assert [h["source"] for h in doc["history"]] == ["clear", "compact", "startup"]
+    assert all(h["harness"] == "" and h["truncated"] is False and h["budget"] == 120
+               and h["seconds"] > 0 for h in doc["history"])
+    assert doc["last_digest"]["stages"][0]["truncated"] is True
+
+
+def test_status_history_keeps_the_last_ten(git_repo: Path) -> None:
+    write_config(git_repo, '[[stages]]\nname = "a"\nrun = "true"\n')
+    for _ in range(12):
+        run_cli("digest", cwd=git_repo)
+    doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
+    assert len(doc["history"]) == 10
+    stamps = [h["finished_at"] for h in doc["history"]]
+    assert stamps == sorted(stamps, reverse=True)

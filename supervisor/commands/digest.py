@@ -101,6 +101,9 @@ def main(argv: list[str]) -> int:
         notice = f"[supervise] config error: {err}; running the embedded default digest instead."
         config = as_plan(embedded_default())
         code = EXIT_FAILURE
+        # The config was not read, so this run writes nothing: no state dir, no edit of
+        # .git/info/exclude; the stages see SUPERVISE_MODE=read-only.
+        context = dataclasses.replace(context, mode="read-only")
     unknown = sorted(set(args.only or ()) - {s.name for s in config.stages})
     if unknown:
         print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
@@ -138,6 +141,10 @@ def main(argv: list[str]) -> int:
         out.write(result.to_json().encode() + b"\n")
         out.close(timeout=1.0)
     _tree.reap_zombie_children()
+    if code == EXIT_OK:  # `supervise status` counts terminal digests too
+        from .._session import record_digest
+
+        record_digest(context.state_dir, result, context)
     if aborter.signum is not None:
         return 128 + aborter.signum
     return code

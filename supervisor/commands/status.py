@@ -1,10 +1,13 @@
 """supervise status [-C DIR] [--format text|json]: the session state of a project.
 
 Shows the lock owner (alive or stale, which harness, since when), the completion record (and
-whether it matches the lock), the last digest the hook ran (per-stage status and seconds),
-deferred results waiting to be delivered, and each stage's stderr log (its last lines and how
-many are new since the last view). Reads only; never takes the mutex; the one thing it writes
-is the logs' "seen" count (this view becomes the last view).
+whether it matches the lock), the last digest a hook or a terminal ran (per-stage status,
+seconds, bytes, a stage cut by its ``max_output``), the recent digests (when, from where,
+source, seconds of the budget, truncated: a slow-start trend shows here), deferred results
+waiting to be delivered, each stage's stderr log (its last lines and how many are new since
+the last view) and the exposure (memory files put into a model's context). Reads only; never
+takes the mutex; the one thing it writes is the logs' "seen" count (this view becomes the
+last view).
 
 Exit status: 0; 1 when the state cannot be read (a symlinked state dir or file).
 """
@@ -48,7 +51,7 @@ def collect(project: Path) -> dict[str, Any]:
     from .._errors import StateError
     from .._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
     from .._records import dump_record
-    from .._session import LAST_DIGEST_FILE, LastDigest
+    from .._session import HISTORY_FILE, LAST_DIGEST_FILE, DigestHistory, LastDigest
 
     from .._off import off_reason
 
@@ -56,7 +59,7 @@ def collect(project: Path) -> dict[str, Any]:
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
                            "off": off_reason(project) or None, "error": None,
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
-                           "stderr_logs": [], "exposure": None, "lost": []}
+                           "stderr_logs": [], "exposure": None, "lost": [], "history": []}
     try:
         from .._statedir import StateDir
 
@@ -64,6 +67,7 @@ def collect(project: Path) -> dict[str, Any]:
         lock = read_record(state_dir / LOCK_FILE, LockRecord)
         done = read_record(state_dir / COMPLETE_FILE, CompletionRecord)
         last = read_record(state_dir / LAST_DIGEST_FILE, LastDigest)
+        history = read_record(state_dir / HISTORY_FILE, DigestHistory)
     except StateError as err:
         doc["error"] = str(err)
         return doc
@@ -75,6 +79,8 @@ def collect(project: Path) -> dict[str, Any]:
                              "matches_lock": lock is not None and done.nonce == lock.nonce}
     if last is not None:
         doc["last_digest"] = dump_record(last)
+    if history is not None:  # newest first
+        doc["history"] = [dump_record(e) for e in reversed(history.entries)]
     doc["pending"] = _pending(state_dir)
     from .._deferred import lost_results
 
@@ -117,14 +123,23 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"completion {when(done['completed_at'])}, {match}")
     last = doc["last_digest"]
     if last is None:
-        lines.append("last       no digest recorded")
+        lines.append("last       no digest recorded (a hook or `supervise digest` records one)")
     else:
         state = "truncated" if last["truncated"] else ("complete" if last["complete"] else "incomplete")
-        lines.append(f"last       {last['mode']} digest, source {last['source'] or '-'}, "
-                     f"{last['seconds']:.2f}s, {state}, {when(last['finished_at'])}")
+        lines.append(f"last       {last['mode']} digest from {last['harness'] or 'a terminal'}, "
+                     f"source {last['source'] or '-'}, {last['seconds']:.2f}s, {state}, "
+                     f"{when(last['finished_at'])}")
         for stage in last["stages"]:
+            cut = "  CUT by max_output" if stage.get("truncated") else ""
             lines.append(f"  {stage['name']:<24} {stage['status']:<11} {stage['seconds']:7.2f}s "
-                         f"{stage['bytes']:>9} bytes")
+                         f"{stage['bytes']:>9} bytes{cut}")
+    history = doc.get("history") or []
+    if history:
+        lines.append(f"recent     {len(history)} digest(s), newest first:")
+        for item in history:
+            lines.append(f"  {when(item['finished_at'])}  {item['harness'] or 'terminal':<9} "
+                         f"source {item['source'] or '-':<8} {item['seconds']:7.2f}s of "
+                         f"{item['budget']:g}s  {'TRUNCATED' if item['truncated'] else 'complete'}")
     pending = doc["pending"]
     lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
     for item in pending:
@@ -138,7 +153,12 @@ def render_text(doc: dict[str, Any]) -> str:
         new = f"{log['new']} new line(s) since the last view" if log["new"] else "nothing new"
         lines.append(f"  {log['stage']:<24} {new}, {log['lines']} in all: {log['path']}")
         lines += [f"    | {line}" for line in log["tail"]]
-    lines += doc.get("_exposure_lines", [])
+    exposure = doc.get("_exposure_lines", [])
+    if exposure == ["exposure: none recorded"]:
+        exposure = ["exposure   none recorded: no memory file (summary, identity, handoff, ...) "
+                    "has been put into a model's context here yet; the memory and summary "
+                    "stages log each one they inject to exposure.jsonl, and this totals them"]
+    lines += exposure
     return "\n".join(lines) + "\n"
 
 
