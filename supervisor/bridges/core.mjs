@@ -26,6 +26,9 @@ export const TRUNCATION_MARKER =
 /** Milliseconds a stopping generation gets after SIGTERM before SIGKILL (the bridge's own
  *  engine kills its stage trees TERM-then-KILL within its grace, default 1 s). */
 export const STOP_GRACE_MS = 3000
+/** Milliseconds between two per-turn asks of one OpenCode session (deferred results,
+ *  changed instruction files): a tool loop makes many model calls per user turn. */
+export const TURN_INTERVAL_MS = 1000
 /** Milliseconds a generation may run beyond the budget before it counts as failed. */
 export const BUDGET_MARGIN_MS = 10000
 
@@ -397,20 +400,17 @@ function piSessionId(ctx) {
 
 export const PI_MESSAGE_TYPE = "watchkeeper-session-start"
 
-/** Nested instructions on demand (seed 003): after a file read, ask
- *  `supervise hook <harness> --event post-tool` for the AGENTS.md of the subtree that holds
- *  it. The Python side keeps the per-session ledger (once per compaction epoch, concurrent
- *  reads inject once). Resolves to the text to append, or "" (nothing, an error, or no
- *  answer within `timeoutMs`: a read is never held up for long). */
-export function nestedForRead(settings, { path, cwd, sessionId, harness = "pi" },
-                              { spawn = nodeSpawn, env = process.env, timeoutMs = 5000 } = {}) {
+/** Run `supervise hook <harness> --event <event>` with `payload` (JSON) on its stdin and
+ *  resolve to its stdout trimmed (the plain envelope: the text itself), or "" (nothing, an
+ *  error, or no answer within `timeoutMs`: a turn or a read is never held up for long). The
+ *  Python side keeps every "exactly once" ledger, so asking again is always safe. */
+export function hookText(settings, harness, event, payload, cwd,
+                         { spawn = nodeSpawn, env = process.env, timeoutMs = 5000 } = {}) {
   return new Promise((done) => {
-    if (!settings.python || !path) return done("")
-    const payload = JSON.stringify({ hook_event_name: "PostToolUse", tool_name: "Read",
-      tool_input: { file_path: path }, session_id: sessionId ?? "", cwd: cwd ?? "" })
+    if (!settings.python) return done("")
     let child
     try {
-      child = spawn(settings.python, ["-P", "-m", "supervisor", "hook", harness, "--event", "post-tool"],
+      child = spawn(settings.python, ["-P", "-m", "supervisor", "hook", harness, "--event", event],
         { cwd: cwd || undefined, env, stdio: ["pipe", "pipe", "ignore"] })
     } catch {
       return done("")
@@ -421,8 +421,35 @@ export function nestedForRead(settings, { path, cwd, sessionId, harness = "pi" }
     child.on("error", () => { clearTimeout(timer); done("") })
     child.on("close", () => { clearTimeout(timer); done(out.trim()) })
     child.stdin.on("error", () => {})
-    child.stdin.end(payload)
+    child.stdin.end(JSON.stringify(payload))
   })
+}
+
+/** Nested instructions on demand (seed 003): after a file read, ask
+ *  `supervise hook <harness> --event post-tool` for the AGENTS.md of the subtree that holds
+ *  it. The Python side keeps the per-session ledger (once per compaction epoch, concurrent
+ *  reads inject once). Resolves to the text to append, or "". */
+export function nestedForRead(settings, { path, cwd, sessionId, harness = "pi" }, options = {}) {
+  if (!path) return Promise.resolve("")
+  return hookText(settings, harness, "post-tool", { hook_event_name: "PostToolUse", tool_name: "Read",
+    tool_input: { file_path: path }, session_id: sessionId ?? "", cwd: cwd ?? "" }, cwd, options)
+}
+
+/** The non-empty `texts` joined by one blank line (trailing newlines of all but the last
+ *  trimmed), or "". */
+export function joinTexts(texts) {
+  const kept = texts.filter(Boolean)
+  return kept.map((t, i) => (i < kept.length - 1 ? t.replace(/\n+$/, "") : t)).join("\n\n")
+}
+
+/** The per-turn work Claude, Codex and Gemini get from their per-prompt hook: deferred
+ *  results that finished since the digest, and instruction files the session already has that
+ *  changed during it. Asks `supervise hook <harness> --event prompt`; Python hands each item
+ *  out exactly once (an atomic rename; the per-session hash baseline). Resolves to the text to
+ *  deliver with this turn, or "". */
+export function promptTurn(settings, { cwd, sessionId, harness }, options = {}) {
+  return hookText(settings, harness, "prompt", { hook_event_name: "UserPromptSubmit",
+    session_id: sessionId ?? "", cwd: cwd ?? "" }, cwd, options)
 }
 
 /** Wire the Pi extension onto `pi` (the ExtensionAPI). Returns the generation manager. */
@@ -439,14 +466,20 @@ export function piExtension(pi, options = {}) {
     await gens.start("compact", { sessionId: piSessionId(ctx), cwd: ctx?.cwd ?? "" })
   })
   pi.on("before_agent_start", async (_event, ctx) => {
-    const got = await gens.claim(piSessionId(ctx))
-    if (!got) return
+    const sessionId = piSessionId(ctx)
+    const got = await gens.claim(sessionId)
+    // every turn: finished deferred results and changed instruction files, once each
+    const turn = await promptTurn(settings, { cwd: ctx?.cwd || process.cwd(), sessionId, harness: "pi" },
+      { spawn: options.spawn, env: options.env })
+    const text = joinTexts([got?.text, turn])
+    if (!text) return
     return {
       message: {
         customType: PI_MESSAGE_TYPE,
-        content: got.text,
+        content: text,
         display: false,
-        details: { kind: got.result.kind, source: got.source, mode: got.result.mode ?? "" },
+        details: got ? { kind: got.result.kind, source: got.source, mode: got.result.mode ?? "" }
+          : { kind: "turn", source: "", mode: "" },
       },
     }
   })
@@ -509,7 +542,10 @@ export function joinSystem(system, text) {
  * through `experimental.chat.system.transform`, joined to the existing system message once
  * per request (:func:`joinSystem`: the request keeps exactly one), never to internal
  * calls or subagent sessions; a call waits for a running generation at most until
- * `generation start + budget`.
+ * `generation start + budget`. Each call also asks for the per-turn work (:func:`promptTurn`,
+ * at most once per TURN_INTERVAL_MS per session): a deferred result that finished, an
+ * instruction file that changed, each handed out once by Python and kept with the session's
+ * text from then on (one copy per request).
  */
 export function openCodeHooks(input = {}, options = {}) {
   const settings = options.settings ?? loadSettings(options.dir)
@@ -524,6 +560,9 @@ export function openCodeHooks(input = {}, options = {}) {
         gens: new Generations({ harness: "opencode", settings, spawn: options.spawn, env: options.env, stopGraceMs: options.stopGraceMs }),
         text: null,
         compacting: false,
+        extra: [], // per-turn texts (deferred results, refreshed instructions), in order
+        turnAt: -Infinity,
+        turning: null,
       }
       sessions.set(id, st)
       st.gens.start(seen++ === 0 ? "startup" : "new", { sessionId: id, cwd })
@@ -546,6 +585,21 @@ export function openCodeHooks(input = {}, options = {}) {
     else if (text) st.text = text
     return st.text
   }
+  const turnEvery = options.turnIntervalMs ?? TURN_INTERVAL_MS
+  // The per-turn work (deferred results, changed instruction files), asked at most once per
+  // `turnEvery` ms per session (a tool loop makes many model calls per turn). OpenCode keeps
+  // no system text between calls, so what a turn brought rides on every later call, once.
+  const turn = (st, id) => {
+    if (st.turning) return st.turning
+    if (Date.now() - st.turnAt < turnEvery) return Promise.resolve()
+    st.turning = promptTurn(settings, { cwd, sessionId: id, harness: "opencode" },
+      { spawn: options.spawn, env: options.env }).then((text) => {
+      if (text) st.extra.push(text)
+      st.turnAt = Date.now()
+      st.turning = null
+    })
+    return st.turning
+  }
   const hooks = {
     event: async ({ event }) => {
       const info = event?.properties?.info
@@ -566,9 +620,12 @@ export function openCodeHooks(input = {}, options = {}) {
     "experimental.chat.system.transform": async (inp, output) => {
       if (!output || !Array.isArray(output.system) || isInternalCall(inp, output.system)) return
       if (children.has(inp.sessionID)) return
-      const text = await refresh(state(inp.sessionID), inp.sessionID)
-      if (!text) return
-      joinSystem(output.system, text)
+      const st = state(inp.sessionID)
+      const text = await refresh(st, inp.sessionID)
+      await turn(st, inp.sessionID)
+      const all = joinTexts([text, ...st.extra])
+      if (!all) return
+      joinSystem(output.system, all)
     },
   }
   hooks._sessions = sessions

@@ -24,7 +24,9 @@ Usage: python3 fake_model_server.py --port 0 --port-file port.txt --pid-file pid
 Replies: "<summary>FAKE-SUMMARY ...</summary>" when the tail of the conversation looks like a
 summarisation/compaction prompt, else --reply. Anthropic only: a user prompt containing
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
-that path, so tests can drive a harness's PostToolUse hook.
+that path, so tests can drive a harness's PostToolUse hook. Chat Completions only (streamed): a
+user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
+`bash` tool call running that command, so a turn makes a second model request after it.
 """
 import argparse
 import json
@@ -100,6 +102,23 @@ def wanted_read(body):
             m = re.search(r"FAKE_READ (\S+)", b.get("text") or "")
             if m:
                 return m.group(1)
+    return None
+
+
+def wanted_bash(body):
+    """The command of a `FAKE_BASH <command>` request (to the end of its line) in the last user
+    turn of a Chat Completions body, unless a tool result follows it (the command ran)."""
+    messages = body.get("messages") or []
+    last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
+    if last_user is None or any(m.get("role") == "tool" for m in messages[last_user:]):
+        return None
+    content = messages[last_user].get("content")
+    parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    for part in parts:
+        if isinstance(part, dict) and part.get("type") == "text":
+            m = re.search(r"FAKE_BASH ([^\n]+)", part.get("text") or "")
+            if m:
+                return m.group(1).strip()
     return None
 
 
@@ -210,6 +229,20 @@ class H(BaseHTTPRequestHandler):
         model = body.get("model", ARGS.model)
         n_in = input_tokens()
         usage = {"prompt_tokens": n_in, "completion_tokens": 5, "total_tokens": n_in + 5}
+        command = wanted_bash(body) if body.get("tools") else None
+        if command is not None and body.get("stream"):  # one bash tool call, then the result
+            call = {"index": 0, "id": f"call_fake{abs(hash(command)) % 10**8}", "type": "function",
+                    "function": {"name": "bash", "arguments": json.dumps(
+                        {"command": command, "description": "fake model's command"})}}
+            self._sse_start()
+            base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                    "created": int(time.time()), "model": model}
+            self._ev(None, {**base, "choices": [{"index": 0, "delta": {
+                "role": "assistant", "content": None, "tool_calls": [call]}, "finish_reason": None}]})
+            self._ev(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+            self._ev(None, {**base, "choices": [], "usage": usage})
+            self._ev(None, "[DONE]")
+            return
         if not body.get("stream"):
             return self._json({"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()),
                                "model": model, "choices": [{"index": 0, "finish_reason": "stop",

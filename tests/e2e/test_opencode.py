@@ -79,3 +79,36 @@ def test_re_emit_after_auto_compaction_reaches_the_next_request_once(
     assert after[0].count("CONTEXT RE-EMIT after compact") == 1
     assert after[0].count(f"{project.mark}-compact-reemit") == 1
     assert f"{project.mark}-startup-" not in after[0]  # the re-emit replaced the start digest
+
+
+DEFERRED_TOML = """\
+budget = 20
+grace = 0.5
+
+[[stages]]
+name = "mark"
+run = ["sh", "-c", "echo {mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE"]
+
+[[stages]]
+name = "late"
+deferred = true
+run = ["sh", "-c", "sleep 2; echo {mark}-DEFERRED-RESULT"]
+"""
+
+
+def test_a_deferred_result_reaches_a_later_request_of_the_turn_once(
+        project: Project, fake_model: FakeModel, oc_env: dict[str, str]) -> None:
+    """The digest says the deferred stage is in progress; the model's bash call waits past its
+    end; the next request of the same turn carries the result (per-request transform), once,
+    and no request before it does."""
+    project.configure(DEFERRED_TOML.format(mark=project.mark))
+    config = json.loads((project.path / "opencode.json").read_text())
+    (project.path / "opencode.json").write_text(json.dumps({**config, "permission": {"bash": "allow"}}))
+    opencode(project, oc_env, "turn 1: FAKE_BASH sleep 4")
+    main = [b for b in fake_model.bodies() if TITLE not in b]
+    result = f"{project.mark}-DEFERRED-RESULT"
+    assert len(main) >= 2, "the bash tool call made no second request"
+    assert main[0].count(f"{project.mark}-startup-full") == 1
+    assert "IN PROGRESS: deferred stage 'late'" in main[0] and result not in main[0]
+    assert main[-1].count(result) == 1  # arrived, once
+    assert all(b.count(result) <= 1 for b in main)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,38 @@ def test_a_digest_over_512_KiB_arrives_cut_on_a_character_boundary(project: Proj
     assert project.mark in kept
     assert len(kept.encode("utf-8")) <= 512 * 1024
     assert kept.endswith("\u00e9")  # whole characters only
+
+
+def test_a_deferred_result_reaches_the_next_turn_once(project: Project, fake_model: FakeModel,
+                                                      pi_env: dict[str, str]) -> None:
+    """Turn 1 gets the digest (the deferred stage still running); turn 2, after it finished,
+    gets its result through before_agent_start; turn 3 does not get it again."""
+    project.configure(f"""\
+        budget = 20
+        grace = 0.5
+
+        [[stages]]
+        name = "mark"
+        run = ["sh", "-c", "echo {project.mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE"]
+
+        [[stages]]
+        name = "late"
+        deferred = true
+        run = ["sh", "-c", "sleep 2; echo {project.mark}-DEFERRED-RESULT"]
+        """)
+    result = f"{project.mark}-DEFERRED-RESULT"
+    rpc = Rpc(project, pi_env)
+    try:
+        rpc.send({"id": "1", "type": "prompt", "message": "turn 1"}, until="agent_end")
+        first = fake_model.count()
+        time.sleep(4)
+        rpc.send({"id": "2", "type": "prompt", "message": "turn 2"}, until="agent_end")
+        second = fake_model.count()
+        rpc.send({"id": "3", "type": "prompt", "message": "turn 3"}, until="agent_end")
+    finally:
+        rpc.close()
+    bodies = fake_model.bodies()
+    assert all(result not in b for b in bodies[:first])
+    assert "IN PROGRESS: deferred stage 'late'" in bodies[first - 1]
+    assert bodies[second - 1].count(result) == 1  # turn 2: delivered
+    assert bodies[-1].count(result) == 1  # turn 3: stored once in the session, not sent again

@@ -2,7 +2,7 @@
 // the OpenCode hooks, spawning tests/js/fake_bridge.sh as the bridge. Run: node --test tests/js
 import { test } from "node:test"
 import assert from "node:assert/strict"
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs"
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs"
 import { tmpdir } from "node:os"
 import { dirname, join } from "node:path"
 import { fileURLToPath } from "node:url"
@@ -252,5 +252,53 @@ test("OpenCode: a model call waits at most the budget", async () => {
   const pids = readFileSync(t.pids, "utf8").trim().split("\n").map(Number)
   await hooks._shutdown()
   await until(() => !pids.some(alive), "every process to be gone", 5000)
+  t.cleanup()
+})
+
+test("Pi: every turn asks for the per-turn work; what it brings is delivered with that turn, once", async () => {
+  const t = setup("ready")
+  const turnFile = join(t.dir, "turn.txt")
+  const turns = join(t.dir, "turns.log")
+  const env = { ...t.env, FAKE_TURN: turnFile, FAKE_TURNS: turns }
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env })
+  await pi.emit("session_start", { reason: "startup" })
+  assert.equal((await pi.emit("before_agent_start", {})).message.content, "DIGEST-startup\n")
+  assert.equal(await pi.emit("before_agent_start", {}), undefined) // nothing new
+  writeFileSync(turnFile, "DEFERRED-RESULT\n")
+  const got = await pi.emit("before_agent_start", {})
+  assert.equal(got.message.content, "DEFERRED-RESULT")
+  assert.equal(got.message.details.kind, "turn")
+  assert.equal(await pi.emit("before_agent_start", {}), undefined) // delivered once
+  const asks = readFileSync(turns, "utf8").trim().split("\n")
+  assert.equal(asks.length, 4)
+  assert.ok(asks.every((a) => a.endsWith("hook pi --event prompt")))
+  await gens.shutdown()
+  t.cleanup()
+})
+
+test("OpenCode: a turn's text rides on every later request, once; asks are throttled", async () => {
+  const t = setup("ready")
+  const turnFile = join(t.dir, "turn.txt")
+  const turns = join(t.dir, "turns.log")
+  const env = { ...t.env, FAKE_TURN: turnFile, FAKE_TURNS: turns }
+  const hooks = core.openCodeHooks({ directory: tmpdir() }, { settings: t.settings, env, turnIntervalMs: 0 })
+  const call = async () => {
+    const out = { system: ["base"] }
+    await hooks["experimental.chat.system.transform"]({ sessionID: "ses_1" }, out)
+    return out.system
+  }
+  assert.deepEqual(await call(), ["base\n\nDIGEST-startup\n"])
+  writeFileSync(turnFile, "DEFERRED-RESULT\n")
+  assert.deepEqual(await call(), ["base\n\nDIGEST-startup\n\nDEFERRED-RESULT"])
+  assert.deepEqual(await call(), ["base\n\nDIGEST-startup\n\nDEFERRED-RESULT"]) // once per request
+  assert.equal(readFileSync(turns, "utf8").trim().split("\n").length, 3)
+  await hooks._shutdown()
+  const slow = core.openCodeHooks({ directory: tmpdir() }, { settings: t.settings, env, turnIntervalMs: 60000 })
+  const out = { system: ["base"] }
+  await slow["experimental.chat.system.transform"]({ sessionID: "ses_9" }, out)
+  await slow["experimental.chat.system.transform"]({ sessionID: "ses_9" }, out)
+  assert.equal(readFileSync(turns, "utf8").trim().split("\n").length, 4) // one ask per interval
+  await slow._shutdown()
   t.cleanup()
 })

@@ -3,6 +3,15 @@
 # Arguments: -P -m supervisor bridge --harness H --source S [--session-id ID] [--cwd DIR].
 # FAKE_MODE: ready (default) | slow (never finishes; TERM-ignoring children, one in its own
 # session) | ineligible | failed | garbage. Each launch appends its source to $FAKE_LOG.
+# `... -m supervisor hook H --event E` (the per-turn and per-read asks): the payload is read;
+# the file $FAKE_TURN, when present, is printed once and removed; $FAKE_TURNS logs each ask.
+case " $* " in
+  *" hook "*)
+    cat >/dev/null
+    if [ -n "${FAKE_TURNS:-}" ]; then echo "$*" >> "$FAKE_TURNS"; fi
+    if [ -n "${FAKE_TURN:-}" ] && [ -f "$FAKE_TURN" ]; then cat "$FAKE_TURN"; rm -f "$FAKE_TURN"; fi
+    exit 0 ;;
+esac
 source=""
 while [ $# -gt 0 ]; do
   if [ "$1" = "--source" ]; then source="$2"; shift; fi
