@@ -14,12 +14,10 @@ prompt hook (:func:`take_undelivered`) or the next digest.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -160,8 +158,8 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                                            float(current.get("started", time.time())), deadline))
                     continue
                 lost = _take_lost(directory, spec.name, current)
-                run_id = f"{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
-                token = uuid.uuid4().hex
+                run_id = f"{int(time.time() * 1000)}-{os.urandom(4).hex()}"
+                token = os.urandom(16).hex()
                 stage_argv(spec)  # an unknown builtin is reported here, not in the runner
                 cwd = spec.cwd or str(context.project_dir)
                 cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
@@ -433,6 +431,8 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
 
 # -- the runner -------------------------------------------------------------------------------
 def _runner(argv: list[str] | None = None) -> int:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m supervisor._deferred")
     parser.add_argument("--dir", required=True, type=Path)
     parser.add_argument("--run-id", required=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import fcntl
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,7 +29,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: boo
     Raises:
         OSError: the folder is not writable or the disk is full; the temp file is removed.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644 if mode is None else mode)
     try:

@@ -25,6 +25,18 @@ restore_locale() {
   if [ "${saved_lc+set}" = set ]; then LC_ALL=$saved_lc; else unset LC_ALL; fi
 }
 
+# run_python PYTHON -P -m supervisor ARGS... (in a pipeline's subshell: it execs): the same
+# program through `-c` (no runpy and importlib.util to import: a few ms per event); `-P` still
+# keeps the working directory off sys.path. Any other command runs as given.
+run_python() {
+  if [ "$#" -ge 4 ] && [ "$2" = -P ] && [ "$3" = -m ] && [ "$4" = supervisor ]; then
+    py=$1
+    shift 4
+    exec "$py" -P -c 'import sys; sys.argv[0] = "supervise"; from supervisor._main import entry; entry()' "$@"
+  fi
+  exec "$@"
+}
+
 event=
 prev=
 for arg in "$@"; do
@@ -66,7 +78,7 @@ here=$PWD
 slow() {
   restore_locale
   cd -- "$here" 2>/dev/null
-  { printf '%s' "$head"; exec "$ct"; } | "$@"
+  { printf '%s' "$head"; exec "$ct"; } | run_python "$@"
   exit 0
 }
 
