@@ -145,20 +145,95 @@ def test_invalid_settings_json_fails(project: Path) -> None:
     assert code == 1 and any("not valid JSON" in f for f in _fails(lines))
 
 
-def test_codex_trust_is_a_warning_until_trusted(project: Path, isolated_home: Path) -> None:
+def _trust_codex(project: Path, home: Path, *, hashes: dict[str, str] | None = None) -> None:
+    """Write Codex's user config.toml trusting the project and each of our handlers with the
+    hash Codex would store (or ``hashes[key]`` instead)."""
+    from supervisor.commands.doctor import codex_hook_hash
+
+    hooks = project / ".codex" / "hooks.json"
+    data = json.loads(hooks.read_text())
+    snake = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit",
+             "PostToolUse": "post_tool_use"}
+    lines = [f'[projects."{project}"]', 'trust_level = "trusted"']
+    for event, groups in data["hooks"].items():
+        for gi, group in enumerate(groups):
+            for hi, handler in enumerate(group["hooks"]):
+                key = f"{hooks}:{snake[event]}:{gi}:{hi}"
+                value = (hashes or {}).get(key) or codex_hook_hash(snake[event], group.get("matcher"),
+                                                                    handler)
+                lines += [f'[hooks.state."{key}"]', f'trusted_hash = "{value}"']
+    (home / ".codex").mkdir(exist_ok=True)
+    (home / ".codex" / "config.toml").write_text("\n".join(lines) + "\n")
+
+
+def test_codex_hash_matches_codex_for_a_known_handler() -> None:
+    """A golden value Codex itself stored (published with a public project's trust tests)."""
+    from supervisor.commands.doctor import codex_hook_hash
+
+    handler = {"type": "command", "command": "'/Applications/GWT.app/Contents/MacOS/gwtd' hook event PostToolUse"}
+    assert codex_hook_hash("post_tool_use", "*", handler) == \
+        "sha256:9c3ce103f03f0b27a28bc4a30883f7e98a80b5df566b4572fcbb2955ebf5ba62"
+    assert codex_hook_hash("post_tool_use", "*", {**handler, "timeout": 30}) != \
+        codex_hook_hash("post_tool_use", "*", handler)
+
+
+def test_untrusted_codex_hooks_fail_with_the_fix(project: Path, isolated_home: Path) -> None:
     assert run_cli("install", "codex", cwd=project).returncode == 0
     code, lines = _doctor(project)
-    assert code == 0, "\n".join(lines)
-    assert any(line.startswith("warn  codex: project") and "not trusted" in line for line in lines)
-    assert any("hooks are not trusted yet" in line for line in lines)
-    hooks = project / ".codex" / "hooks.json"
-    (isolated_home / ".codex").mkdir()
-    (isolated_home / ".codex" / "config.toml").write_text(
-        f'[projects."{project}"]\ntrust_level = "trusted"\n'
-        f'[hooks.state."{hooks}:session_start:0:0"]\ntrusted_hash = "sha256:x"\n')
+    assert code == 1, "\n".join(lines)
+    fails = _fails(lines)
+    assert any("codex: project" in f and "not trusted" in f and "trust_level" in f for f in fails)
+    assert any("hooks not trusted yet" in f and "/hooks" in f for f in fails)
+    assert lines[-1] != "all checks passed"
+    _trust_codex(project, isolated_home)
     code, lines = _doctor(project)
-    assert code == 0
-    assert not any("not trusted" in line for line in lines)
+    assert code == 0, "\n".join(lines)
+    assert "ok    codex: the hooks are trusted in" in "\n".join(lines)
+
+
+def test_stale_codex_trust_hash_is_detected(project: Path, isolated_home: Path) -> None:
+    assert run_cli("install", "codex", cwd=project).returncode == 0
+    _trust_codex(project, isolated_home)
+    assert _doctor(project)[0] == 0
+    # the registration changes (a bigger budget means a new timeout): the stored hash is stale
+    (project / "supervise.toml").write_text(GOOD_TOML.replace("budget = 30", "budget = 100"))
+    assert run_cli("install", "codex", cwd=project).returncode == 0
+    code, lines = _doctor(project)
+    assert code == 1
+    assert any("trust of SessionStart is stale" in f and "/hooks" in f for f in _fails(lines)), lines
+
+
+def test_a_correct_setup_prints_no_warnings(project: Path, isolated_home: Path) -> None:
+    assert run_cli("install", "claude", "codex", "gemini", "pi", cwd=project).returncode == 0
+    _trust_codex(project, isolated_home)
+    code, lines = _doctor(project)
+    assert code == 0, "\n".join(lines)
+    assert [line for line in lines if line.startswith("warn")] == []
+    assert lines[-1] == "all checks passed"
+
+
+def test_supervisord_import_name_clash_is_detected(project: Path, tmp_path: Path) -> None:
+    """supervisord is `supervisor` on PyPI: its dist-info, or its __init__.py over ours, fails."""
+    import shutil
+
+    site = tmp_path / "site"
+    dist = site / "supervisor-4.2.5.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: supervisor\nVersion: 4.2.5\n")
+    proc = run_cli("doctor", cwd=project, env={"PYTHONPATH": str(site)})
+    assert proc.returncode == 1
+    out = proc.stdout.decode()
+    assert "FAIL  package: supervisord (supervisor 4.2.5) is installed" in out and "pipx" in out
+    # the overwrite itself: a copy of the package whose __init__.py is supervisord's
+    here = Path(__file__).resolve().parents[1]
+    shutil.rmtree(dist)
+    shutil.copytree(here / "supervisor", site / "supervisor")
+    shutil.copytree(here / "stages", site / "stages")
+    (site / "supervisor" / "__init__.py").write_text("# this is a package\n")
+    proc = run_cli("doctor", cwd=project, env={"PYTHONPATH": str(site)})
+    out = proc.stdout.decode()
+    assert "FAIL  package:" in out and "run_digest` fails" in out, out
+    assert proc.returncode == 1
 
 
 def test_doctor_fails_in_an_unmarked_linked_worktree(git_repo: Path, tmp_path: Path) -> None:

@@ -184,15 +184,14 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
         if _read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry):
             out.append(("warn", f"{entry.parent} holds another watchkeeper version's bridge; "
                         f"`{fix}` refreshes it", ""))
-        out += _settings_check(settings, budget, fix, project_dir)
+        out += _settings_check(settings, budget, fix, project_dir, bridge.title)
     if not found and named:
         out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
-    if found:
-        out += [("warn", caveat, "") for caveat in bridge.caveats]
-    return out
+    return out  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 
-def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path) -> list[tuple[str, str, str]]:
+def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
+                    title: str) -> list[tuple[str, str, str]]:
     try:
         data = json.loads(settings.read_text("utf-8"))
         python = data["python"]
@@ -217,7 +216,7 @@ def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path) 
     out = [("ok", f"bridge command works without PATH ({shlex.quote(python)} -m supervisor bridge)", "")]
     if written != budget:
         out.append(("warn", f"{settings} says budget {written:g}s but the config says {budget:g}s: "
-                    f"OpenCode waits on the written one; `{fix}` updates it", ""))
+                    f"{title} waits on the written one; `{fix}` updates it", ""))
     return out
 
 

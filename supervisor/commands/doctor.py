@@ -105,6 +105,35 @@ def _stage_checks(config: Any, project: Path) -> list[Check]:
     return checks
 
 
+def _package_checks() -> list[Check]:
+    """The import-name clash: supervisord is published as ``supervisor`` on PyPI, the same
+    import name as watchkeeper; installed into the same environment it overwrites
+    ``supervisor/__init__.py`` (then ``from supervisor import run_digest`` fails)."""
+    import importlib.metadata
+
+    import supervisor
+
+    fix = ("install watchkeeper in an environment of its own (`pipx install` or `uv tool install`), "
+           "or `pip uninstall supervisor` and reinstall watchkeeper")
+    checks = []
+    try:
+        clash = importlib.metadata.distribution("supervisor")
+    except importlib.metadata.PackageNotFoundError:
+        clash = None
+    if clash is not None:
+        checks.append(Check("FAIL", "package", f"supervisord ({clash.metadata['Name']} "
+                            f"{clash.version}) is installed in this environment and shares the "
+                            "import name 'supervisor' with watchkeeper", fix))
+    if "run_digest" not in getattr(supervisor, "__all__", ()):
+        where = getattr(supervisor, "__file__", "?")
+        checks.append(Check("FAIL", "package", f"{where} is not watchkeeper's (another package "
+                            "named 'supervisor' overwrote it): `from supervisor import run_digest` "
+                            "fails", fix))
+    if not checks:
+        checks.append(Check("ok", "package", "the import name 'supervisor' is watchkeeper's alone"))
+    return checks
+
+
 def _state_checks(project: Path) -> list[Check]:
     from .._context import state_dir_for
 
@@ -183,10 +212,43 @@ def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> 
                  f"(registers budget + 60s), or lower 'budget'")
 
 
-def _codex_trust(path: Path, project: Path) -> list[Check]:
+_CODEX_EVENTS = {"SessionStart": "session_start", "UserPromptSubmit": "user_prompt_submit",
+                 "PostToolUse": "post_tool_use", "PreToolUse": "pre_tool_use", "Stop": "stop",
+                 "PreCompact": "pre_compact", "PostCompact": "post_compact",
+                 "PermissionRequest": "permission_request"}
+_CODEX_MATCHER_EVENTS = frozenset({"permission_request", "post_compact", "post_tool_use",
+                                   "pre_compact", "pre_tool_use", "session_start"})
+
+
+def codex_hook_hash(event: str, matcher: str | None, handler: dict[str, Any]) -> str:
+    """The trust hash Codex stores for one command handler (``trusted_hash`` in its
+    ``config.toml``): ``sha256:`` and the hex SHA-256 of the handler's normalized identity
+    (event name in snake case, the group's matcher for events that use one, the command, its
+    timeout in seconds (default 600, at least 1), ``async = false``, its status message) as
+    compact JSON with sorted keys. Source: Codex's normalized hook identity
+    (openai/codex ``codex-rs/hooks/src/engine/discovery.rs``, ``version_for_toml``).
+    """
+    import hashlib
+    import json
+
+    raw = handler.get("timeout")
+    timeout = max(int(raw), 1) if isinstance(raw, int) and not isinstance(raw, bool) else 600
+    normalized: dict[str, Any] = {"type": "command", "command": str(handler.get("command", "")),
+                                  "timeout": timeout, "async": False}
+    if isinstance(handler.get("statusMessage"), str):
+        normalized["statusMessage"] = handler["statusMessage"]
+    identity: dict[str, Any] = {"event_name": event, "hooks": [normalized]}
+    if event in _CODEX_MATCHER_EVENTS and isinstance(matcher, str):
+        identity["matcher"] = matcher
+    text = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list[Check]:
     home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    conf_path = home / "config.toml"
     try:
-        with (home / "config.toml").open("rb") as f:
+        with conf_path.open("rb") as f:
             conf = tomllib.load(f)
     except (OSError, tomllib.TOMLDecodeError):
         conf = {}
@@ -194,18 +256,46 @@ def _codex_trust(path: Path, project: Path) -> list[Check]:
     if path.is_relative_to(project):
         level = conf.get("projects", {}).get(str(project), {}).get("trust_level")
         if level != "trusted":
-            checks.append(Check("warn", "codex", f"project {project} is not trusted in {home}/config.toml, "
-                                "so Codex ignores .codex/hooks.json"))
+            checks.append(Check("FAIL", "codex", f"project {project} is not trusted in {conf_path}, "
+                                "so Codex does not load .codex/hooks.json at all",
+                                f"answer 'trust' when `codex` asks in {project}, or add "
+                                f"[projects.\"{project}\"] trust_level = \"trusted\" to {conf_path}"))
     states = conf.get("hooks", {}).get("state", {})
-    if not any(str(k).startswith(f"{path}:") and isinstance(v, dict) and v.get("trusted_hash")
-               for k, v in states.items()):
-        checks.append(Check("warn", "codex", "the hooks are not trusted yet; Codex skips untrusted hooks: "
-                            "trust them in `codex` -> /hooks"))
+    states = states if isinstance(states, dict) else {}
+    untrusted, stale = [], []
+    hooks = (data or {}).get("hooks", {})
+    for event, groups in (hooks.items() if isinstance(hooks, dict) else ()):
+        snake = _CODEX_EVENTS.get(event)
+        if snake is None or not isinstance(groups, list):
+            continue
+        for gi, group in enumerate(groups):
+            handlers = group.get("hooks", []) if isinstance(group, dict) else []
+            for hi, handler in enumerate(handlers if isinstance(handlers, list) else []):
+                if not (isinstance(handler, dict) and "supervisor" in str(handler.get("command", ""))
+                        and " hook " in f" {handler.get('command', '')} "):
+                    continue
+                key = f"{path}:{snake}:{gi}:{hi}"
+                state = states.get(key) or states.get(f"file:{key}")
+                trusted = state.get("trusted_hash") if isinstance(state, dict) else None
+                if not trusted:
+                    untrusted.append(event)
+                elif trusted != codex_hook_hash(snake, group.get("matcher"), handler):
+                    stale.append(event)
+    fix = f"run `codex` in {project}, open /hooks and trust the watchkeeper hooks"
+    if untrusted:
+        checks.append(Check("FAIL", "codex", f"hooks not trusted yet ({', '.join(dict.fromkeys(untrusted))}): "
+                            "Codex does not run untrusted hooks", fix))
+    if stale:
+        checks.append(Check("FAIL", "codex", f"the trust of {', '.join(dict.fromkeys(stale))} is stale: "
+                            "the registration changed after it was trusted, so Codex does not run it",
+                            fix + " again"))
+    if not untrusted and not stale:
+        checks.append(Check("ok", "codex", "the hooks are trusted in " + str(conf_path)))
     return checks
 
 
 def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool) -> list[Check]:
-    found: list[tuple[Path, dict[str, list[dict[str, Any]]]]] = []
+    found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
     checks: list[Check] = []
     for scope in adapter.scopes:
         path = _settings.settings_path(adapter, scope, project, Path.home())
@@ -216,13 +306,13 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
             continue
         regs = _settings.registered(data, adapter)
         if regs:
-            found.append((path, regs))
+            found.append((path, regs, data))
     if not found:
         if named or checks:
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
                                 f"supervise install {adapter.name}"))
         return checks
-    for path, regs in found:
+    for path, regs, data in found:
         session = regs.get(adapter.session_event, [])
         if not session:
             checks.append(Check("FAIL", adapter.name, f"{path}: no {adapter.session_event} hook of ours",
@@ -239,9 +329,8 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
             elif event:
                 checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
         if adapter.name == "codex":
-            checks += _codex_trust(path, project)
-    checks += [Check("warn", adapter.name, caveat) for caveat in adapter.caveats]
-    return checks
+            checks += _codex_trust(path, project, data)
+    return checks  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 
 def main(argv: list[str]) -> int:
@@ -263,6 +352,7 @@ def main(argv: list[str]) -> int:
     from .._config import DEFAULT_BUDGET
 
     budget = config.budget if config is not None else DEFAULT_BUDGET
+    checks += _package_checks()
     checks += _state_checks(project)
     if config is not None:
         checks += _stage_checks(config, project)
@@ -279,5 +369,5 @@ def main(argv: list[str]) -> int:
     for check in checks:
         print(check.line())
     failed = sum(c.status == "FAIL" for c in checks)
-    print(f"{failed} problem(s) found" if failed else "all checks passed")
+    print(f"{failed} problem{'' if failed == 1 else 's'} found" if failed else "all checks passed")
     return EXIT_FAILURE if failed else EXIT_OK
