@@ -174,7 +174,8 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token, config), setsid=True,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
                                                    (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
-                                                   (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0)])
+                                                   (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0),
+                                                   *_close_inherited()])
                 _spawned.add(pid)
                 import psutil
 
@@ -249,6 +250,31 @@ def lost_results(state_dir: Path) -> list[str]:
                     texts.append(_lost_text(name, current, "its runner was killed or could not "
                                             "write its result"))
     return texts
+
+
+def _close_inherited() -> list[tuple[int, int]]:
+    """``posix_spawn`` close actions for every inheritable descriptor above 2.
+
+    posix_spawn, unlike subprocess, keeps every descriptor not marked close-on-exec: a
+    caller's extra fd (``exec 3>&1; supervise digest | cat``) would be held by the detached
+    runner for the deferred stage's whole timeout, and ``cat`` would wait for it (issue 10,
+    example 6). The runner needs none of them.
+    """
+    actions = []
+    for where in ("/proc/self/fd", "/dev/fd"):
+        try:
+            names = os.listdir(where)
+        except OSError:
+            continue
+        for name in names:
+            fd = int(name) if name.isdigit() else -1
+            try:
+                if fd > 2 and os.get_inheritable(fd):
+                    actions.append((os.POSIX_SPAWN_CLOSE, fd))
+            except OSError:
+                continue  # the listing's own descriptor, already closed
+        break
+    return actions
 
 
 def spawned_pids() -> set[int]:
