@@ -356,6 +356,9 @@ def quiet_exit_on_signals() -> None:
     import signal
 
     def leave(signum: int, frame: object) -> None:
+        common = sys.modules.get("supervisor.commands._common")
+        if common is not None and common.note_early_signal(signum):
+            return  # inside the event loop: the digest ends through its abort path instead
         raise SystemExit(0)
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
