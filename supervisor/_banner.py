@@ -13,7 +13,8 @@ _BAR = "\u25cf" + "\u2501" * 71
 
 
 def _fmt_seconds(value: float) -> str:
-    return f"{value:g}" if value == int(value) else f"{value:.1f}"
+    """Seconds as a person writes them: ``120``, ``1.5``, ``12.3``, ``0.001`` (never ``0.0``)."""
+    return f"{value:.0f}" if value >= 100 else f"{value:.3g}"
 
 
 def truncation_banner(budget: float, results: Sequence[StageResult], reason: str | None,
@@ -32,16 +33,15 @@ def truncation_banner(budget: float, results: Sequence[StageResult], reason: str
     unfinished = [r for r in results if r.status == "killed"]
     never = [r for r in results if r.status == "not_started"]
     by_budget = reason in (None, "budget")
+    took, limit = _fmt_seconds(max(now - started, 0.0)), _fmt_seconds(budget)
     if reason == "stage":
-        why = "because a stage ended abnormally"
+        why = f"(budget {limit}s) because a stage ended abnormally."
     elif by_budget:
-        why = (f"to end within its {_fmt_seconds(budget)}s budget (the time to kill stages is "
-               f"reserved inside it)")
+        why = f"to end within its {limit}s budget; the time to kill stages is reserved inside it."
     else:
-        why = f"because the supervisor received {reason}"
+        why = f"(budget {limit}s) because the supervisor received {reason}."
     lines = [_BAR,
-             f"\u25cf STARTUP TRUNCATED: the digest stopped after {now - started:.1f}s {why} "
-             f"(budget {_fmt_seconds(budget)}s).",
+             f"\u25cf STARTUP TRUNCATED: the digest stopped after {took}s {why}",
              "\u25cf Everything above is complete up to where each stage stopped."]
     if unfinished:
         lines.append("\u25cf Did not finish (killed): " + ", ".join(

@@ -119,7 +119,7 @@ def test_budget_banner_names_the_rerun_command(tmp_path: Path) -> None:
     proc = run_cli("digest", cwd=tmp_path)
     assert proc.returncode == 0
     text = proc.stdout.decode()
-    assert "STARTUP TRUNCATED" in text and "budget 1.5s" in text
+    assert "STARTUP TRUNCATED" in text and "within its 1.5s budget;" in text
     assert f"supervise digest -C {tmp_path.resolve()} --budget 31.5" in text
     assert "'hang' (ran" in text
 

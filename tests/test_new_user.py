@@ -286,3 +286,17 @@ def test_status_history_keeps_the_last_ten(git_repo: Path) -> None:
     assert len(doc["history"]) == 10
     stamps = [h["finished_at"] for h in doc["history"]]
     assert stamps == sorted(stamps, reverse=True)
+
+
+# -- item 11: the banner reads well at any budget ---------------------------------------------
+
+
+@pytest.mark.parametrize(("budget", "shown"), [("0.001", "0.001s"), ("0.5", "0.5s"), ("1", "1s")])
+def test_banner_names_the_budget_as_given_once(tmp_path: Path, budget: str, shown: str) -> None:
+    write_config(tmp_path, '[[stages]]\nname = "slow"\nrun = ["sleep", "30"]\n')
+    proc = run_cli("digest", "--budget", budget, cwd=tmp_path)
+    text = proc.stdout.decode()
+    line = next(l for l in text.splitlines() if "STARTUP TRUNCATED" in l)
+    assert f"to end within its {shown} budget; the time to kill stages is reserved inside it." \
+        in line, line
+    assert ") (" not in line and "0.0s budget" not in line and line.count("budget") == 1
