@@ -109,22 +109,50 @@ def main() -> int:
     if text:
         sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
         sys.stdout.flush()
+    if opt_bool(options, "refresh", True):
+        record_baseline(place, harness, kept_entries(walk.entries, max_bytes), known)
     return 0
+
+
+def record_baseline(place: Place, harness: str, injected: list[Entry], loaded: set[str]) -> None:
+    """The session's instruction-file baseline (``supervisor._refresh``): what the digest
+    injected and what the harness loads itself, so a file edited during the session is
+    re-injected once at the next prompt. Needs a session id; a problem is one warning."""
+    session_id = os.environ.get("SUPERVISE_SESSION_ID", "")
+    state = os.environ.get("SUPERVISE_STATE_DIR", "")
+    if not session_id or not state:
+        return
+    files = [(e.real, place.show(e.path), "digest") for e in injected]
+    files += [(p, place.show(p), "harness") for p in sorted(loaded)]
+    try:
+        from supervisor._errors import SupervisorError
+        from supervisor._refresh import record_baseline as record
+    except ImportError:  # a stage copied out of the package: no refresh, nothing else lost
+        return
+    try:
+        record(Path(state), session_id, harness, files)
+    except (SupervisorError, OSError) as err:
+        warn(f"cannot record the instruction files for refresh: {err}")
+
+
+def kept_entries(entries: list[Entry], max_bytes: int) -> list[Entry]:
+    """The entries :func:`render` shows whole (in order, within ``max_bytes``)."""
+    kept: list[Entry] = []
+    used = 0
+    for e in entries:
+        size = len(e.content.text.encode("utf-8"))
+        if used + size > max_bytes:
+            break  # whole files only: once one does not fit, the rest are named
+        kept.append(e)
+        used += size
+    return kept
 
 
 def render(place: Place, harness: str, source: str, entries: list[Entry], skipped: list[Skipped],
            max_bytes: int, nested: list[str]) -> str:
     """The stage output: heading, whole files within ``max_bytes``, then what was left out."""
-    kept: list[Entry] = []
-    left: list[Entry] = []
-    used = 0
-    for e in entries:
-        size = len(e.content.text.encode("utf-8"))
-        if left or used + size > max_bytes:
-            left.append(e)  # whole files only: once one does not fit, the rest are named
-        else:
-            kept.append(e)
-            used += size
+    kept = kept_entries(entries, max_bytes)
+    left = entries[len(kept):]
     if not (kept or left or skipped or nested):
         return ""
     who = LABELS.get(harness, harness) if harness else ""

@@ -169,8 +169,12 @@ for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.jso
 done
 watch=$state/fastpath/watch
 if [ -e "$watch" ] || [ -L "$watch" ]; then
+  # slow() is called after the loop, never inside it: there stdin is the watch list, and
+  # its `cat` would append the rest of the list to the payload Python reads
+  changed=
   while IFS= read -r path || [ -n "$path" ]; do
-    if [ ! -e "$path" ] || [ "$path" -nt "$watch" ]; then slow "$@"; fi
+    if [ ! -e "$path" ] || [ "$path" -nt "$watch" ]; then changed=1; break; fi
   done <"$watch" || slow "$@"
+  if [ -n "$changed" ]; then slow "$@"; fi
 fi
 nothing

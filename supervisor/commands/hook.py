@@ -236,8 +236,9 @@ def _run(args: HookArgs) -> int:
         except ImportError:
             return EXIT_OK
         caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages}
-        emit(args.harness, "".join(t if t.endswith("\n") else t + "\n"
-                                   for t in take_undelivered(context.state_dir, caps)),
+        texts = list(take_undelivered(context.state_dir, caps))
+        texts.append(_refreshed(context))  # instruction files changed during the session
+        emit(args.harness, "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts),
              state_dir=context.state_dir, kind="prompt")
         return EXIT_OK
     if source in ("compact", "clear"):
@@ -300,6 +301,21 @@ def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
         record_delivery(context.state_dir, text, kind)
     except (StateError, OSError) as err:
         print(f"supervise hook: cannot record the delivered digest: {err}", file=sys.stderr)
+
+
+def _refreshed(context: SessionContext) -> str:
+    """Instruction files this session has that changed since it got them, once each
+    (:func:`supervisor._refresh.take_changed`); ``""`` on any problem, stated on stderr."""
+    if not context.session_id:
+        return ""
+    from .._errors import SupervisorError
+    from .._refresh import take_changed
+
+    try:
+        return take_changed(context.state_dir, context.session_id)
+    except (SupervisorError, OSError) as err:
+        print(f"supervise hook: prompt: cannot check instruction files: {err}", file=sys.stderr)
+        return ""
 
 
 def _advance_nested_epoch(context: SessionContext) -> None:

@@ -10,6 +10,7 @@ digest's stage (or the nudge, or the banner) is found in a logged request body. 
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -194,3 +195,33 @@ def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(matrix: Project, fak
         claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}")
         last = tally(fake_model.bodies(since)[-1], matrix.mark)
         assert last == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, last)
+
+
+def test_a_changed_instruction_file_reaches_the_next_request_once(
+        project: Project, fake_model: FakeModel) -> None:
+    """AGENTS.md (injected by the digest: Claude does not load it) is edited between turns:
+    turn 2's request carries the new version once, under the one-line note; turn 3 carries no
+    second copy (the transcript holds the delivered one)."""
+    harness_bin("claude")
+    old, new = f"RULEONE{project.mark}", f"RULETWO{project.mark}"
+    agents = project.path / "AGENTS.md"
+    agents.write_text(f"# Rules\n- {old}\n")
+    past = time.time() - 60
+    os.utime(agents, (past, past))
+    project.configure(marker_toml(project.mark, extra=(
+        '\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')))
+    project.install("claude")
+    sid = claude(project, fake_model, "-p", "turn 1")["session_id"]
+    assert fake_model.seen(old) and not fake_model.seen("INSTRUCTIONS CHANGED")
+    agents.write_text(f"# Rules\n- {old}\n- {new}\n")
+    since = fake_model.count()
+    claude(project, fake_model, "--resume", sid, "-p", "turn 2")
+    turn2 = fake_model.bodies(since)
+    assert any(new in b for b in turn2), "the changed file did not reach the model"
+    assert max(b.count(new) for b in turn2) == 1
+    assert max(b.count("INSTRUCTIONS CHANGED: AGENTS.md") for b in turn2) == 1
+    since = fake_model.count()
+    claude(project, fake_model, "--resume", sid, "-p", "turn 3")
+    turn3 = fake_model.bodies(since)
+    assert max((b.count(new) for b in turn3), default=0) <= 1  # not injected again
+    assert max((b.count("INSTRUCTIONS CHANGED") for b in turn3), default=0) <= 1

@@ -10,6 +10,7 @@ extra user message and stored in the session; ``pi -c`` reports ``session_start`
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -177,3 +178,31 @@ def test_a_deferred_result_reaches_the_next_turn_once(project: Project, fake_mod
     assert "IN PROGRESS: deferred stage 'late'" in bodies[first - 1]
     assert bodies[second - 1].count(result) == 1  # turn 2: delivered
     assert bodies[-1].count(result) == 1  # turn 3: stored once in the session, not sent again
+
+
+def test_a_changed_instruction_file_reaches_the_next_turn_once(project: Project, fake_model: FakeModel,
+                                                               pi_env: dict[str, str]) -> None:
+    """AGENTS.md (which Pi loads itself) edited between turns: turn 2 gets the new version once
+    through before_agent_start; turn 3 gets no second copy."""
+    old, new = f"RULEONE{project.mark}", f"RULETWO{project.mark}"
+    agents = project.path / "AGENTS.md"
+    agents.write_text(f"# Rules\n- {old}\n")
+    past = time.time() - 60
+    os.utime(agents, (past, past))
+    project.configure(marker_toml(project.mark, extra=(
+        '\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')))
+    rpc = Rpc(project, pi_env)
+    try:
+        rpc.send({"id": "1", "type": "prompt", "message": "turn 1"}, until="agent_end")
+        first = fake_model.count()
+        agents.write_text(f"# Rules\n- {old}\n- {new}\n")
+        rpc.send({"id": "2", "type": "prompt", "message": "turn 2"}, until="agent_end")
+        second = fake_model.count()
+        rpc.send({"id": "3", "type": "prompt", "message": "turn 3"}, until="agent_end")
+    finally:
+        rpc.close()
+    bodies = fake_model.bodies()
+    assert all(new not in b for b in bodies[:first])
+    assert bodies[second - 1].count(new) == 1
+    assert bodies[second - 1].count("INSTRUCTIONS CHANGED: AGENTS.md") == 1
+    assert bodies[-1].count(new) == 1  # stored once in the session, not injected again
