@@ -277,8 +277,13 @@ def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionCon
 
 
 def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False,
-                transcript: str | None = None) -> SessionOutcome:
+                transcript: str | None = None, repeat_checked: bool = False) -> SessionOutcome:
     """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
+
+    A full start or re-emit repeated for the same (harness process, session id, source)
+    within :data:`supervisor._starts.WINDOW` seconds returns the first one's outcome,
+    byte-identical, and runs nothing (:func:`supervisor._starts.once`; issue 12, item 3);
+    ``repeat_checked`` is that check's own re-entry.
 
     ``transcript`` is the payload's ``transcript_path``: a resume whose transcript already
     holds this project's digest (or the nudge) since its last compaction stays silent
@@ -303,6 +308,13 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     harness_proc = _ancestry.find_harness(chain, context.session_id)
     harness = context.harness or (harness_proc.harness if harness_proc else "")
     session_id = context.session_id
+    if harness_proc is not None and not repeat_checked:
+        from ._starts import once, start_key
+
+        return once(context.state_dir, start_key(harness_proc.ident, session_id, context.source),
+                    config.budget + config.grace + 5.0,
+                    lambda: run_session(config, context, take_lock=take_lock, transcript=transcript,
+                                        repeat_checked=True))
     if action == "reemit":
         view = _lock.read_state(context.state_dir)
         if _lock.proven_start(view, ancestors, session_id) or _started_elsewhere(

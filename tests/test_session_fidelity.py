@@ -321,3 +321,55 @@ def test_a_lock_from_another_kernel_is_unseen_unless_older_than_this_boot(projec
     old_format = LockRecord(pid=1, create_time=0.0, harness="claude", session_id="x", nonce="n",
                             acquired_at=time.time())
     assert unseen_reason(old_format) == ""
+
+
+# -- item 3: idempotent starts ------------------------------------------------------------------
+
+def test_a_double_fired_start_gives_byte_identical_text_and_runs_nothing_twice(
+        project: Path, harnesses: Harnesses) -> None:
+    h = harnesses("claude")
+    first = hook(h, project, "startup", "claude")
+    second = hook(h, project, "startup", "claude")
+    assert "FLEET-EXCLUSIVE" in first.text and first.stdout == second.stdout
+    assert fleet_runs(project) == 1
+    lock_after = _lock(project)
+    third = hook(h, project, "startup", "claude")
+    assert third.stdout == first.stdout and _lock(project) == lock_after  # no renewal either
+    # another source, another session or another harness process is not a repeat
+    assert "FLEET-EXCLUSIVE" in context_of(hook(h, project, "startup", "claude", sid="s2"))
+    assert fleet_runs(project) == 2
+    other = harnesses("claude")
+    text = context_of(hook(other, project, "startup", "claude"))
+    assert _read_only(text)  # the first harness still holds the lock: a separate session
+
+
+def test_a_repeat_after_the_window_runs_again(project: Path, harnesses: Harnesses,
+                                              tmp_path: Path) -> None:
+    h = harnesses("claude")
+    hook(h, project, "startup", "claude")
+    for record in (project / ".supervise" / "starts").glob("*.json"):
+        data = json.loads(record.read_text())
+        data["at"] -= 60  # as if the first start finished a minute ago
+        record.write_text(json.dumps(data))
+    hook(h, project, "startup", "claude")
+    assert fleet_runs(project) == 2
+
+
+def test_concurrent_double_fire_waits_for_the_first_and_reuses_it(project: Path,
+                                                                  tmp_path: Path) -> None:
+    import shlex
+
+    from fake_harness import harness_binary
+
+    (project / "supervise.toml").write_text(CONFIG + '[[stages]]\nname = "slow"\nrun = ["sleep", "1"]\n')
+    claude = str(harness_binary(tmp_path / "bin", "claude"))
+    work = tmp_path / "double"
+    work.mkdir()
+    lines = [_hook_line(project, work, name, "s1") for name in ("one", "two")]
+    script = f"( {lines[0]} ) & ( {lines[1]} ) & wait"
+    proc = subprocess.run([claude, "-c", script], cwd=project, env=_clean_env(), timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    one, two = ((work / f"{n}.out").read_bytes() for n in ("one", "two"))
+    assert one == two and b"FLEET-EXCLUSIVE" in one, shlex.quote(one.decode())
+    assert fleet_runs(project) == 1
