@@ -300,3 +300,33 @@ def test_banner_names_the_budget_as_given_once(tmp_path: Path, budget: str, show
     assert f"to end within its {shown} budget; the time to kill stages is reserved inside it." \
         in line, line
     assert ") (" not in line and "0.0s budget" not in line and line.count("budget") == 1
+
+
+# -- item 14: the local settings file for Claude ---------------------------------------------
+
+
+def test_install_claude_local_scope_stays_out_of_the_repo(git_repo: Path) -> None:
+    import subprocess
+
+    proc = run_cli("install", "claude", cwd=git_repo)
+    out = proc.stdout.decode()
+    assert "note: .claude/settings.json is usually committed" in out and "--scope local" in out
+    assert run_cli("uninstall", "claude", cwd=git_repo).returncode == 0
+    proc = run_cli("install", "claude", "--scope", "local", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "note:" not in proc.stdout.decode()
+    local = git_repo / ".claude" / "settings.local.json"
+    data = json.loads(local.read_text())
+    assert "SessionStart" in data["hooks"] and not (git_repo / ".claude" / "settings.json").exists()
+    ignored = subprocess.run(["git", "-C", str(git_repo), "check-ignore", "-q", str(local)])
+    assert ignored.returncode == 0, "settings.local.json must be git-ignored"
+    code = run_cli("doctor", "claude", cwd=git_repo)
+    assert code.returncode == 0, code.stdout
+    assert b"registered in" in code.stdout and b"settings.local.json" in code.stdout
+    # registered twice: doctor warns and says how to keep one
+    run_cli("install", "claude", cwd=git_repo)
+    lines = run_cli("doctor", "claude", cwd=git_repo).stdout.decode().splitlines()
+    assert any(l.startswith("warn  claude: registered in") and "keep one" in l for l in lines)
+    # harnesses without a local file skip it, they do not fail
+    proc = run_cli("install", "codex", "pi", "--scope", "local", cwd=git_repo)
+    assert proc.returncode == 0 and proc.stderr.decode().count("has no local settings file") == 2

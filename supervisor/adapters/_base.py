@@ -57,6 +57,8 @@ class Adapter(NamedTuple):
         project_settings: settings file relative to the project root, or None when the harness
             reads project hooks from nowhere we can use (Grok).
         user_settings: settings file relative to ``$HOME``.
+        local_settings: a per-user, uncommitted settings file relative to the project root
+            (``--scope local``: Claude's ``.claude/settings.local.json``), or None.
         shape: registration JSON shape (see :data:`Shape`).
         session_event: the event name for session start in the settings file.
         prompt_event: per-prompt event that can add model context, or None.
@@ -98,11 +100,13 @@ class Adapter(NamedTuple):
     caveats: tuple[str, ...] = ()
     standdown_env: tuple[str, ...] = ()
     default_timeout: float | None = None
+    local_settings: str | None = None
 
     @property
     def scopes(self) -> tuple[str, ...]:
         """The ``--scope`` values ``install`` accepts for this harness."""
-        return ("project", "user") if self.project_settings else ("user",)
+        scopes = ("project", "user") if self.project_settings else ("user",)
+        return (*scopes, "local") if self.local_settings else scopes
 
     def settings_path(self, scope: str, project_dir: Path, home: Path) -> Path:
         """The settings file for ``scope`` (``project`` or ``user``).
@@ -116,7 +120,10 @@ class Adapter(NamedTuple):
             return project_dir / self.project_settings
         if scope == "user":
             return home / self.user_settings
-        raise ValueError(f"unknown scope {scope!r} (project or user)")
+        if scope == "local" and self.local_settings is not None:
+            return project_dir / self.local_settings
+        raise ValueError(f"{self.title} has no {scope!r} settings file "
+                         f"(scopes: {', '.join(self.scopes)})")
 
     def timeout_value(self, seconds: float) -> int:
         """``seconds`` in this harness's timeout unit, as the int the settings file holds."""

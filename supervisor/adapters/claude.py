@@ -19,6 +19,7 @@ ADAPTER = Adapter(
     title="Claude Code",
     project_settings=".claude/settings.json",
     user_settings=".claude/settings.json",
+    local_settings=".claude/settings.local.json",
     shape="groups",
     session_event="SessionStart",
     prompt_event="UserPromptSubmit",

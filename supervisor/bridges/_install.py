@@ -253,6 +253,10 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path) -> bool
     failed = False
     for name in names:
         bridge = get(name)
+        if scope not in ("project", "user"):  # `--scope local`: a settings file Claude has
+            print(f"{name}: skipped: {bridge.title} has no {scope} settings file; run "
+                  f"`supervise {verb} {name} --scope project` to {verb} it there", file=sys.stderr)
+            continue
         try:
             if verb == "install":
                 print(install(bridge, scope, project_dir, Path.home(), budget))

@@ -312,6 +312,10 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
                                 f"supervise install {adapter.name}"))
         return checks
+    if len(found) > 1:  # e.g. .claude/settings.json and settings.local.json: keep one
+        checks.append(Check("warn", adapter.name, "registered in " + " and ".join(
+            str(p) for p, _, _ in found) + f"; keep one (`supervise uninstall {adapter.name} "
+            "--scope SCOPE` removes the other)"))
     for path, regs, data in found:
         session = regs.get(adapter.session_event, [])
         if not session:

@@ -39,8 +39,10 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
                    help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
-    p.add_argument("--scope", choices=("project", "user"), default="project",
-                   help="project settings (default) or the user's settings in $HOME")
+    p.add_argument("--scope", choices=("project", "user", "local"), default="project",
+                   help="project: the project's settings file, usually committed (default); "
+                   "user: your settings in $HOME, every project; local: your own uncommitted "
+                   "project file (Claude's .claude/settings.local.json, git-ignored)")
     add_directory(p)
     return p
 
@@ -153,11 +155,12 @@ def main(argv: list[str]) -> int:
     home = Path.home()
     failed = run_verb("install", bridged, args.scope, project_dir)
     steps: list[str] = []
+    notes: list[str] = []
     for adapter in adapters:
         if args.scope not in adapter.scopes:
             # Never write a user-level file the user did not ask for (Grok reads user settings only).
-            print(f"{adapter.name}: skipped: {adapter.title} reads hooks from {adapter.scopes[0]} "
-                  f"settings only; run `supervise install {adapter.name} --scope "
+            print(f"{adapter.name}: skipped: {adapter.title} has no {args.scope} settings file; "
+                  f"run `supervise install {adapter.name} --scope "
                   f"{adapter.scopes[0]}` to register it there", file=sys.stderr)
             continue
         scope = args.scope
@@ -171,6 +174,15 @@ def main(argv: list[str]) -> int:
                 _settings.write_settings(path, new)
                 events = ", ".join(dict.fromkeys(e.event for e in entries(adapter, budget)))
                 print(f"{adapter.name}: registered {events} in {_rel(path, project_dir)}")
+            if scope == "local":
+                add_git_exclude(project_dir, "/" + _rel(path, project_dir))
+            elif scope == "project" and adapter.local_settings:
+                notes.append(f"{_rel(path, project_dir)} is usually committed, and the registration "
+                             f"names this machine's interpreter ({sys.executable}): a teammate's "
+                             "session would run a path that does not exist there. To keep it "
+                             f"yours alone, run `supervise uninstall {adapter.name}` then "
+                             f"`supervise install {adapter.name} --scope local` "
+                             f"({adapter.local_settings}, git-ignored).")
         except Exception as err:  # ConfigError, OSError: one line, the file untouched
             from .._errors import ConfigError
 
@@ -184,6 +196,8 @@ def main(argv: list[str]) -> int:
     added = add_git_exclude(project_dir)
     if added:
         print(f"added /.supervise/ to {_rel(Path(added), project_dir)}")
+    for note in notes:
+        print(f"note: {note}")
     if steps:
         print("next steps:")
         for step in dict.fromkeys(steps):
