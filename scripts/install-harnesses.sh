@@ -38,23 +38,42 @@ installed_version() {  # installed_version PKG -> version from node_modules, or 
   [ -f "$f" ] && sed -n 's/^[[:space:]]*"version":[[:space:]]*"\([^"]*\)".*/\1/p' "$f" | head -n 1
 }
 
-want=()
+title() {  # title NAME -> what the package is
+  case "$1" in
+    claude) echo "Claude Code CLI" ;; codex) echo "Codex CLI" ;; gemini) echo "Gemini CLI" ;;
+    pi) echo "Pi coding agent" ;; opencode) echo "OpenCode" ;;
+  esac
+}
+
+want=(); names=()
 for t in "${targets[@]}"; do
   spec="$(pin "$t")" || { echo "install-harnesses: unknown harness '$t'" >&2; exit 2; }
   pkg="${spec% *}"; ver="${spec#* }"
   if [ "$(installed_version "$pkg")" = "$ver" ]; then
     echo "install-harnesses: $t ($pkg@$ver) already installed"
   else
-    want+=("$pkg@$ver")
+    want+=("$pkg@$ver"); names+=("$t")
   fi
 done
 [ ${#want[@]} -eq 0 ] && exit 0
 
-echo "install-harnesses: installing ${want[*]} into $CACHE"
-if ! (cd "$CACHE" && npm install --no-audit --no-fund --save-exact --loglevel=error "${want[@]}" \
-      >"$CACHE/install.log" 2>&1); then
-  echo "install-harnesses: npm install failed (see $CACHE/install.log); e2e tests will skip" >&2
-  tail -n 20 "$CACHE/install.log" >&2
-  exit 1
-fi
-echo "install-harnesses: done"
+echo "install-harnesses: the end-to-end tests (tests/e2e) drive the real harness CLIs against a"
+echo "install-harnesses: local fake model, so the pinned versions are installed once from npm into"
+echo "install-harnesses: $CACHE (git-ignored; about 1.3 GB for all five, a minute or more"
+echo "install-harnesses: depending on the network). \`pytest -m \"not e2e\"\` needs none of them."
+: >"$CACHE/install.log"
+total=${#want[@]}; start_all=$SECONDS
+for i in "${!want[@]}"; do
+  n=$((i + 1)); start=$SECONDS
+  echo "install-harnesses: [$n/$total] ${names[$i]}: $(title "${names[$i]}") ${want[$i]} ..."
+  if ! (cd "$CACHE" && npm install --no-audit --no-fund --save-exact --loglevel=error \
+        "${want[$i]}" >>"$CACHE/install.log" 2>&1); then
+    echo "install-harnesses: npm install ${want[$i]} failed (see $CACHE/install.log);" \
+         "e2e tests that need it will skip" >&2
+    tail -n 20 "$CACHE/install.log" >&2
+    exit 1
+  fi
+  echo "install-harnesses: [$n/$total] ${names[$i]} installed in $((SECONDS - start))s"
+done
+size="$(du -sh "$CACHE/node_modules" 2>/dev/null | cut -f1)"
+echo "install-harnesses: done in $((SECONDS - start_all))s (${size:-?} in $CACHE/node_modules)"

@@ -330,3 +330,34 @@ def test_install_claude_local_scope_stays_out_of_the_repo(git_repo: Path) -> Non
     # harnesses without a local file skip it, they do not fail
     proc = run_cli("install", "codex", "pi", "--scope", "local", cwd=git_repo)
     assert proc.returncode == 0 and proc.stderr.decode().count("has no local settings file") == 2
+
+
+# -- item 12: the harness installer says what it installs, why, and how far it got -----------
+
+
+def test_install_harnesses_shows_progress_and_why(tmp_path: Path) -> None:
+    """A stand-in `npm` (records the package it was asked for) keeps this offline."""
+    import os
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text('#!/bin/sh\nfor a in "$@"; do case "$a" in *@[0-9]*) spec=$a;; esac; done\n'
+                   'pkg=${spec%@*}; ver=${spec##*@}\nmkdir -p "node_modules/$pkg"\n'
+                   'printf \'{\\n  "version": "%s"\\n}\\n\' "$ver" > "node_modules/$pkg/package.json"\n')
+    npm.chmod(0o755)
+    script = Path(__file__).resolve().parents[1] / "scripts" / "install-harnesses.sh"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "HARNESS_CACHE": str(tmp_path / "cache")}
+    first = subprocess.run(["bash", str(script), "claude", "pi"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert first.returncode == 0, first.stderr
+    out = first.stdout
+    assert "end-to-end tests" in out and "1.3 GB" in out and 'not e2e' in out  # why, how big
+    assert "[1/2] claude: Claude Code CLI @anthropic-ai/claude-code@2.1.197 ..." in out
+    assert "[2/2] pi: Pi coding agent @mariozechner/pi-coding-agent@0.73.1 ..." in out
+    assert "[2/2] pi installed in" in out and "install-harnesses: done in" in out
+    second = subprocess.run(["bash", str(script), "claude", "pi"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert second.stdout.count("already installed") == 2 and "[1/" not in second.stdout

@@ -2,7 +2,8 @@
 
 The CLIs are pinned and installed by ``scripts/install-harnesses.sh`` into ``.cache/harnesses``
 (``HARNESS_CACHE`` overrides). The first e2e test of a run installs them (npm registry only,
-idempotent, about 30 s the first time; ``WATCHKEEPER_NO_HARNESS_INSTALL=1`` turns that off);
+idempotent; about 1.3 GB and a minute or more the first time, with its progress shown on the
+terminal; ``WATCHKEEPER_NO_HARNESS_INSTALL=1`` turns that off);
 a test whose CLI is still missing (no npm) skips and says why.
 Every test gets its own fake model server on 127.0.0.1 (a free port) that logs each request
 body; a test passes only when the text our hook printed is found in a request the model got.
@@ -36,17 +37,38 @@ _FOREIGN_PREFIXES = ("CLAUDE", "ANTHROPIC", "CODEX", "OPENAI", "GEMINI", "GOOGLE
 _INSTALL_TRIED: list[str] = []
 
 
-def _ensure_installed() -> None:
+def _ensure_installed(config: pytest.Config | None = None) -> None:
     """Run the project's installer once per test run (so the README's test command needs no
-    separate set-up step); its output is kept for the skip message."""
+    separate set-up step); its last lines are kept for the skip message. With ``config``
+    (before the first test) its progress is shown on the terminal as it goes: a first install
+    downloads about 1.3 GB."""
+    import contextlib
+    import threading
+
     if _INSTALL_TRIED or os.environ.get("WATCHKEEPER_NO_HARNESS_INSTALL"):
         return
+    capman = config.pluginmanager.getplugin("capturemanager") if config is not None else None
+    shown = capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext()
     try:
-        proc = subprocess.run(["bash", str(ROOT / "scripts" / "install-harnesses.sh")],
-                              capture_output=True, text=True, timeout=900,
-                              stdin=subprocess.DEVNULL)
-        _INSTALL_TRIED.append((proc.stdout + proc.stderr).strip()[-300:])
-    except (OSError, subprocess.TimeoutExpired) as err:
+        with shown:
+            proc = subprocess.Popen(["bash", str(ROOT / "scripts" / "install-harnesses.sh")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    stdin=subprocess.DEVNULL)
+            timer = threading.Timer(900, proc.kill)  # bounded: a hung npm ends the wait
+            timer.start()
+            lines = []
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    lines.append(line)
+                    if capman is not None:
+                        sys.stderr.write(line)
+                        sys.stderr.flush()
+                proc.wait()
+            finally:
+                timer.cancel()
+        _INSTALL_TRIED.append("".join(lines).strip()[-300:])
+    except OSError as err:
         _INSTALL_TRIED.append(f"installer failed: {err}")
 
 
@@ -54,7 +76,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Install the pinned CLIs before the first test when any e2e test is selected: outside
     every test's timeout, and not at all for a unit-test-only run."""
     if any(item.get_closest_marker("e2e") for item in session.items):
-        _ensure_installed()
+        _ensure_installed(session.config)
 
 
 def harness_bin(name: str) -> Path:
