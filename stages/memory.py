@@ -19,6 +19,15 @@ the full recap (claude-remember #339/#340). Silent when the store does not exist
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # the common case, decided before any other import (digest start)
+    import os as _os
+
+    _project = _os.environ.get("SUPERVISE_PROJECT_DIR", "")
+    if ((_os.environ.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
+            and _project.startswith("/") and _os.path.isdir(_project)
+            and not _os.path.lexists(_os.path.join(_project, ".remember"))):
+        raise SystemExit(0)  # default options and no store: main() would print nothing
+
 import datetime as _dt
 import time
 from dataclasses import dataclass, field

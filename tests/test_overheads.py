@@ -148,3 +148,28 @@ def test_a_streaming_only_digest_keeps_nothing(tmp_path: Path) -> None:
     streamed = BufferSink()
     result = anyio.run(partial(run_digest, config, ctx, sink=streamed, keep_output=False))
     assert streamed.getvalue() == b"hi\n" and result.text == "" and result.stages[0].bytes == 3
+
+
+@pytest.mark.parametrize("stage", ["memory", "summary"])
+def test_built_in_stage_with_nothing_to_do_skips_its_imports(tmp_path: Path, stage: str) -> None:
+    """No store (memory) / no summary file: the stage decides before importing its modules;
+    with the file present it takes the full path (and still exits 0)."""
+    from supervisor._builtins import builtin_argv
+
+    env = {**__import__("os").environ, "SUPERVISE_PROJECT_DIR": str(tmp_path),
+           "SUPERVISE_STATE_DIR": str(tmp_path / ".supervise"), "SUPERVISE_STAGE_OPTIONS": "{}"}
+    argv = builtin_argv(stage)
+    quick = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert (quick.returncode, quick.stdout) == (0, "")
+    assert "_memory_common" not in quick.stderr
+    if stage == "memory":
+        (tmp_path / ".remember").mkdir()
+    else:
+        (tmp_path / "memory").mkdir()
+        (tmp_path / "memory" / "summary.md").write_text("---\nkind: summary\n---\nSUMMARY BODY\n")
+    full = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert full.returncode == 0 and "_memory_common" in full.stderr
+    if stage == "summary":
+        assert "SUMMARY BODY" in full.stdout
