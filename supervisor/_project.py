@@ -3,6 +3,8 @@ per-machine state dir, which must never show up in ``git status``."""
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 
@@ -56,6 +58,30 @@ def git_dirs(top: Path) -> tuple[Path, Path] | None:
         return None
 
 
+def _read_small(path: Path, cap: int = 1 << 20) -> str:
+    """A regular file's text (at most ``cap`` bytes), never through a link or from a FIFO;
+    ``""`` when absent or not a regular file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, cap).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+
+
+def _ends_with_newline(fd: int, size: int) -> bool:
+    try:
+        return os.pread(fd, 1, size - 1) == b"\n"
+    except OSError:
+        return True
+
+
 def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | None:
     """Append ``pattern`` to the repo's ``info/exclude`` unless it is already there.
 
@@ -73,14 +99,21 @@ def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | N
     exclude = dirs[1] / "info" / "exclude"  # info/ lives in the common dir (worktrees share it)
     name = pattern.strip("/")
     try:
-        lines = exclude.read_text("utf-8").splitlines() if exclude.exists() else []
+        lines = _read_small(exclude).splitlines()
         if any(line.strip().strip("/") == name for line in lines):
             return None
         exclude.parent.mkdir(parents=True, exist_ok=True)
-        with exclude.open("a", encoding="utf-8") as f:
-            if lines and not exclude.read_text("utf-8").endswith("\n"):
-                f.write("\n")
-            f.write(pattern + "\n")
+        # Never through a planted link or into a FIFO: O_NOFOLLOW | O_NONBLOCK, then fstat.
+        fd = os.open(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            text = ("\n" if lines and st.st_size and not _ends_with_newline(fd, st.st_size) else "")
+            os.write(fd, (text + pattern + "\n").encode("utf-8"))
+        finally:
+            os.close(fd)
     except OSError:
         return None
     return str(exclude)

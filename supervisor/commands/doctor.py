@@ -19,7 +19,6 @@ import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -142,13 +141,25 @@ def _state_checks(project: Path) -> list[Check]:
     if state.is_symlink():
         return [Check("FAIL", "state dir", f"{state} is a symlink",
                       f"remove the symlink (`rm {shlex.quote(str(state))}`); it is recreated")]
-    try:
-        state.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=state, prefix=".doctor-"):
-            pass
-        checks.append(Check("ok", "state dir", f"{state} is writable"))
-    except OSError as err:
-        checks.append(Check("FAIL", "state dir", f"{state} is not writable ({err.strerror or err})",
+    from .._errors import StateError
+    from .._statedir import StateDir
+
+    try:  # through the state door: a probe file written and removed, no link followed
+        sd = StateDir.open_existing(state)
+        if sd is None:  # created by the first digest; doctor changes nothing
+            parent = next((p for p in state.parents if p.exists()), Path("/"))
+            if not os.access(parent, os.W_OK):
+                raise StateError(f"{parent} is not writable, so {state} cannot be created")
+            checks.append(Check("ok", "state dir", f"{parent} is writable; {state.name}/ will be "
+                                "created by the first digest"))
+        else:
+            with sd:
+                probe = f".doctor-{os.getpid()}"
+                sd.write(probe, b"")
+                sd.remove(probe)
+            checks.append(Check("ok", "state dir", f"{state} is writable"))
+    except StateError as err:
+        checks.append(Check("FAIL", "state dir", f"{state} is not writable ({err})",
                             "make it writable by this user, or set SUPERVISE_STATE_DIR"))
     try:
         inside = state.resolve().is_relative_to(project.resolve())
