@@ -142,7 +142,10 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
             directory = open_stage_dir(context.state_dir, spec.name, create=True)
             assert directory is not None
         except StateError as err:
-            launches.append(Launch(spec.name, title, None, time.time(), deadline, error=str(err)))
+            from ._statedir import link_reference
+
+            why = link_reference(context.state_dir) or str(err)
+            launches.append(Launch(spec.name, title, None, time.time(), deadline, error=why))
             continue
         try:
             # Never wait here: the digest's event loop would stall past its budget. A held

@@ -21,7 +21,7 @@ from ._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan, unmet
 from ._project import ensure_state_dir
-from ._statedir import take_notices
+from ._statedir import link_notice, take_notices
 from ._results import DigestResult, StageResult
 from ._stage import KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
 
@@ -146,6 +146,9 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     for delivery in deliveries.values():
         out.write_notice(delivery.text)
     if not transparent:
+        refused = link_notice(context.state_dir)  # a symlinked state dir, named once
+        if refused:
+            out.write_notice(refused)
         for line in take_notices():  # planted or corrupt state files, named once
             out.write_notice(line)
     results = []

@@ -348,6 +348,9 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
                "`supervise hook --take-lock`.")
         return _read_only(config, _with(context, harness=harness), why, exclusive)
     if outcome.status == "unusable" or outcome.record is None:
+        from ._statedir import mark_named
+
+        mark_named(context.state_dir)  # the READ-ONLY notice names a symlinked state dir
         why = f"The state dir cannot be used, so no lock was taken: {outcome.reason}."
         return _read_only(config, _with(context, harness=harness), why, exclusive)
     ctx = _with(context, mode="full", harness=harness)

@@ -27,6 +27,7 @@ from ._output import OrderedOutput
 from ._plan import DigestPlan, StagePlan
 from ._results import StageResult, StageStatus
 from ._stagelog import StderrCapture
+from ._statedir import usable_path
 
 DRAIN = 0.2
 """Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
@@ -103,6 +104,9 @@ def stage_env(spec: StagePlan, context: SessionContext, token: str,
            if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")}
     env.update(spec.env)
     env.update(context.env())
+    # a symlinked state dir is never written, by stages either: they get none (the digest
+    # names the link once, see supervisor._statedir)
+    env["SUPERVISE_STATE_DIR"] = usable_path(context.state_dir)
     env["SUPERVISE_STAGE_NAME"] = spec.name
     env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
     if digest is not None:

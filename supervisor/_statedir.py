@@ -158,8 +158,7 @@ class StateDir:
                     raise StateError(f"state dir {path} cannot be created: {_why(err)}") from err
             except OSError as err:
                 if err.errno == errno.ELOOP or os.path.islink(path):
-                    raise StateError(f"state dir {path} is a symlink; refusing to follow it "
-                                     "(nothing is written there)") from err
+                    raise StateError(_link_refusal(path)) from err
                 if err.errno == errno.ENOTDIR:
                     raise StateError(f"state dir {path} is not a directory") from err
                 raise StateError(f"state dir {path} cannot be opened: {_why(err)}") from err
@@ -598,6 +597,44 @@ class StateDir:
 
     def __repr__(self) -> str:
         return f"StateDir({str(self.path)!r})"
+
+
+_named_links: set[str] = set()
+
+
+def _link_refusal(path: Path) -> str:
+    return f"state dir {path} is a symlink; refusing to follow it (nothing is written there)"
+
+
+def mark_named(path: Path) -> None:
+    """Record that the digest already named the symlinked state dir ``path`` (e.g. in its
+    READ-ONLY notice), so :func:`link_notice` and :func:`link_reference` do not repeat it."""
+    if os.path.islink(path):
+        _named_links.add(str(path))
+
+
+def link_notice(path: Path) -> str | None:
+    """The one line naming a symlinked state dir ``path``, when it is one and this process has
+    not named it yet (then it counts as named); else None. The digest prints it once."""
+    if not os.path.islink(path) or str(path) in _named_links:
+        return None
+    _named_links.add(str(path))
+    return f"[supervise] {_link_refusal(path)}."
+
+
+def link_reference(path: Path) -> str | None:
+    """A short reason for a consumer that could not use the symlinked state dir ``path``
+    ("the state dir is a symlink, named in this digest"), or None when it is not a link: the
+    whole reason is given once, by :func:`link_notice` or the READ-ONLY notice."""
+    if not os.path.islink(path):
+        return None
+    return "the state dir is a symlink (named once in this digest); nothing is written there"
+
+
+def usable_path(path: Path) -> str:
+    """``str(path)``, or ``""`` when it is a symlink: what a stage gets as
+    ``SUPERVISE_STATE_DIR`` (empty = no state dir: the stage writes nothing)."""
+    return "" if os.path.islink(path) else str(path)
 
 
 def _check_name(name: str) -> None:

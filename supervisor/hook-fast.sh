@@ -167,8 +167,14 @@ for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.jso
              "$state"/fastpath/wake*; do
   if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
 done
+# The state dir is untrusted input (issue 11): a linked state dir or fastpath folder, or a watch
+# list that is a link, a FIFO (opening it would block), not a regular file or over 64 KiB is
+# never read here; Python's state door deals with it.
+if [ -L "$state" ] || [ -L "$state/fastpath" ]; then slow "$@"; fi
 watch=$state/fastpath/watch
 if [ -e "$watch" ] || [ -L "$watch" ]; then
+  if [ -L "$watch" ] || [ ! -f "$watch" ]; then slow "$@"; fi
+  case $(find "$watch" -prune -size +64k 2>/dev/null) in "") ;; *) slow "$@" ;; esac
   # slow() is called after the loop, never inside it: there stdin is the watch list, and
   # its `cat` would append the rest of the list to the payload Python reads
   changed=

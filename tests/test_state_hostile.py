@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -147,3 +148,194 @@ def test_result_of_a_killed_runner_is_reported_by_the_next_digest(tmp_path: Path
     third = run_cli("digest", cwd=tmp_path).stdout.decode()
     assert "LOST" not in third and "done" in third
     wait_for(lambda: not (folder / "running.json").exists())
+
+
+# -- the walk: every state file the product knows ---------------------------------------------
+SESSION = "s1"
+NESTED_KEY = __import__("hashlib").sha256(SESSION.encode()).hexdigest()[:32]
+STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests")
+"""Every folder of the state dir (relative)."""
+STATE_FILES = (
+    "lock.json", "complete.json", "lock.flock", "last-digest.json", "sessions.json",
+    "exposure.jsonl", "exposure.jsonl.1",
+    "deferred/net/.lock", "deferred/net/running.json", "deferred/net/result-1-x.json",
+    "deferred/net/delivered-1-x.json", "deferred/net/lost-1-x.json",
+    f"nested/{NESTED_KEY}.json", f"nested/{NESTED_KEY}.lock",
+    "memory/handoff.delivered", "memory/handoff.lock", "memory/consolidate.lock",
+    "logs/memory.log", "logs/consolidation.log", "logs/hello.log",
+    "fastpath/watch", "fastpath/wake-x", "digests/digest-000000000000.txt",
+)
+"""Every file of the state dir (relative; ``off`` is left out: its presence is the switch)."""
+WALK_CONFIG = """budget = 30
+inline_cap = { claude = 2000 }
+[[stages]]
+name = "hello"
+run = "python3 -c \\"print('hello ' * 800)\\""
+[[stages]]
+name = "net"
+run = "echo reachable"
+deferred = true
+timeout = 10
+[[stages]]
+name = "memory"
+builtin = "memory"
+timeout = 10
+options = { consolidate = ["true"] }
+"""
+
+
+def _walk_project(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A git project with a memory store (a handoff note, a past staging day) and every stage
+    kind; returns (project, victim file, elsewhere folder)."""
+    import datetime as dt
+
+    project = tmp_path / "repo"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True, timeout=30)
+    (project / "supervise.toml").write_text(WALK_CONFIG)
+    store = project / ".remember"
+    store.mkdir()
+    (store / "remember.md").write_text("handoff note\n")
+    past = (dt.date.today() - dt.timedelta(days=3)).isoformat()
+    (store / f"today-{past}.md").write_text("## 10:00 | main\nold work\n")
+    sub = project / "sub"
+    sub.mkdir()
+    (sub / "AGENTS.md").write_text("nested rules\n")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("PRECIOUS")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    return project, victim, elsewhere
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root`` (links not followed) with its size and mtime."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        for name in dirnames + filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _verbs(project: Path) -> list[tuple[str, list[str], bytes]]:
+    """(label, argv, stdin) of every verb and hook that touches the state dir."""
+    def payload(source: str, **extra: object) -> bytes:
+        return json.dumps({"session_id": SESSION, "cwd": str(project), "source": source,
+                           "hook_event_name": "SessionStart", **extra}).encode()
+
+    post_tool = payload("", hook_event_name="PostToolUse", tool_name="Read",
+                        tool_input={"file_path": str(project / "sub" / "x.py")})
+    return [
+        ("hook startup", ["hook", "claude"], payload("startup")),
+        ("hook compact", ["hook", "claude"], payload("compact")),
+        ("hook resume", ["hook", "claude"], payload("resume")),
+        ("hook prompt", ["hook", "claude", "--event", "prompt"], payload("")),
+        ("hook post-tool", ["hook", "claude", "--event", "post-tool"], post_tool),
+        ("digest", ["digest"], b""),
+        ("status", ["status"], b""),
+        ("nudge", ["nudge", "claude"], b""),
+        ("doctor", ["doctor", "claude"], b""),
+    ]
+
+
+DOCUMENTED_EXIT = {"status": (0, 1), "doctor": (0, 1), "digest": (0,)}
+"""Exit codes each verb may give (docs/session-protocol.md §11); hooks always exit 0."""
+
+
+def _settle(keep: int = 0, timeout: float = 30.0) -> None:
+    """Wait until the detached runners and consolidations this test started have ended (all
+    processes carrying the test's token but ``keep``, the fake harness)."""
+    from conftest import TOKEN_VAR, _carriers
+
+    token = os.environ[TOKEN_VAR]
+    wait_for(lambda: not [p for p in _carriers(token) if p.pid != keep], timeout)
+
+
+def _outside(tmp_path: Path) -> dict[str, tuple[int, int]]:
+    """Everything under ``tmp_path`` but the project and the fake harness's own folder."""
+    return {k: v for k, v in _snapshot(tmp_path).items()
+            if k.split("/")[0] not in ("repo", "harnesses")}
+
+
+def _run_walk(project: Path, victim: Path, elsewhere: Path, tmp_path: Path) -> list[str]:
+    from fake_harness import FakeHarness
+
+    harness = FakeHarness(tmp_path / "harnesses", "claude")
+    outside_before = _outside(tmp_path)
+    stderr_lines = []
+    try:
+        for label, argv, stdin in _verbs(project):
+            if argv[0] == "hook":  # below a live "claude" process: the lock is taken
+                proc: Any = harness.run(argv, cwd=project, stdin=stdin)
+            else:
+                proc = subprocess.run(supervise_cmd(*argv), cwd=project, input=stdin,
+                                      capture_output=True, timeout=60)
+            _check_run(label, argv, proc)
+            stderr_lines += proc.stderr.decode("utf-8", "replace").splitlines()
+            _settle(keep=harness.proc.pid)
+    finally:
+        harness.close()
+    assert victim.read_text() == "PRECIOUS"
+    assert list(elsewhere.iterdir()) == []
+    assert _outside(tmp_path) == outside_before  # nothing written outside the project
+    return stderr_lines
+
+
+def _check_run(label: str, argv: list[str], proc: Any) -> None:
+    allowed = DOCUMENTED_EXIT.get(argv[0], (0,))
+    assert proc.returncode in allowed, (label, proc.returncode, proc.stderr)
+    assert b"Traceback" not in proc.stderr and b"internal error" not in proc.stdout, (label, proc.stderr)
+    both = proc.stderr + proc.stdout
+    assert b"RecursionError" not in both or b"set aside" in both, (label, both)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_walk_every_state_file_planted(tmp_path: Path, kind: str) -> None:
+    """Issue 11: each state file replaced by a link, FIFO, folder, 60,000-deep JSON or 3 GiB
+    file; every verb and hook stays bounded (each run under 60 s, a FIFO never waited on),
+    exits as documented, never writes through a link and never writes outside the project."""
+    project, victim, elsewhere = _walk_project(tmp_path)
+    state = project / ".supervise"
+    for folder in STATE_FOLDERS:
+        (state / folder).mkdir(parents=True, exist_ok=True)
+    for rel in STATE_FILES:
+        plant(state / rel, kind, victim)
+    _run_walk(project, victim, elsewhere, tmp_path)
+    for rel in ("lock.json", "last-digest.json", "exposure.jsonl"):
+        path = state / rel  # written by the runs: ours now, the plant set aside beside it
+        assert path.is_file() and not path.is_symlink(), rel
+        # lock.json is read before it is written, so the plant was set aside; a log only when
+        # it was no regular file (an oversized or garbled log is rotated or skipped line-wise)
+        if rel == "lock.json" or (rel == "exposure.jsonl" and kind in ("symlink", "fifo", "directory")):
+            assert os.path.lexists(state / (rel + ".corrupt")), rel
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "deep"])
+def test_walk_every_state_folder_planted(tmp_path: Path, kind: str) -> None:
+    """The same with each folder of the state dir replaced (by a link to another folder, a
+    FIFO, or a file)."""
+    project, victim, elsewhere = _walk_project(tmp_path)
+    state = project / ".supervise"
+    state.mkdir()
+    for folder in STATE_FOLDERS:
+        if folder == "deferred/net":
+            continue  # inside a planted deferred/
+        plant(state / folder, kind, elsewhere)
+    _run_walk(project, victim, elsewhere, tmp_path)
+
+
+def test_symlinked_state_dir_as_a_whole_is_never_written(tmp_path: Path) -> None:
+    """`.supervise -> elsewhere`: no verb or hook writes there (stages included), and a digest
+    names it once."""
+    project, victim, elsewhere = _walk_project(tmp_path)
+    (project / ".supervise").symlink_to(elsewhere)
+    _run_walk(project, victim, elsewhere, tmp_path)
+    start = subprocess.run(supervise_cmd("hook", "claude"), cwd=project, capture_output=True,
+                           input=json.dumps({"session_id": SESSION, "cwd": str(project),
+                                             "source": "startup"}).encode(), timeout=60)
+    _settle()
+    text = json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert text.count("is a symlink; refusing to follow it") == 1, text
+    assert list(elsewhere.iterdir()) == []

@@ -58,7 +58,9 @@ def save_full(text: str, state_dir: Path) -> Path:
                 folder.write(name, data)
                 _prune(folder, keep=name)
     except StateError as err:  # a symlinked state dir or digests folder: nothing written
-        raise OSError(str(err)) from err
+        from .._statedir import link_reference
+
+        raise OSError(link_reference(state_dir.absolute()) or str(err)) from err
     return state_dir.absolute() / DIGESTS_DIR / name
 
 
