@@ -162,14 +162,18 @@ class FileText:
     """An instruction file read from disk.
 
     Attributes:
-        text: its content decoded as UTF-8 (invalid bytes replaced by U+FFFD).
+        text: its content decoded as UTF-8 (invalid bytes replaced by U+FFFD), with hidden
+            text removed (:func:`supervisor._sanitize.clean`).
         size: its size in bytes on disk.
         lossy: True when the bytes were not valid UTF-8 (the text carries replacements).
+        hidden: characters removed as hidden text (escape sequences, controls, bidi and
+            invisible characters); the stage names the file with that count.
     """
 
     text: str
     size: int
     lossy: bool
+    hidden: int = 0
 
 
 def is_regular(path: str | Path) -> bool:
@@ -180,37 +184,95 @@ def is_regular(path: str | Path) -> bool:
         return False
 
 
-def read_instruction(path: str | Path) -> FileText | None:
-    """Read ``path`` without ever blocking (FIFOs and devices are refused).
+def present(path: str | Path) -> bool:
+    """True when something that is not a directory sits at ``path`` (a file, a link, a FIFO, a
+    device): a candidate to read or to name with the reason it was not read. Never raises."""
+    try:
+        return os.path.lexists(path) and not os.path.isdir(path)
+    except OSError:
+        return False
 
-    Returns None when the file is missing, unreadable, not a regular file, or larger than
-    :data:`MAX_READ_BYTES` (use :func:`file_size` to name it instead). A leading BOM is dropped.
+
+#: Kernel and device file systems: an instruction file resolving there is never read, whatever
+#: the allow options say (``/proc/self/environ`` holds secrets, ``/dev/zero`` never ends).
+SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def special_location(real_path: str) -> str | None:
+    """The kernel or device file system ``real_path`` lies in (``/proc``...), else None."""
+    for root in SPECIAL_ROOTS:
+        if real_path == root or real_path.startswith(root + "/"):
+            return root
+    return None
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def examine(path: str | Path) -> tuple[FileText | None, str]:
+    """Read ``path`` without ever blocking: ``(content, "")``, or ``(None, why not)``.
+
+    The reasons, each true and specific (issue 11 item 7): ``not found``, ``unreadable
+    (Permission denied)``, ``a FIFO, not a regular file; not read`` (also sockets, devices,
+    directories), ``too large (N bytes; ...)``, ``binary (it contains NUL bytes); not read``.
+    A leading BOM is dropped; hidden text is removed (:class:`FileText`).
     """
+    where = special_location(real(path))
+    if where is not None:  # checked before any open: /dev/tty, /proc/kmsg are never touched
+        return None, (f"refused: it resolves to {real(path)}, in {where} (a kernel or device "
+                      "file system); never read")
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
+    except FileNotFoundError:
+        return None, "not found"
+    except OSError as err:
+        return None, f"unreadable ({err.strerror or err})"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_READ_BYTES:
-            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None, f"{_kind(st.st_mode)}, not a regular file; not read"
+        if st.st_size > MAX_READ_BYTES:
+            return None, (f"too large ({st.st_size} bytes; instruction files over "
+                          f"{MAX_READ_BYTES} bytes are not read)")
         chunks = []
-        while True:
+        total = 0
+        while total <= MAX_READ_BYTES:
             chunk = os.read(fd, 1 << 16)
             if not chunk:
                 break
             chunks.append(chunk)
-    except OSError:
-        return None
+            total += len(chunk)
+    except OSError as err:
+        return None, f"unreadable ({err.strerror or err})"
     finally:
         os.close(fd)
     data = b"".join(chunks)
+    if len(data) > MAX_READ_BYTES:  # it grew while we read
+        return None, (f"too large (over {MAX_READ_BYTES} bytes; instruction files over "
+                      f"{MAX_READ_BYTES} bytes are not read)")
+    if b"\0" in data:
+        return None, "binary (it contains NUL bytes); not read"
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    from supervisor._sanitize import clean
+
     try:
-        return FileText(data.decode("utf-8"), len(data), False)
+        text, lossy = data.decode("utf-8"), False
     except UnicodeDecodeError:
-        return FileText(data.decode("utf-8", errors="replace"), len(data), True)
+        text, lossy = data.decode("utf-8", errors="replace"), True
+    text, hidden = clean(text)
+    return FileText(text, len(data), lossy, hidden), ""
+
+
+def read_instruction(path: str | Path) -> FileText | None:
+    """:func:`examine` without the reason: the content, or None when it cannot be used."""
+    return examine(path)[0]
 
 
 def file_size(path: str | Path) -> int:

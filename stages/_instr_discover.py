@@ -42,7 +42,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from _instr_common import Place, file_size, find_git_root, is_regular, read_instruction
+from _instr_common import Place, examine, file_size, find_git_root, is_regular, present, read_instruction
 
 CODEX_PROJECT_DOC_MAX_BYTES = 32 * 1024
 _CLAUDE_DIR_FILES = ("CLAUDE.md", ".claude/CLAUDE.md")
@@ -52,6 +52,16 @@ _PI_CANDIDATES = ("AGENTS.override.md", "AGENTS.md", "AGENTS.MD", "CLAUDE.md", "
 def _nonempty(path: Path) -> bool:
     content = read_instruction(path)
     return content is not None and bool(content.text.strip())
+
+
+def _supplied(path: Path) -> bool:
+    """A project candidate the stage supplies or names: non-empty text, or present but not
+    readable as text (a link out of the project, a FIFO, an oversized or binary file), which
+    the stage then names with its reason instead of letting it disappear (issue 11 item 7)."""
+    if not present(path):
+        return False
+    content, why = examine(path)
+    return bool(why) if content is None else bool(content.text.strip())
 
 
 def _rules(directory: Path) -> list[Path]:
@@ -264,7 +274,7 @@ def agents_chain(place: Place) -> list[Path]:
     out = []
     for d in place.dirs_root_to_cwd():
         for name in ("AGENTS.override.md", "AGENTS.md"):
-            if is_regular(d / name) and _nonempty(d / name):
+            if _supplied(d / name):
                 out.append(d / name)
                 break
     return out
@@ -275,7 +285,7 @@ def claude_chain(place: Place) -> list[Path]:
     out = []
     for d in place.dirs_root_to_cwd():
         out += [p for p in (*(d / n for n in _CLAUDE_DIR_FILES), d / "CLAUDE.local.md")
-                if is_regular(p)]
+                if present(p)]
     return out
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from _instr_common import FileText, file_size, read_instruction, real
+from _instr_common import FileText, examine, real, special_location
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _IMPORT = re.compile(r"(?:(?<=\s)|^)@((?:\\ |[^\s])+)")
@@ -149,17 +149,28 @@ class Walk:
     _emitted: set[str] = field(default_factory=set)
 
     def visit(self, path: Path, *, emit: bool = True, importer: Path | None = None,
-              depth: int = 0) -> None:
-        """Visit ``path`` (emitting it unless known or already emitted), then its imports."""
+              depth: int = 0, trusted: bool = False) -> None:
+        """Visit ``path`` (emitting it unless known or already emitted), then its imports.
+
+        A discovered file (``importer`` None) must resolve inside the project like an import
+        (``allowed``), unless ``trusted``: the harness's own documented locations in the
+        user's home (``~/.claude/CLAUDE.md``, Codex's global AGENTS.md), which may link
+        anywhere but into ``/proc``, ``/sys`` or ``/dev`` (issue 11 item 7: ``ln -s
+        /etc/passwd AGENTS.md`` put the password file in the model's context).
+        """
         key = real(path)
         if key in self._traversed:
             return  # a cycle or a second route: each file once
         self._traversed.add(key)
-        content = read_instruction(path)
+        if emit and importer is None and not trusted and key not in self.known \
+                and not special_location(key) and not self.allowed(key):
+            self.skipped.append(Skipped(str(path), f"refused: it resolves to {key}, outside the "
+                                        "project; allow it with the allow_outside or "
+                                        "allow_paths option", path))
+            return
+        content, why = examine(path)
         if content is None:
             if emit and key not in self.known:
-                size = file_size(path)
-                why = "unreadable" if size < 0 else f"not read ({size} bytes: too large or not a regular file)"
                 self.skipped.append(Skipped(str(path), why, path))
             return
         if emit and key not in self.known and key not in self._emitted and content.text.strip():
@@ -175,6 +186,12 @@ class Walk:
                 continue
             target_key = real(target)
             if target_key in self._traversed:
+                continue
+            where = special_location(target_key)
+            if where is not None:
+                self.skipped.append(Skipped(what, f"refused: it resolves to {target_key}, in "
+                                                  f"{where} (a kernel or device file system); "
+                                                  "never read", path))
                 continue
             if depth + 1 > self.max_depth:
                 self.skipped.append(Skipped(what, f"hop limit {self.max_depth} reached", path))

@@ -199,6 +199,16 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", "replace")
 
 
+def decode_clean(data: bytes, source: Path) -> tuple[str, str]:
+    """``(text, note)``: :func:`decode`, then hidden text removed (escape sequences, controls,
+    bidi and invisible characters; :func:`supervisor._sanitize.clean`, issue 11 item 8);
+    ``note`` is ``[supervise] N hidden characters removed from PATH`` or ``""``."""
+    from supervisor._sanitize import clean, removed_note
+
+    text, removed = clean(decode(data))
+    return text, removed_note(removed, str(source))
+
+
 def emit(text: str) -> None:
     """Write the stage output as UTF-8 whatever the locale (memory.md #18)."""
     try:

@@ -16,10 +16,12 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _instr_common import (  # noqa: E402
-    Place, clean_git_env, is_within, opt_bool, opt_int, opt_strings, real, stage_options, warn,
+    Place, clean_git_env, is_within, opt_bool, opt_int, opt_strings, present, real,
+    stage_options, warn,
 )
 from _instr_discover import NATIVE, globals_for, supply_chain  # noqa: E402
 from _instr_imports import Entry, Skipped, Walk  # noqa: E402
+from supervisor._sanitize import removed_note  # noqa: E402
 
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
@@ -51,8 +53,8 @@ def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
     for name in names:
         p = Path(os.path.expanduser(name))
         p = p if p.is_absolute() else place.root / p
-        if p.is_file():
-            out.append(p)
+        if present(p):
+            out.append(p)  # a FIFO or oversized file is named with its reason by the walk
         else:
             warn(f"option files: {name} is not a file; skipped")
     return out
@@ -99,10 +101,14 @@ def main() -> int:
     if harness in NATIVE and not NATIVE[harness][1]:
         for p in tops:  # the harness loads these but not their imports: we supply those
             walk.visit(p, emit=False)
-    candidates = [*(globals_for(place) if opt_bool(options, "global", False) else []),
-                  *supply_chain(place, supply), *extra_files(place, opt_strings(options, "files", ()))]
-    for p in candidates:
-        walk.visit(p)
+    for p in globals_for(place) if opt_bool(options, "global", False) else []:
+        walk.visit(p, trusted=True)  # the harnesses' documented home files
+    for p in supply_chain(place, supply):
+        walk.visit(p)  # project files: inside the project, like an @import
+    for p in extra_files(place, opt_strings(options, "files", ())):
+        # named by the config itself, which could as well set allow_outside: trusted as much
+        # (never /proc, /sys or /dev)
+        walk.visit(p, trusted=True)
 
     nested = nested_listing(place) if opt_bool(options, "list_nested", harness not in ON_DEMAND) else []
     text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested)
@@ -172,6 +178,8 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
             notes.append("not valid UTF-8: decoded with replacement characters")
         lines.append("")
         lines.append(f"### {place.show(e.path)}" + (f" ({'; '.join(notes)})" if notes else ""))
+        if e.content.hidden:
+            lines.append(removed_note(e.content.hidden, place.show(e.path)))
         lines.append(e.content.text.rstrip("\n"))
     if left:
         lines += ["", f"Left out to stay within {max_bytes} bytes (read them directly):"]

@@ -50,6 +50,7 @@ class Item:
     body: str | None = None
     why: str = ""
     cut: bool = False
+    note: str = ""
 
 
 @dataclass
@@ -80,6 +81,7 @@ class Recap:
         withheld = [i for i in self.items if i.body is None]
         for item in shown:
             out += ["", f"--- {item.path.name} ({item.path}, {item.size} bytes) ---",
+                    *([item.note] if item.note else []),
                     item.body.rstrip("\n")]  # type: ignore[union-attr]
         for why in dict.fromkeys(i.why for i in withheld):
             out += ["", why]
@@ -146,12 +148,46 @@ def fit(recap: Recap, max_bytes: int) -> str:
         "utf-8", "replace")
 
 
-def _read(path: Path, limit: int) -> bytes | None:
+def _special(path: Path) -> str:
+    """``a FIFO`` (socket, device, directory) for what is not a regular file, else ``""``;
+    checked with ``lstat``, never opened (opening a FIFO would block)."""
+    import stat
+
     try:
-        with path.open("rb") as f:
-            return f.read(limit)
+        mode = path.lstat().st_mode
+    except OSError:
+        return ""
+    if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+        return ""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return f"{name}, not a regular file"
+    return "a device, not a regular file"
+
+
+def _read(path: Path, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of regular file ``path``; never follows a link, never blocks (a
+    file swapped for a FIFO after the checks is not read). None when it cannot be read."""
+    import os
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, total = [], 0
+        while total < limit and (chunk := os.read(fd, min(1 << 16, limit - total))):
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.date) -> Recap | None:
@@ -168,10 +204,11 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
     refused: set[Path] = set()
     for _, path in present:
         why = ("a symlink" if path.is_symlink() else
-               "tracked by the project's git" if path in tracked else "")
+               _special(path) or ("tracked by the project's git" if path in tracked else ""))
         if why:
             refused.add(path)
-            line = f"Refused {path}: {why} ({REFUSAL_WHY}); not injected."
+            line = (f"Not read {path}: {why}." if why.endswith("not a regular file") else
+                    f"Refused {path}: {why} ({REFUSAL_WHY}); not injected.")
             recap.refused.append(line)
             common.log(env, line)
 
@@ -180,10 +217,16 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
         content = _read(handoff_path, file_cap) if handoff_path.is_file() else None
         from _memory_handoff import deliver
 
-        delivery = deliver(env.state_dir, handoff_path, content, compact=env.compact)
+        binary = content is not None and b"\0" in content
+        delivery = deliver(env.state_dir, handoff_path, None if binary else content,
+                           compact=env.compact)
         if delivery.problem:
             common.log(env, delivery.problem)
-        if content is not None and content.strip():
+        if binary:  # named with the true reason, never counted as delivered
+            line = f"Not shown {handoff_path}: binary (it contains NUL bytes); not read."
+            recap.refused.append(line)
+            common.log(env, line)
+        elif content is not None and content.strip():
             recap.handoff_path = handoff_path
             if delivery.prior:
                 times = "time" if delivery.prior == 1 else "times"
@@ -197,7 +240,9 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
                     f"max_redeliveries = {max_redeliveries} (memory stage option). Read it at "
                     f"{handoff_path} if needed; a changed handoff is shown in full.]")
             else:
-                recap.handoff_body = common.decode(content)
+                recap.handoff_body, note = common.decode_clean(content, handoff_path)
+                if note:
+                    recap.handoff.append(note)
 
     for key, path in files:
         if path in refused or not path.is_file():
@@ -216,7 +261,11 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
             data = _read(path, file_cap)
             if data is None or not data.strip():
                 continue
-            item.body = common.decode(data)
+            if b"\0" in data:
+                item.why = "Binary (it contains NUL bytes); not shown:"
+                recap.items.append(item)
+                continue
+            item.body, item.note = common.decode_clean(data, path)
             if size > file_cap:
                 item.body += f"\n[... cut at file_max_bytes = {file_cap}; full file: {path}]"
         if size == 0:

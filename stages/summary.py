@@ -109,6 +109,7 @@ def main() -> int:
         return 0
     try:
         meta, body = split_record(common.decode(raw))
+        body, hidden_note = common.decode_clean(body.encode("utf-8"), path)
     except Malformed as err:
         common.log(env, f"{path}: {err}; no summary injected")
         return 0
@@ -125,7 +126,8 @@ def main() -> int:
                     f"({size} bytes). Read it on request.]")
     updated = " ".join(str(meta.get("updated_at") or "").split())[:60]
     where = f"{path}, updated {updated}" if updated else str(path)
-    common.emit(f"{TITLE}\n{FRAMING.format(where=where)}\n\n{body}{cut_note}\n")
+    hidden = f"\n{hidden_note}" if hidden_note else ""
+    common.emit(f"{TITLE}\n{FRAMING.format(where=where)}{hidden}\n\n{body}{cut_note}\n")
     if want_exposure:
         common.record_exposure(env, path, len(body.encode("utf-8")))
     return 0

@@ -23,7 +23,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._delivery import DELIVERY_VAR, current
 from ._errors import StateError
+from ._sanitize import clean, removed_note
 from ._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
 
 if TYPE_CHECKING:
@@ -174,7 +176,9 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
                           "--spec", json.dumps(asdict(inner))]
                 devnull = os.devnull
-                pid = os.posix_spawn(runner[0], runner, stage_env(spec, context, token, config), setsid=True,
+                env = stage_env(spec, context, token, config)
+                env.pop(DELIVERY_VAR, None)  # the runner outlives the digest's delivery
+                pid = os.posix_spawn(runner[0], runner, env, setsid=True,
                                      file_actions=[(os.POSIX_SPAWN_OPEN, 0, devnull, os.O_RDONLY, 0),
                                                    (os.POSIX_SPAWN_OPEN, 1, devnull, os.O_WRONLY, 0),
                                                    (os.POSIX_SPAWN_OPEN, 2, devnull, os.O_WRONLY, 0),
@@ -285,25 +289,100 @@ def spawned_pids() -> set[int]:
     return set(_spawned)
 
 
+RESERVATION_STALE = 600.0
+"""Seconds after which a reserved result is taken back even if its pid is alive (reused)."""
+
+
 def _claim(directory: StateDir, name: str, cap: int) -> dict[str, Any] | None:
     """Atomically claim undelivered result ``name``; None when someone else got it first
-    (or it was corrupt: set aside and named)."""
-    target = name.replace("result-", "delivered-", 1)
+    (or it was corrupt: set aside and named).
+
+    Two-phase (issue 11 item 5): the result is renamed to ``reserved-<pid>-<run>.json`` and,
+    while a delivery is open (:func:`supervisor._delivery.current`: the hook, the bridge,
+    ``supervise digest``), becomes ``delivered-…`` only once the output carrying it went out
+    whole; a failed write renames it back to ``result-…`` for the next prompt or digest. A
+    reservation whose process died between reserve and settle is taken back by the next reader
+    (:func:`_release_orphans`).
+    """
+    run = name[len("result-"):]
+    reserved = f"reserved-{os.getpid()}-{run}"
     data = _read(directory, name, cap)  # a planted file is set aside under its own name
     if data is None:
         return None
     try:
-        if not directory.rename(name, target):
+        if not directory.rename(name, reserved):
             return None
     except StateError:
         return None
+    delivery = current()
+    if delivery is None:
+        _settle_claim(directory, reserved, run, True)
+    else:
+        folder = directory.path
+
+        def settle(delivered: bool) -> None:
+            from ._statedir import open_subpath
+
+            try:
+                again = open_subpath(folder.parent.parent, (DEFERRED_DIR, folder.name))
+            except StateError as err:
+                raise OSError(str(err)) from err
+            if again is not None:
+                with again:
+                    _settle_claim(again, reserved, run, delivered)
+
+        delivery.reserve(lambda: settle(True), lambda: settle(False))
+    return data
+
+
+def _settle_claim(directory: StateDir, reserved: str, run: str, delivered: bool) -> None:
+    """``reserved-…`` becomes ``delivered-…`` (keeping only the newest), or ``result-…`` again.
+
+    Raises:
+        OSError: the rename failed (the reservation stays; the next reader takes it back).
+    """
+    try:
+        if not delivered:
+            directory.rename(reserved, f"result-{run}")
+            return
+        target = f"delivered-{run}"
+        directory.rename(reserved, target)
+    except StateError as err:
+        raise OSError(str(err)) from err
     for old in _records(directory, "delivered-*.json"):  # keep only the newest delivered record
         if old != target:
             try:
                 directory.remove(old)
             except StateError:
                 pass
-    return data
+
+
+def _release_orphans(directory: StateDir) -> None:
+    """Rename reservations whose process is gone (or older than :data:`RESERVATION_STALE`)
+    back to ``result-…``. Never raises."""
+    for name in _records(directory, "reserved-*.json"):
+        pid_text, _, run = name[len("reserved-"):].partition("-")
+        if not pid_text.isdigit() or not run:
+            continue
+        info = directory.lstat(name)
+        if info is None:
+            continue
+        stale = time.time() - info.st_ctime > RESERVATION_STALE  # a rename sets ctime
+        pid = int(pid_text)
+        if not stale:
+            if pid == os.getpid():
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # its process is still writing; it settles the reservation itself
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue
+        try:
+            directory.rename(name, f"result-{run}")
+        except StateError:
+            pass
 
 
 def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) -> str:
@@ -322,7 +401,8 @@ def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) ->
     if isinstance(finished, (int, float)) and not isinstance(finished, bool):
         when = f", finished {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(finished))}"
     label = name if title == name else f"{name}: {title}"
-    head = f"[deferred stage '{label}': {status} in {seconds:.1f}s{when}]"
+    # A result file is read back from the state dir: untrusted text like any stage output.
+    head, hidden_head = clean(f"[deferred stage '{label}': {status} in {seconds:.1f}s{when}]")
     if earlier:
         note = "This is the result of an EARLIER run, started by a previous digest."
     elif late:
@@ -330,8 +410,10 @@ def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) ->
                 "digest's start.")
     else:
         note = "It ran off the startup path."
-    output = str(data.get("output", "")).rstrip("\n") or "(no output: nothing to report)"
-    return f"{head}\n{note}\n{output}"
+    output, hidden = clean(str(data.get("output", "")))
+    output = output.rstrip("\n") or "(no output: nothing to report)"
+    removed = removed_note(hidden + hidden_head, f"the result of deferred stage '{name}'")
+    return f"{head}\n{note}\n{removed + chr(10) if removed else ''}{output}"
 
 
 def _stage_dirs(state_dir: Path) -> Iterator[tuple[str, StateDir]]:
@@ -378,6 +460,7 @@ def take_undelivered(state_dir: Path, caps: dict[str, int] | None = None) -> lis
 
 def _claim_all(directory: StateDir, cap: int) -> list[dict[str, Any]]:
     """Claim every result in one stage's folder; the claimed records, oldest first."""
+    _release_orphans(directory)
     claimed = (_claim(directory, name, cap) for name in _records(directory, "result-*.json"))
     return [data for data in claimed if data is not None]
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import StateError
+from ._sanitize import clean, removed_note
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -115,25 +116,48 @@ def _save(claim: _Claim, ledger: dict[str, object]) -> None:
 
 def _read(path: Path) -> tuple[str, int, bool] | None:
     """``(text, size in bytes, lossy)`` of a regular file, never blocking; None if unreadable."""
+    got = _examine(path)
+    return None if isinstance(got, str) else got
+
+
+_SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def _examine(path: Path) -> tuple[str, int, bool] | str:
+    """``(text, size in bytes, lossy)`` of a regular text file, never blocking; else why not
+    (a FIFO or device, too large, binary, unreadable), one true reason (issue 11 item 7)."""
+    where = os.path.realpath(path)
+    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
+        return f"refused: it resolves to {where} (a kernel or device file system)"
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_READ:
-            return None
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file (a FIFO, socket or device); not read"
+        if st.st_size > _MAX_READ:
+            return f"too large ({st.st_size} bytes); not read"
         data = b""
-        while chunk := os.read(fd, 1 << 16):
+        while len(data) <= _MAX_READ and (chunk := os.read(fd, 1 << 16)):
             data += chunk
-    except OSError:
-        return None
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
     finally:
         os.close(fd)
+    if len(data) > _MAX_READ:
+        return f"too large (over {_MAX_READ} bytes); not read"
+    if b"\0" in data:
+        return "binary (it contains NUL bytes); not read"
     try:
         return data.decode("utf-8"), len(data), False
     except UnicodeDecodeError:
         return data.decode("utf-8", errors="replace"), len(data), True
+
+
+def _inside(real_path: str, roots: set[str]) -> bool:
+    return any(real_path == r or real_path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
 def _claude_loads(directory: Path, candidate: Path) -> bool:
@@ -232,6 +256,8 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         epoch, injected, retry_at = ledger["epoch"], ledger["injected"], ledger["retry_at"]
         assert isinstance(injected, dict) and isinstance(retry_at, dict)
         blocks: list[str] = []
+        delivered: list[str] = []
+        roots = {os.path.realpath(target[1]), os.path.realpath(context.project_dir)}
         used = 0
         now = time.time()
         for path in candidates:
@@ -239,12 +265,21 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             wait_until = retry_at.get(key)
             if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
                 continue
-            got = _read(path)
-            if got is None:
+            if not _inside(key, roots):
+                delivered.append(key)  # said once per epoch, like an injection
+                blocks.append(f"Instructions at {path} not injected: refused: it resolves to "
+                              f"{key}, outside the project.")
+                continue
+            got = _examine(path)
+            if isinstance(got, str):
                 retry_at[key] = now + retry_after  # negative cache: no read storm
+                if not got.startswith("unreadable") and os.path.lexists(path):
+                    # a FIFO, binary or oversized file is named (with the true reason), not
+                    # silently skipped; tried again after the window
+                    blocks.append(f"Instructions at {path} not injected: {got}.")
                 continue
             retry_at.pop(key, None)
-            injected[key] = epoch
+            delivered.append(key)
             text, size, lossy = got
             if not text.strip():
                 continue
@@ -254,11 +289,46 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
                 continue
             used += len(text.encode("utf-8"))
             flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
-            blocks.append(f"Instructions from: {path}{flag}\n{text.rstrip()}")
+            text, hidden = clean(text)
+            note = f"{removed_note(hidden, str(path))}\n" if hidden else ""
+            blocks.append(f"Instructions from: {path}{flag}\n{note}{text.rstrip()}")
+        from ._delivery import current
+
+        delivery = current()
+        if delivery is None:
+            injected.update(dict.fromkeys(delivered, epoch))
+        elif delivered:  # counted as injected only once the envelope went out (issue 11)
+            delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait),
+                             lambda: None)
         _save(claim, ledger)
     finally:
         claim.release()
     return "\n\n".join(blocks) + "\n" if blocks else None
+
+
+def _mark_injected(base: Path, keys: list[str], epoch: object, lock_wait: float) -> None:
+    """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since).
+
+    Raises:
+        OSError: the ledger stayed busy or cannot be written.
+    """
+    try:
+        claim = _Claim(base, lock_wait)
+    except StateError as err:
+        raise OSError(str(err)) from err
+    try:
+        if not claim.acquired:
+            raise OSError(f"nested-instructions ledger {base}.json stayed busy")
+        ledger = _load(claim)
+        injected = ledger["injected"]
+        if ledger["epoch"] == epoch and isinstance(injected, dict):
+            injected.update(dict.fromkeys(keys, epoch))
+            try:
+                _save(claim, ledger)
+            except StateError as err:
+                raise OSError(str(err)) from err
+    finally:
+        claim.release()
 
 
 def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> int:

@@ -14,6 +14,8 @@ import stat
 from dataclasses import dataclass, field
 from typing import Protocol, final
 
+from ._sanitize import StreamCleaner, removed_note
+
 CUT_MARKER = "[supervise] OUTPUT CUT"
 
 
@@ -130,9 +132,14 @@ class StreamSink:
             await anyio.wait_writable(self._fd)
             self._flush()
 
-    def close(self, timeout: float = 0.2) -> None:
+    def close(self, timeout: float = 0.2) -> bool:
         """Give the reader up to ``timeout`` seconds for what is pending, then drop the rest
-        and restore the descriptor's blocking mode."""
+        and restore the descriptor's blocking mode.
+
+        Returns:
+            True when every byte written to the sink reached the descriptor (delivered),
+            False when the output broke or something pending was dropped.
+        """
         import select
         import time
 
@@ -146,6 +153,7 @@ class StreamSink:
             except (OSError, ValueError):
                 break
             self._flush()
+        whole = not self._pending and not self.broken
         self._pending.clear()
         if self._restore is not None:
             try:
@@ -153,6 +161,7 @@ class StreamSink:
             except OSError:
                 pass
             self._restore = None
+        return whole
 
     def _go_dark(self) -> None:
         self.broken = True
@@ -185,6 +194,7 @@ class _Slot:
     decoder: codecs.IncrementalDecoder = field(
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
     )
+    cleaner: StreamCleaner = field(default_factory=StreamCleaner)
     pending: list[tuple[bytes, bool]] = field(default_factory=list)
     shown: list[bytes] = field(default_factory=list)
     kept: list[bytes] = field(default_factory=list)
@@ -270,20 +280,24 @@ class OrderedOutput:
 
     # -- stage output ------------------------------------------------------------------------
     def feed(self, index: int, raw: bytes) -> None:
-        """Accept raw bytes from stage ``index``; invalid UTF-8 becomes U+FFFD.
+        """Accept raw bytes from stage ``index``; invalid UTF-8 becomes U+FFFD, and text that
+        could hide an instruction (escape sequences, controls, bidi and invisible characters:
+        :mod:`supervisor._sanitize`) is removed here, where stage text leaves for the sink (the
+        model's context or a terminal), however the engine buffered it before.
 
-        Bytes past the stage's cap are counted, never decoded or kept; ASCII chunks (the
-        common case) are kept as they come, without a decode and re-encode.
+        Bytes past the stage's cap are counted, never decoded or kept; plain ASCII chunks (the
+        common case: no control but LF and TAB) are kept as they come, without a decode and
+        re-encode.
         """
         slot = self._slots[index]
         slot.raw_bytes += len(raw)
         if slot.kept_bytes >= slot.cap:
             slot.dropped += len(raw)
             return
-        if self._transparent or (raw.isascii() and not slot.decoder.getstate()[0]):
+        if self._transparent or (not slot.decoder.getstate()[0] and slot.cleaner.plain(raw)):
             self._keep(index, raw)
         else:
-            self._keep(index, slot.decoder.decode(raw).encode("utf-8"))
+            self._keep(index, slot.cleaner.feed(slot.decoder.decode(raw)).encode("utf-8"))
 
     def _keep(self, index: int, data: bytes) -> None:
         slot = self._slots[index]
@@ -334,8 +348,11 @@ class OrderedOutput:
         slot = self._slots[index]
         if slot.done:
             return
-        tail = b"" if self._transparent else slot.decoder.decode(b"", final=True).encode("utf-8")
-        self._keep(index, tail)
+        if not self._transparent:
+            tail = slot.cleaner.feed(slot.decoder.decode(b"", final=True)) + slot.cleaner.finish()
+            self._keep(index, tail.encode("utf-8"))
+            if slot.cleaner.removed:
+                self.note(index, removed_note(slot.cleaner.removed, f"stage '{slot.name}' output"))
         if slot.dropped:
             self.note(index, f"{CUT_MARKER}: stage '{slot.name}' printed {slot.raw_bytes} bytes; "
                              f"only the first {slot.cap} are shown (max_output).")

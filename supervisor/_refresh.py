@@ -246,9 +246,33 @@ def take_changed(state_dir: Path, session_id: str) -> str:
                                  if found and len(found[1]) <= FILE_CAP else None)
             if blocks:
                 doc["written"] = time.time()
-                folder.write_json(name, doc)
+                from ._delivery import current
+
+                delivery = current()
+                if delivery is None:
+                    folder.write_json(name, doc)
+                else:  # the baseline moves only once the refresh was delivered (issue 11)
+                    delivery.reserve(lambda: _commit_baseline(state_dir, name, doc),
+                                     lambda: None)
         _restamp(state_dir, folder, force=False)
     return "\n".join(blocks)
+
+
+def _commit_baseline(state_dir: Path, name: str, doc: dict[str, Any]) -> None:
+    """Write baseline ``name`` after its refresh was delivered.
+
+    Raises:
+        OSError: the state dir cannot be used or the baseline stayed locked.
+    """
+    from ._errors import StateError
+
+    try:
+        with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0) as held:
+            if not held:
+                raise OSError(f"refresh baseline {name} stayed locked")
+            folder.write_json(name, doc)
+    except StateError as err:
+        raise OSError(str(err)) from err
 
 
 def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str) -> str:
@@ -262,7 +286,11 @@ def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str)
         return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session; it is "
                 f"over the {FILE_CAP // 1024} KiB a refresh carries, so read it again directly "
                 "before going on.\n")
-    text = found[1].decode("utf-8", "replace")
+    from ._sanitize import clean, removed_note
+
+    text, hidden = clean(found[1].decode("utf-8", "replace"))  # untrusted text (issue 11)
+    note = f"{removed_note(hidden, str(shown))}\n" if hidden else ""
     return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session"
             f"{_note(entry, found[1])}; its current version follows and replaces the one you "
-            f"had.\n### {shown} (current version)\n{text}{'' if text.endswith(chr(10)) else chr(10)}")
+            f"had.\n### {shown} (current version)\n{note}{text}"
+            f"{'' if text.endswith(chr(10)) else chr(10)}")

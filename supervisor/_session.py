@@ -153,6 +153,12 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
     from ._output import BufferSink
     from .commands._common import Aborter, with_signals
 
+    from ._delivery import current
+
+    delivery = current()
+    if delivery is not None:  # stages stage their "delivered" records for the hook to settle
+        delivery.state_dir = context.state_dir
+        context = _with(context, extra_env={**context.extra_env, **delivery.env()})
     sink = BufferSink()
     if notice:
         sink.write(notice.encode("utf-8"))
@@ -356,9 +362,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     ctx = _with(context, mode="full", harness=harness)
     result, text = _run_engine(config, ctx, "", None)
     if result.complete:
-        reason = _lock.record_completion(context.state_dir, outcome.record.nonce, session_id)
-        if not reason:
-            _remember_start(context.state_dir, harness, session_id, outcome.record.nonce)
+        reason = _complete(context.state_dir, outcome.record.nonce, session_id, harness)
     else:
         unfinished = [f"{s.name} ({s.status.replace('_', ' ')})" for s in result.stages
                       if not s.completed]
@@ -407,7 +411,39 @@ def _remember_start(state_dir: Path, harness: str, session_id: str, nonce: str) 
         pass
 
 
-def _with(context: SessionContext, **changes: str) -> SessionContext:
+def _complete(state_dir: Path, nonce: str, session_id: str, harness: str) -> str:
+    """Record the completion of the full start holding ``nonce`` (and remember the start for
+    the session, :func:`_remember_start`), or, while a delivery is open
+    (:mod:`supervisor._delivery`, the hook), only check that it can be recorded and reserve the
+    write for after the envelope went out: a digest nobody received is not a proven start
+    (issue 11 item 5). Returns ``""`` or the reason it is not (to be) recorded."""
+    from ._delivery import current
+    from ._errors import StateError
+
+    delivery = current()
+    if delivery is None:
+        reason = _lock.record_completion(state_dir, nonce, session_id)
+        if not reason:
+            _remember_start(state_dir, harness, session_id, nonce)
+        return reason
+    try:
+        held = _lock.read_record(state_dir / _lock.LOCK_FILE, _lock.LockRecord)
+    except (StateError, OSError, ValueError, RecursionError) as err:
+        return f"the lock cannot be read: {err}"
+    if held is None or held.nonce != nonce:
+        return "the lock changed hands while the digest ran"
+
+    def commit() -> None:
+        reason = _lock.record_completion(state_dir, nonce, session_id)
+        if reason:
+            raise OSError(f"completion record: {reason}")
+        _remember_start(state_dir, harness, session_id, nonce)
+
+    delivery.reserve(commit, lambda: None)
+    return ""
+
+
+def _with(context: SessionContext, **changes: object) -> SessionContext:
     from dataclasses import replace
 
     return replace(context, **changes)  # type: ignore[arg-type]

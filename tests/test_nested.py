@@ -142,7 +142,9 @@ def test_unreadable_file_is_skipped_then_retried_without_a_read_storm(project: P
     os.mkfifo(nested)  # opening a FIFO for reading would block: it must be refused, not read
     c = ctx(project)
     payload = read_payload(project, "sub dir/déep/file.txt")
-    assert handle_post_tool(payload, c, retry_after=3600) is None
+    assert handle_post_tool(payload, c, retry_after=3600) == (  # named, never silently skipped
+        f"Instructions at {nested} not injected: not a regular file (a FIFO, socket or "
+        "device); not read.\n")
     nested.unlink()
     nested.write_text("SUB-RULES now readable\n")
     # Inside the retry window the file is not tried again (negative cache)...

@@ -43,12 +43,16 @@ def _parser() -> _Parser:
     return p
 
 
-def _print(line: str) -> None:
+def _print(line: str) -> str:
+    """Write ``line`` whole (partial writes and ``EAGAIN`` retried); ``""`` or why not."""
+    from .._delivery import WriteFailed, write_whole
+
     try:
-        sys.stdout.write(line + "\n")
         sys.stdout.flush()
-    except (BrokenPipeError, ValueError, OSError):
-        pass
+        write_whole(sys.stdout.fileno(), (line + "\n").encode("utf-8", "replace"))
+        return ""
+    except (WriteFailed, ValueError, OSError) as err:
+        return str(err) or type(err).__name__
 
 
 def main(argv: list[str]) -> int:
@@ -70,6 +74,17 @@ def main(argv: list[str]) -> int:
             print(f"supervise bridge: prerequisite check failed: {type(err).__name__}: {err}",
                   file=sys.stderr)
             return EXIT_OK
-    result = _bridge.run_bridge(args.harness, args.source, session_id=args.session_id, cwd=args.cwd)
-    _print(result.to_json())
+    from .._delivery import open_delivery
+
+    # Completion, handoff count and deferred claims commit only once the JSON went out whole.
+    with open_delivery(None) as delivery:
+        result = _bridge.run_bridge(args.harness, args.source, session_id=args.session_id,
+                                    cwd=args.cwd)
+        problem = _print(result.to_json())
+        failures = delivery.settle(not problem)
+    if problem:
+        print(f"supervise bridge: the result was NOT delivered: {problem}; nothing was "
+              "recorded as delivered.", file=sys.stderr)
+    for failure in failures:
+        print(f"supervise bridge: delivered, but not recorded: {failure}", file=sys.stderr)
     return EXIT_OK

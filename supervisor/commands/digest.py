@@ -129,17 +129,24 @@ def main(argv: list[str]) -> int:
                                 on_stage=live, keep_output=args.format != "text")
 
     live = _live_progress if sys.stderr.isatty() else None
-    result, aborter = anyio.run(with_signals, body)
-    if live is not None:
-        state = "TRUNCATED" if result.truncated else "complete"
-        print(f"supervise: digest {state} in {result.seconds:.2f}s (budget {result.budget:g}s)",
-              file=sys.stderr)
-    if isinstance(sink, StreamSink):
-        sink.close(timeout=0.2)  # a reader that stopped reading gets 0.2 s, then we go
-    if args.format == "json":
-        out = StreamSink(1)
-        out.write(result.to_json().encode() + b"\n")
-        out.close(timeout=1.0)
+    from .._delivery import open_delivery
+
+    with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
+        result, aborter = anyio.run(with_signals, body)
+        if live is not None:
+            state = "TRUNCATED" if result.truncated else "complete"
+            print(f"supervise: digest {state} in {result.seconds:.2f}s (budget "
+                  f"{result.budget:g}s)", file=sys.stderr)
+        if isinstance(sink, StreamSink):
+            whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
+        else:
+            out = StreamSink(1)
+            out.write(result.to_json().encode() + b"\n")
+            whole = out.close(timeout=2.0)
+        if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
+            print("supervise digest: the output was not delivered whole (the reader left or "
+                  "stopped reading); deferred results it carried stay pending.", file=sys.stderr)
+        delivery.settle(whole)
     _tree.reap_zombie_children()
     if code == EXIT_OK:  # `supervise status` counts terminal digests too
         from .._session import record_digest

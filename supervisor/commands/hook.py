@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from .._context import SessionContext
+    from .._delivery import Delivery
 
 EVENTS = ("session-start", "post-tool", "prompt")
 
@@ -120,15 +121,21 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
 
 
 def emit(harness: str, text: str, *, state_dir: Path, kind: str,
-         caps: Mapping[str, int] | None = None) -> None:
+         caps: Mapping[str, int] | None = None) -> str:
     """Write ``text`` to stdout in ``harness``'s envelope; nothing at all for empty text.
 
     The envelope comes from :func:`supervisor.adapters.render`; without it, plain text.
-    ``caps`` is the config's ``inline_cap`` table (characters per harness). A closed stdout
-    (the harness stopped reading) is not an error.
+    ``caps`` is the config's ``inline_cap`` table (characters per harness). The envelope is
+    written whole (:func:`supervisor._delivery.write_whole`: partial writes and ``EAGAIN`` on a
+    non-blocking pipe are retried for up to ``WRITE_DEADLINE`` seconds, issue 11 item 6).
+
+    Returns:
+        ``""`` when everything was written (or there was nothing to write), else why not, in
+        one line (``EPIPE``, ``ENOSPC``, a reader too slow); stdout then points at
+        ``/dev/null`` so nothing later writes half a document. Never raises for the write.
     """
     if not text:
-        return
+        return ""
     try:
         from ..adapters import inline_cap, render
 
@@ -136,15 +143,34 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
                       cap=inline_cap(harness, caps))
     except ImportError:
         data = text.encode("utf-8", "replace")
+    if not data:
+        return ""
+    from .._delivery import WriteFailed, write_whole
+
     try:
-        sys.stdout.buffer.write(data)
-        sys.stdout.buffer.flush()
-    except (BrokenPipeError, ValueError, OSError):
+        sys.stdout.flush()  # nothing of ours may come after the envelope's first byte
+        write_whole(sys.stdout.fileno(), data)
+        return ""
+    except (WriteFailed, ValueError, OSError) as err:
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        except OSError:
+            os.close(devnull)
+        except (OSError, ValueError):
             pass
+        return str(err) or type(err).__name__
+
+
+def settle(delivery: Delivery, problem: str, what: str) -> None:
+    """Commit ``delivery`` when the envelope went out (``problem`` empty), else roll it back;
+    say on stderr what was not delivered and what was therefore not recorded."""
+    failures = delivery.settle(not problem)
+    if problem:
+        print(f"supervise hook: the {what} was NOT delivered: {problem}; nothing was recorded "
+              "as delivered (no completion record, handoff count or deferred claim), so it "
+              "will be delivered again.", file=sys.stderr)
+    for failure in failures:
+        print(f"supervise hook: delivered, but not recorded: {failure}", file=sys.stderr)
 
 
 def internal_error_text(verb: str, err: BaseException) -> str:
@@ -221,14 +247,17 @@ def _run(args: HookArgs) -> int:
             from .._nested import handle_post_tool
         except ImportError:
             return EXIT_OK
+        from .._delivery import open_delivery
         from .._errors import SupervisorError
 
-        try:
-            text = handle_post_tool(data or {}, context) or ""
-        except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
-            print(f"supervise hook: post-tool: {err}", file=sys.stderr)
-            return EXIT_OK
-        emit(args.harness, text, state_dir=context.state_dir, kind="post-tool")
+        with open_delivery(context.state_dir) as delivery:
+            try:
+                text = handle_post_tool(data or {}, context) or ""
+            except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
+                print(f"supervise hook: post-tool: {err}", file=sys.stderr)
+                return EXIT_OK
+            problem = emit(args.harness, text, state_dir=context.state_dir, kind="post-tool")
+            settle(delivery, problem, "nested instructions")
         return EXIT_OK
     if args.event == "prompt":
         try:
@@ -236,30 +265,43 @@ def _run(args: HookArgs) -> int:
         except ImportError:
             return EXIT_OK
         caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages}
-        texts = list(take_undelivered(context.state_dir, caps))
-        texts.append(_refreshed(context))  # instruction files changed during the session
-        emit(args.harness, "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts),
-             state_dir=context.state_dir, kind="prompt")
+        from .._delivery import open_delivery
+
+        # two-phase: deferred claims and the refresh baseline commit only once the envelope
+        # went out whole (issue 11 item 5)
+        with open_delivery(context.state_dir) as delivery:
+            texts = list(take_undelivered(context.state_dir, caps))
+            texts.append(_refreshed(context))  # instruction files changed during the session
+            problem = emit(args.harness, "".join(t if t.endswith("\n") or not t else t + "\n"
+                                                 for t in texts),
+                           state_dir=context.state_dir, kind="prompt")
+            settle(delivery, problem, "deferred result or refreshed instructions")
         return EXIT_OK
     if source in ("compact", "clear"):
         _advance_nested_epoch(context)
+    from .._delivery import open_delivery
     from .._session import run_session
 
     transcript = getattr(payload, "transcript_path", None)
-    outcome = run_session(config, context, take_lock=args.take_lock,
-                          transcript=transcript if isinstance(transcript, str) else None)
-    text = config_notice + outcome.text
-    if outcome.parts is not None and text:
-        from ..adapters import fit_inline, inline_cap
+    # Records meaning "delivered" (completion, started-session ledger, handoff count, deferred
+    # claims, the delivered digest's fingerprint) are reserved while the digest runs and
+    # committed only once the envelope went out whole (issue 11 item 5).
+    with open_delivery(context.state_dir) as delivery:
+        outcome = run_session(config, context, take_lock=args.take_lock,
+                              transcript=transcript if isinstance(transcript, str) else None)
+        text = config_notice + outcome.text
+        if outcome.parts is not None and text:
+            from ..adapters import fit_inline, inline_cap
 
-        cap = inline_cap(args.harness, config.inline_cap)
-        if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
-            text = fit_inline(list(outcome.parts), cap, context.state_dir,
-                              config_notice + outcome.notices)
-    if outcome.kind in ("digest", "reemit") and text.strip():
-        _remember_delivery(context, text, outcome.kind)
-    emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
-         caps=config.inline_cap)
+            cap = inline_cap(args.harness, config.inline_cap)
+            if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
+                text = fit_inline(list(outcome.parts), cap, context.state_dir,
+                                  config_notice + outcome.notices)
+        problem = emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
+                       caps=config.inline_cap)
+        settle(delivery, problem, outcome.kind)
+        if not problem and outcome.kind in ("digest", "reemit") and text.strip():
+            _remember_delivery(context, text, outcome.kind)
     return EXIT_OK
 
 
@@ -361,7 +403,11 @@ def report_internal_error(verb: str, harness: str, err: BaseException, kind: str
     if kind is None:
         return
     try:
-        emit(harness, internal_error_text(verb, err), state_dir=Path(".supervise"), kind=kind)
+        problem = emit(harness, internal_error_text(verb, err), state_dir=Path(".supervise"),
+                       kind=kind)
+        if problem:
+            print(f"supervise {verb}: the error report was NOT delivered: {problem}",
+                  file=sys.stderr)
     except BaseException:  # noqa: BLE001 - nothing more can be said
         pass
 

@@ -43,7 +43,9 @@ def _run(args: HookArgs) -> None:
         return
     if digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
         return
-    emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+    problem = emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+    if problem:
+        print(f"supervise nudge: the nudge was NOT delivered: {problem}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

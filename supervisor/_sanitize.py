@@ -1,0 +1,156 @@
+"""Untrusted text loses what could hide an instruction before it reaches the model or a terminal.
+
+Instruction files, memory files and stage output come from the project tree (a cloned
+repository, a teammate's commit, a sandboxed agent). A line wrapped in ``ESC[8m … ESC[0m``
+("concealed") is invisible in the user's terminal yet reaches the model as an instruction; a
+bidirectional override reorders what a reviewer sees (Trojan Source, CVE-2021-42574); Unicode
+tag characters render as nothing but are read by language models ("ASCII smuggling"). Issue 11
+item 8; brief, hardening.md "Text that hides instructions".
+
+Removed (each counted, one per character removed):
+
+- terminal escape sequences, whole: CSI (``ESC [`` … final byte, and C1 ``U+009B``), OSC, DCS,
+  SOS, PM and APC strings up to their terminator (``BEL``, ``ESC \\`` or ``U+009C``: an OSC 52
+  clipboard write, an OSC 8 link target), and every other ``ESC`` sequence;
+- C0 controls except line feed and tab (so ``BEL``, backspace, a lone carriage return), ``DEL``,
+  C1 controls ``U+0080``-``U+009F``;
+- bidirectional controls ``U+061C``, ``U+200E``-``U+200F``, ``U+202A``-``U+202E``,
+  ``U+2066``-``U+2069``;
+- invisible characters: soft hyphen ``U+00AD``, ``U+180E``, zero-width ``U+200B``-``U+200D``,
+  ``U+2060``-``U+2064`` (word joiner and invisible operators, among them our own nudge mark
+  ``U+2063``: untrusted text cannot forge an operational line), ``U+FEFF`` past the first
+  character, tag characters ``U+E0000``-``U+E007F`` and variation selectors
+  ``U+E0100``-``U+E01EF`` (both used to smuggle text).
+
+Not counted: ``CR LF`` becomes ``LF`` and a leading byte-order mark is dropped (file-format
+noise, not hidden text). The visible text of a concealed span stays: it becomes visible.
+
+:func:`clean` is for whole texts (files, stored results); :class:`StreamCleaner` for output
+that arrives in chunks (a sequence split across two reads is still removed whole). Cheap: one
+compiled ``re`` search when there is nothing to remove; stdlib only (``re`` is loaded by the
+hook already), imported by the stage programs too.
+"""
+
+from __future__ import annotations
+
+import re
+
+_C1_STRING = "\x90\x98\x9d\x9e\x9f"  # DCS, SOS, OSC, PM, APC as C1 characters
+_SEQUENCE = (
+    "\x1b\\[[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"  # CSI
+    "|\x9b[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]"  # CSI as a C1 character
+    f"|(?:\x1b[\\]PX^_]|[{_C1_STRING}])[^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)"  # strings
+    "|\x1b[\x20-\x2f]*[\x30-\x7e]"  # nF, Fp, Fe, Fs escapes (ESC c, ESC 7, ESC ( B ...)
+)
+_CHARS = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
+          "\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef")
+_HIDDEN = re.compile(f"(?=[{_CHARS}])(?:{_SEQUENCE}|[{_CHARS}])")
+_ANY = re.compile(f"[{_CHARS}]")
+"""Every removal starts with one of these characters."""
+_PARTIAL = re.compile(
+    "(?:\x1b(?:\\[[\x30-\x3f]*[\x20-\x2f]*|[\\]PX^_][^\x07\x1b\x9c]*\x1b?|[\x20-\x2f]*)"
+    "|\x9b[\x30-\x3f]*[\x20-\x2f]*"
+    f"|[{_C1_STRING}][^\x07\x1b\x9c]*\x1b?|\r)\\Z")
+_STARTS = re.compile(f"[\x1b\x9b{_C1_STRING}\r]")
+
+_CONTROL_BYTES = bytes([*range(0, 9), *range(11, 32), 127])
+
+MAX_HOLD = 4096
+"""Characters :class:`StreamCleaner` holds back waiting for the end of a split sequence; an
+escape string longer than this is treated as unterminated (its introducer is removed, the rest
+passes as visible text)."""
+
+
+def clean(text: str, *, start: bool = True) -> tuple[str, int]:
+    """``(text without hidden characters, how many characters were removed)``.
+
+    Args:
+        text: untrusted text (already decoded; invalid UTF-8 is U+FFFD, which stays).
+        start: ``text`` is the start of its source: a leading U+FEFF is a byte-order mark and
+            is dropped without being counted.
+
+    An escape string without its terminator loses only its introducer (the rest is visible
+    text). Never raises.
+    """
+    if start and text.startswith("\ufeff"):
+        text = text[1:]
+    if _plain(text):
+        return text, 0
+    if "\r\n" in text:
+        text = text.replace("\r\n", "\n")
+    first = _ANY.search(text)
+    if first is None:
+        return text, 0
+    out = text[:first.start()] + _HIDDEN.sub("", text[first.start():])
+    return out, len(text) - len(out)
+
+
+def _plain(text: str) -> bool:
+    """True for ASCII text with no control but LF and TAB: C-speed string methods, no regex
+    scan (the common case of stage output; about 10x faster than the search)."""
+    return text.isascii() and text.replace("\n", "").replace("\t", "").isprintable()
+
+
+def removed_note(count: int, source: str) -> str:
+    """``[supervise] 3 hidden characters removed from AGENTS.md`` (one line, no newline);
+    ``""`` for a count of 0. ``source`` is cleaned too (a file name is untrusted text)."""
+    if count <= 0:
+        return ""
+    name, _ = clean(source)
+    noun = "character" if count == 1 else "characters"
+    return f"[supervise] {count} hidden {noun} removed from {name}"
+
+
+class StreamCleaner:
+    """:func:`clean` for text that arrives in chunks (a stage's output, read as it streams).
+
+    A sequence split across chunks is held back (at most :data:`MAX_HOLD` characters, and a
+    final ``CR`` that may be half of ``CR LF``) until the next chunk or :meth:`finish`.
+
+    Attributes:
+        removed: characters removed so far.
+    """
+
+    __slots__ = ("_held", "_started", "removed")
+
+    def __init__(self) -> None:
+        self._held = ""
+        self._started = False
+        self.removed = 0
+
+    def plain(self, data: bytes) -> bool:
+        """True when ``data`` (raw bytes of the stream) can pass untouched: nothing is held and
+        it is ASCII without a control but LF and TAB. Marks the stream as started."""
+        if self._held or not data.isascii() or len(data.translate(None, _CONTROL_BYTES)) != len(data):
+            return False
+        self._started = True
+        return True
+
+    def feed(self, text: str) -> str:
+        """The cleaned text that can be released now."""
+        if self._held:
+            text = self._held + text
+            self._held = ""
+        elif not text or (self._started and _plain(text)):
+            self._started = self._started or bool(text)
+            return text
+        tail = max(0, len(text) - MAX_HOLD)
+        # The earliest of the last few introducers whose sequence is still open at the end
+        # (an OSC's own ESC may be the start of its terminator, so not simply the last one).
+        starts = [m.start() for m in _STARTS.finditer(text, tail)][-8:]
+        for cut in starts:
+            if _PARTIAL.match(text, cut):
+                self._held = text[cut:]
+                text = text[:cut]
+                break
+        out, removed = clean(text, start=not self._started)
+        self._started = self._started or bool(text)
+        self.removed += removed
+        return out
+
+    def finish(self) -> str:
+        """Release what is held (an unterminated sequence loses its introducer)."""
+        held, self._held = self._held, ""
+        out, removed = clean(held, start=not self._started)
+        self.removed += removed
+        return out
