@@ -329,7 +329,9 @@ def _nudge_only(args: HookArgs, project: Path) -> None:
 
     state_dir = state_dir_for(project)
     if not digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
-        emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+        problem = emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+        if problem:
+            print(f"supervise hook: the nudge was NOT delivered: {problem}", file=sys.stderr)
 
 
 def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
