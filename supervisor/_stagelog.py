@@ -31,7 +31,11 @@ _COUNT_CAP = 4096
 
 def _printable(text: str) -> str:
     """``text`` without control characters (escape sequences from an untrusted stage must not
-    reach a terminal or the model); tabs become spaces."""
+    reach a terminal or the model: removed whole, parameters included, by
+    :func:`supervisor._sanitize.clean`); tabs become spaces."""
+    from ._sanitize import clean
+
+    text = clean(text)[0]
     return "".join(c if c.isprintable() else (" " if c == "\t" else "") for c in text)
 
 

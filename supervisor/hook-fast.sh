@@ -12,7 +12,8 @@
 # - reads the payload to its end before leaving (a PostToolUse payload carries a whole file:
 #   the harness's write must never fail because the hook left early);
 # - "nothing to do" is answered only when the Python path would print nothing:
-#   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) and no
+#   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) nor
+#              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
 #              wake file or changed watched file in <state>/fastpath/ (features that need the
 #              prompt hook to run Python register there);
 #   post-tool: the tool is not a file tool, or no directory strictly below the payload's cwd
@@ -164,6 +165,7 @@ else
   state=${top%/}/.supervise
 fi
 for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.json \
+             "$state"/deferred/*/reserved-*.json "$state"/deferred/.*/reserved-*.json \
              "$state"/fastpath/wake*; do
   if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
 done
