@@ -182,7 +182,8 @@ def test_prompt_hook_to_dev_full_keeps_the_result_pending(project: Path, harness
     with open("/dev/full", "wb") as full:
         run = _hook_to(full, project, "--event", "prompt", harness=harness)
     assert run.returncode == 0
-    assert b"deferred result was NOT delivered" in run.stderr, run.stderr
+    assert b"per-prompt context (deferred results, refreshed instructions) was NOT delivered" \
+        in run.stderr, run.stderr
     assert result.exists()
     assert not list(result.parent.glob("delivered-*")) and not list(result.parent.glob("reserved-*"))
     got = run_cli("hook", harness, "--event", "prompt", cwd=project)

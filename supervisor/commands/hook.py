@@ -167,8 +167,8 @@ def settle(delivery: Delivery, problem: str, what: str) -> None:
     failures = delivery.settle(not problem)
     if problem:
         print(f"supervise hook: the {what} was NOT delivered: {problem}; nothing was recorded "
-              "as delivered (no completion record, handoff count or deferred claim), so it "
-              "will be delivered again.", file=sys.stderr)
+              "as delivered (completion, handoff count, deferred claims, ledgers stay as they "
+              "were), so it will be delivered again.", file=sys.stderr)
     for failure in failures:
         print(f"supervise hook: delivered, but not recorded: {failure}", file=sys.stderr)
 
@@ -275,7 +275,7 @@ def _run(args: HookArgs) -> int:
             problem = emit(args.harness, "".join(t if t.endswith("\n") or not t else t + "\n"
                                                  for t in texts),
                            state_dir=context.state_dir, kind="prompt")
-            settle(delivery, problem, "deferred result or refreshed instructions")
+            settle(delivery, problem, "per-prompt context (deferred results, refreshed instructions)")
         return EXIT_OK
     if source in ("compact", "clear"):
         _advance_nested_epoch(context)
