@@ -153,7 +153,9 @@ def test_result_of_a_killed_runner_is_reported_by_the_next_digest(tmp_path: Path
 # -- the walk: every state file the product knows ---------------------------------------------
 SESSION = "s1"
 NESTED_KEY = __import__("hashlib").sha256(SESSION.encode()).hexdigest()[:32]
-STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests")
+REFRESH_KEY = __import__("supervisor._refresh", fromlist=["session_key"]).session_key(SESSION)
+STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests",
+                 "refresh", "starts")
 """Every folder of the state dir (relative)."""
 STATE_FILES = (
     "lock.json", "complete.json", "lock.flock", "last-digest.json", "sessions.json",
@@ -164,6 +166,8 @@ STATE_FILES = (
     "memory/handoff.delivered", "memory/handoff.lock", "memory/consolidate.lock",
     "logs/memory.log", "logs/consolidation.log", "logs/hello.log",
     "fastpath/watch", "fastpath/wake-x", "digests/digest-000000000000.txt",
+    "logs/hello.count.json", "logs/.count.flock", f"refresh/{REFRESH_KEY}.json", "refresh/.flock",
+    "starts/0123456789abcdef0123456789abcdef.json",
 )
 """Every file of the state dir (relative; ``off`` is left out: its presence is the switch)."""
 WALK_CONFIG = """budget = 30
