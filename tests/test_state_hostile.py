@@ -155,7 +155,7 @@ SESSION = "s1"
 NESTED_KEY = __import__("hashlib").sha256(SESSION.encode()).hexdigest()[:32]
 REFRESH_KEY = __import__("supervisor._refresh", fromlist=["session_key"]).session_key(SESSION)
 STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests",
-                 "refresh", "starts")
+                 "refresh", "starts", "staged")
 """Every folder of the state dir (relative)."""
 STATE_FILES = (
     "lock.json", "complete.json", "lock.flock", "last-digest.json", "sessions.json",
@@ -167,7 +167,8 @@ STATE_FILES = (
     "logs/memory.log", "logs/consolidation.log", "logs/hello.log",
     "fastpath/watch", "fastpath/wake-x", "digests/digest-000000000000.txt",
     "logs/hello.count.json", "logs/.count.flock", f"refresh/{REFRESH_KEY}.json", "refresh/.flock",
-    "starts/0123456789abcdef0123456789abcdef.json",
+    "starts/0123456789abcdef0123456789abcdef.json", "deferred/net/reserved-1-1-x.json",
+    "staged/x",
 )
 """Every file of the state dir (relative; ``off`` is left out: its presence is the switch)."""
 WALK_CONFIG = """budget = 30
