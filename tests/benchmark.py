@@ -173,6 +173,18 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
                            tool_response={"content": "y" * 200_000})
         return timed([*hook, "--event", "post-tool"], cwd=project, env=env, stdin=payload)
 
+    watched = tmp / "watched project"
+    watched.mkdir()
+    subprocess.run(["git", "init", "-q", str(watched)], check=True)
+    rules = [watched / "AGENTS.md", watched / "CLAUDE.md"]
+    for path in rules:
+        path.write_text("rules\n")
+        os.utime(path, (1.0, 1.0))
+    sys.path.insert(0, str(ROOT))
+    from supervisor._fastpath import set_watch
+
+    set_watch(watched / ".supervise", rules)  # what the instructions stage's baseline leaves
+    watched_prompt = _payload(watched, "UserPromptSubmit", prompt="add a test")
     (project / "supervise.toml").write_text("budget = 10\nstages = []\n")
     start = _payload(project, "SessionStart", source="startup")
     got = interleaved({
@@ -182,6 +194,8 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
                                         stdin=prompt),
         "post-nothing": lambda: timed([*hook, "--event", "post-tool"], cwd=project, env=env,
                                       stdin=read),
+        "prompt-watch": lambda: timed([*hook, "--event", "prompt"], cwd=watched, env=env,
+                                      stdin=watched_prompt),
         "prompt-deliver": with_result,
         "post-deliver": nested_read,
         "session-empty": lambda: timed([sys.executable, "-P", "-m", "supervisor", "hook", "claude"],
@@ -192,6 +206,9 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     return [
         ("prompt hook, nothing to do (fast path) vs `sh -c :` (target <= 3x)",
          f"{ms(got['prompt-nothing'])} vs {ms(sh)}", f"{got['prompt-nothing'] / sh:.1f}x"),
+        ("prompt hook, nothing to do, with a refresh watch list of 2 files (fast path) vs "
+         "`sh -c :` (target <= 3x)", f"{ms(got['prompt-watch'])} vs {ms(sh)}",
+         f"{got['prompt-watch'] / sh:.1f}x"),
         ("post-tool hook on a 200 KB Read, nothing to do (fast path) vs `sh -c :` (target <= 3x)",
          f"{ms(got['post-nothing'])} vs {ms(sh)}", f"{got['post-nothing'] / sh:.1f}x"),
         ("prompt hook delivering a deferred result vs `python -c pass` (target <= 4x)",
