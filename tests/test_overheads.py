@@ -173,3 +173,23 @@ def test_built_in_stage_with_nothing_to_do_skips_its_imports(tmp_path: Path, sta
     assert full.returncode == 0 and "_memory_common" in full.stderr
     if stage == "summary":
         assert "SUMMARY BODY" in full.stdout
+
+
+def _loaded(argv: list[str], cwd: Path) -> set[str]:
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "supervisor", *argv],
+                          capture_output=True, cwd=cwd, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()
+            if line.startswith("import time:")}
+
+
+def test_run_and_digest_import_no_psutil_or_pydantic_at_start(git_repo: Path) -> None:
+    """`supervise run` and a digest whose stages end cleanly never import psutil (process
+    facts come from /proc) nor pydantic (the config comes from the cache)."""
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "t"\nrun = "true"\n')
+    assert not _loaded(["run", "--", "true"], git_repo) & {"psutil", "pydantic"}
+    _loaded(["digest"], git_repo)  # the first run validates the config and fills the cache
+    loaded = _loaded(["digest"], git_repo)
+    if sys.platform.startswith("linux"):
+        assert "psutil" not in loaded
+    assert "pydantic" not in loaded
