@@ -58,6 +58,10 @@ def delegated_root(proc_cgroup: str, mounts: str, uid: int) -> Path | None:
 
 def cgroup_root() -> Path | None:
     """The cgroup v2 root stages' cgroups go under, or None for the sweep (never raises)."""
+    from ._proctable import PORTABLE
+
+    if PORTABLE:  # the portable path forced on Linux: no cgroup, as on macOS
+        return None
     raw = os.environ.get(ROOT_VAR)
     if raw is not None and raw.strip().lower() in _OFF:
         return None

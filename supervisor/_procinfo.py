@@ -14,7 +14,9 @@ import sys
 from dataclasses import dataclass
 from functools import cache
 
-_LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+from ._proctable import PORTABLE  # noqa: E402 - SUPERVISE_PORTABLE: psutil, as off Linux
+
+_LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self") and not PORTABLE
 
 
 @dataclass(frozen=True)

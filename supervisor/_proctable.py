@@ -15,7 +15,12 @@ import sys
 import time
 from dataclasses import dataclass
 
-_LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+PORTABLE_VAR = "SUPERVISE_PORTABLE"
+"""Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
+no ``/proc`` (psutil rows), no child subreaper, no cgroup. Read once, at import."""
+PORTABLE = os.environ.get(PORTABLE_VAR, "").strip().lower() not in ("", "0", "no", "false", "off")
+"""Whether :data:`PORTABLE_VAR` forces the portable path in this process."""
+_LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and not PORTABLE
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -87,26 +92,25 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
         except OSError:
             return rows, False
         pids = [int(name) for name in names if name.isdigit()]
-        if previous is not None:
-            for pid in pids:
-                old = previous.get(pid)
-                if old is not None and pid not in reread:
-                    rows[pid] = old
-            pids = [pid for pid in pids if pid not in rows]
-            pids.sort(reverse=True)  # the newest first: they are the likeliest escapees
-        for i, pid in enumerate(pids):
-            if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
-                return rows, False
-            row = stat(pid)
-            if row is not None:
-                rows[pid] = row
-        return rows, True
-    import psutil
+    else:
+        import psutil
 
-    for pid in psutil.pids():
-        if deadline is not None and time.monotonic() > deadline:
+        try:
+            pids = psutil.pids()
+        except (psutil.Error, OSError):
             return rows, False
-        row = _psutil_row(pid)
+    if previous is not None:  # incremental on both paths: a chain's new generations are new pids
+        for pid in pids:
+            old = previous.get(pid)
+            if old is not None and pid not in reread:
+                rows[pid] = old
+        pids = [pid for pid in pids if pid not in rows]
+        pids.sort(reverse=True)  # the newest first: they are the likeliest escapees
+    read = stat if _LINUX else _psutil_row
+    for i, pid in enumerate(pids):
+        if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
+            return rows, False
+        row = read(pid)
         if row is not None:
             rows[pid] = row
     return rows, True

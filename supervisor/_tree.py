@@ -35,7 +35,7 @@ from pathlib import Path
 import anyio
 
 from . import _cgroup
-from ._proctable import Row, environ_value, scan, stat
+from ._proctable import PORTABLE, Row, environ_value, scan, stat
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage inherits this variable; the sweep finds escapees by it."""
@@ -64,7 +64,7 @@ def enable_subreaper() -> bool:
     global _subreaper
     if _subreaper is None:
         _subreaper = False
-        if sys.platform.startswith("linux"):
+        if sys.platform.startswith("linux") and not PORTABLE:  # forced off: the macOS path
             try:
                 libc = ctypes.CDLL(None, use_errno=True)
                 _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
