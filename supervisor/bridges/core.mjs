@@ -400,6 +400,49 @@ function piSessionId(ctx) {
 
 export const PI_MESSAGE_TYPE = "watchkeeper-session-start"
 
+/**
+ * Our session-start messages (custom_message entries of PI_MESSAGE_TYPE) that the model sees
+ * now (session-start generations carry `details.source`; per-turn deliveries do not), as
+ * Pi 0.73.1 builds its context (`buildSessionContext`): on the current branch
+ * (`getBranch()`, root to leaf), and with a compaction, only those kept by the last one
+ * (from its `firstKeptEntryId`) or added after it. [] when the session cannot be read.
+ */
+export function piContextMessages(ctx) {
+  let path = []
+  try {
+    const sm = ctx?.sessionManager
+    path = (typeof sm?.getBranch === "function" ? sm.getBranch() : sm?.getEntries?.()) ?? []
+  } catch {
+    return []
+  }
+  if (!Array.isArray(path)) return []
+  let last = -1
+  for (let i = path.length - 1; i >= 0; i--) {
+    if (path[i]?.type === "compaction") {
+      last = i
+      break
+    }
+  }
+  let visible = last < 0
+  const found = []
+  for (let i = 0; i < path.length; i++) {
+    const entry = path[i]
+    if (i === last) {
+      visible = true
+      continue
+    }
+    if (last >= 0 && i < last && entry?.id && entry.id === path[last].firstKeptEntryId) visible = true
+    if (visible && entry?.type === "custom_message" && entry.customType === PI_MESSAGE_TYPE) found.push(entry)
+  }
+  return found
+}
+
+/** True when a digest or re-emit of ours (not only a nudge or the fallback line) is in the
+ *  model's context now (piContextMessages). */
+export function piDigestInContext(ctx) {
+  return piContextMessages(ctx).some((e) => ["full", "reemit", "read-only"].includes(e?.details?.mode))
+}
+
 /** Run `supervise hook <harness> --event <event>` with `payload` (JSON) on its stdin and
  *  resolve to its stdout trimmed (the plain envelope: the text itself), or "" (nothing, an
  *  error, or no answer within `timeoutMs`: a turn or a read is never held up for long). The
@@ -460,6 +503,9 @@ export function piExtension(pi, options = {}) {
   pi.on("session_start", async (event, ctx) => {
     const source = mapPiSource(event, ctx, argv)
     if (!source) return
+    // A resumed or forked session whose context already holds our digest, re-emit or nudge
+    // (since its last compaction) needs nothing: no second digest, no nudge piling up.
+    if ((source === "resume" || source === "fork") && piContextMessages(ctx).some((e) => e?.details?.source)) return
     await gens.start(source, { sessionId: piSessionId(ctx), cwd: ctx?.cwd ?? "" })
   })
   pi.on("session_compact", async (_event, ctx) => {
@@ -467,7 +513,11 @@ export function piExtension(pi, options = {}) {
   })
   pi.on("before_agent_start", async (_event, ctx) => {
     const sessionId = piSessionId(ctx)
-    const got = await gens.claim(sessionId)
+    let got = await gens.claim(sessionId)
+    // Pi keeps recent messages through a compaction: when our digest survived it, the
+    // re-emit would be a second copy (the compact generation still ran: it re-arms nested
+    // instructions on the Python side).
+    if (got && got.source === "compact" && got.result.kind === "ready" && piDigestInContext(ctx)) got = null
     // every turn: finished deferred results and changed instruction files, once each
     const turn = await promptTurn(settings, { cwd: ctx?.cwd || process.cwd(), sessionId, harness: "pi" },
       { spawn: options.spawn, env: options.env })

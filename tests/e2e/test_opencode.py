@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FakeModel, Project, clean_env, harness_bin, run_harness
+from conftest import FakeModel, Project, clean_env, harness_bin, matrix_toml, run_harness, tally
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]  # the first run installs the provider
 
@@ -112,3 +112,66 @@ def test_a_deferred_result_reaches_a_later_request_of_the_turn_once(
     assert "IN PROGRESS: deferred stage 'late'" in main[0] and result not in main[0]
     assert main[-1].count(result) == 1  # arrived, once
     assert all(b.count(result) <= 1 for b in main)
+
+
+# -- the context-fidelity matrix (docs/harnesses/README.md) -----------------------------------------
+
+def main_requests(fake: FakeModel, since: int = 0) -> list[dict]:
+    """Bodies of the model calls that are not OpenCode's internal title calls."""
+    return [r["body"] for r in fake.requests()[since:]
+            if isinstance(r.get("body"), dict) and TITLE not in json.dumps(r["body"])]
+
+
+def roles(body: dict) -> list[str]:
+    return [m.get("role", "") for m in body.get("messages", [])]
+
+
+@pytest.fixture
+def matrix(project: Project, oc_env: dict[str, str]) -> dict[str, str]:
+    project.configure(matrix_toml(project.mark))
+    return oc_env
+
+
+def test_matrix_every_request_has_one_system_message(project: Project, fake_model: FakeModel,
+                                                     matrix: dict[str, str]) -> None:
+    """Backends that accept one leading system message (vLLM with Qwen3 templates, several
+    OpenAI-compatible gateways) answer 400 to `system, system, user`."""
+    opencode(project, matrix, "turn 1")
+    bodies = main_requests(fake_model)
+    assert bodies
+    for body in bodies:
+        assert roles(body).count("system") == 1 and roles(body)[0] == "system", roles(body)
+    first = bodies[0]["messages"][0]["content"]
+    text = first if isinstance(first, str) else json.dumps(first)
+    assert text.count(f"{project.mark}-startup-full") == 1 and f"FULLONLY-{project.mark}" in text
+
+
+def test_matrix_a_compaction_holds_the_reemit_once(project: Project, fake_model: FakeModel,
+                                                   matrix: dict[str, str]) -> None:
+    opencode(project, matrix, "turn 1")
+    fake_model.report_tokens_once(200_000)
+    since = fake_model.count()
+    opencode(project, matrix, "-c", "turn 2")
+    bodies = [json.dumps(b, ensure_ascii=False) for b in main_requests(fake_model, since)]
+    summaries = [i for i, b in enumerate(bodies) if SUMMARY in b]
+    assert summaries, "no compaction happened"
+    after = bodies[summaries[0] + 1:]
+    assert after, "no request followed the compaction"
+    got = tally(after[0], project.mark)
+    assert got == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, got
+    assert all(roles(json.loads(b)).count("system") == 1 for b in after)
+
+
+def test_matrix_b_continued_session_holds_the_digest_once_and_no_nudge(
+        project: Project, fake_model: FakeModel, matrix: dict[str, str]) -> None:
+    """OpenCode does not store the system prompt: a continued session (`run -c`) needs the
+    digest again, once, in its one system message."""
+    opencode(project, matrix, "turn 1")
+    since = fake_model.count()
+    opencode(project, matrix, "-c", "turn 2")
+    bodies = main_requests(fake_model, since)
+    assert bodies
+    for body in bodies:
+        got = tally(json.dumps(body, ensure_ascii=False), project.mark)
+        assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, got
+        assert roles(body).count("system") == 1

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RUN_TIMEOUT, FakeModel, Project, clean_env, harness_bin, marker_toml, run_harness
+from conftest import (RUN_TIMEOUT, FakeModel, Project, clean_env, harness_bin, marker_toml, matrix_toml,
+                      run_harness, tally)
 
 pytestmark = pytest.mark.e2e
 
@@ -91,17 +92,19 @@ def test_resumed_session_is_routed_as_resume(project: Project, fake_model: FakeM
     pi(project, pi_env, "-p", "turn 1")
     since = fake_model.count()
     pi(project, pi_env, "-c", "-p", "turn 2")
-    assert fake_model.seen(NUDGE, since)  # resume routes to the nudge...
+    assert not fake_model.seen(NUDGE, since)  # the stored digest is there: no nudge...
     assert not fake_model.seen(f"{project.mark}-resume-", since)  # ...and no digest runs for it
     assert fake_model.seen(f"{project.mark}-startup-full", since)  # the stored start is still there
 
 
 def test_re_emit_after_rpc_compact_reaches_the_next_request_once(project: Project, fake_model: FakeModel,
                                                                  pi_env: dict[str, str]) -> None:
+    keep_recent(pi_env, 1)  # the compaction drops the startup digest (kept: see the matrix)
     rpc = Rpc(project, pi_env)
     try:
         rpc.send({"id": "1", "type": "prompt", "message": "turn 1"}, until="agent_end")
         assert fake_model.seen(f"{project.mark}-startup-full")
+        rpc.send({"id": "1b", "type": "prompt", "message": "turn 2"}, until="agent_end")
         rpc.send({"id": "2", "type": "compact"}, until="compaction_end")
         since = fake_model.count()
         rpc.send({"id": "3", "type": "prompt", "message": "after compact"}, until="agent_end")
@@ -112,6 +115,7 @@ def test_re_emit_after_rpc_compact_reaches_the_next_request_once(project: Projec
     assert first.count(f"{project.mark}-compact-reemit") == 1
     assert first.count("CONTEXT RE-EMIT after compact") == 1
     assert all(b.count("CONTEXT RE-EMIT after compact") == 1 for b in later)  # stored once, not re-sent
+    assert f"{project.mark}-startup-" not in first
 
 
 def test_a_digest_over_512_KiB_arrives_cut_on_a_character_boundary(project: Project, fake_model: FakeModel,
@@ -206,3 +210,76 @@ def test_a_changed_instruction_file_reaches_the_next_turn_once(project: Project,
     assert bodies[second - 1].count(new) == 1
     assert bodies[second - 1].count("INSTRUCTIONS CHANGED: AGENTS.md") == 1
     assert bodies[-1].count(new) == 1  # stored once in the session, not injected again
+
+
+# -- the context-fidelity matrix (docs/harnesses/README.md) -----------------------------------------
+
+def keep_recent(pi_env: dict[str, str], tokens: int) -> None:
+    """Pi's compaction keeps about ``tokens`` of recent messages (settings.json)."""
+    Path(pi_env["PI_CODING_AGENT_DIR"], "settings.json").write_text(
+        json.dumps({"compaction": {"keepRecentTokens": tokens}}))
+
+
+def compact_in_rpc(project: Project, fake: FakeModel, env: dict[str, str], *args: str,
+                   turns: int = 2) -> dict[str, int]:
+    """``pi --mode rpc ARGS``: ``turns`` prompts, compact, one prompt; the tally of that
+    prompt's request (the first after the compaction)."""
+    rpc = Rpc(project, env, *args)
+    try:
+        for i in range(turns):
+            rpc.send({"id": f"t{i}", "type": "prompt", "message": f"turn {i}"}, until="agent_end")
+        rpc.send({"id": "c", "type": "compact"}, until="compaction_end")
+        since = fake.count()
+        rpc.send({"id": "a", "type": "prompt", "message": "after compact"}, until="agent_end")
+    finally:
+        rpc.close()
+    return tally(fake.bodies(since)[0], project.mark)
+
+
+@pytest.fixture
+def matrix(project: Project, pi_env: dict[str, str]) -> dict[str, str]:
+    project.configure(matrix_toml(project.mark))
+    return pi_env
+
+
+def test_matrix_a_compact_that_keeps_the_digest_adds_no_reemit(project: Project, fake_model: FakeModel,
+                                                                matrix: dict[str, str]) -> None:
+    """One process, prompt/compact/prompt: Pi kept the startup digest among recent messages."""
+    got = compact_in_rpc(project, fake_model, matrix)
+    assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, got
+
+
+def test_matrix_a_compact_that_drops_the_digest_holds_the_reemit_once(project: Project, fake_model: FakeModel,
+                                                                      matrix: dict[str, str]) -> None:
+    keep_recent(matrix, 1)
+    got = compact_in_rpc(project, fake_model, matrix, turns=3)
+    assert got == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, got
+
+
+def test_matrix_a_continue_then_compact_adds_no_second_digest(project: Project, fake_model: FakeModel,
+                                                               matrix: dict[str, str]) -> None:
+    """`pi -c` then compact, a new process: no nudge at the resume, no re-emit over the kept
+    digest (it used to hold a full startup digest and a full compact digest)."""
+    pi(project, matrix, "-p", "turn 0")
+    got = compact_in_rpc(project, fake_model, matrix, "-c", turns=1)
+    assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, got
+
+
+def test_matrix_a_continue_then_compact_that_drops_it_reemits_by_session(
+        project: Project, fake_model: FakeModel, matrix: dict[str, str]) -> None:
+    """The compact of a session whose full start completed in an earlier process: the
+    re-emit (the session's start is remembered), not a full digest."""
+    keep_recent(matrix, 1)
+    pi(project, matrix, "-p", "turn 0")
+    got = compact_in_rpc(project, fake_model, matrix, "-c", turns=2)
+    assert got == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, got
+
+
+def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(project: Project, fake_model: FakeModel,
+                                                            matrix: dict[str, str]) -> None:
+    pi(project, matrix, "-p", "turn 1")
+    for i in (2, 3):
+        since = fake_model.count()
+        pi(project, matrix, "-c", "-p", f"turn {i}")
+        got = tally(fake_model.bodies(since)[-1], project.mark)
+        assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, got)

@@ -277,6 +277,45 @@ test("Pi: every turn asks for the per-turn work; what it brings is delivered wit
   t.cleanup()
 })
 
+const ours = (id, mode) => ({ type: "custom_message", id, customType: core.PI_MESSAGE_TYPE, content: "x", details: { kind: "ready", source: mode === "reemit" ? "compact" : "startup", mode } })
+const said = (id) => ({ type: "message", id, message: { role: "user" } })
+
+test("Pi context: only our messages the model sees now (kept by or after the last compaction)", () => {
+  const ctxOf = (entries) => ({ sessionManager: { getBranch: () => entries } })
+  const ids = (entries) => core.piContextMessages(ctxOf(entries)).map((e) => e.id)
+  assert.deepEqual(ids([ours("d", "full"), said("u1")]), ["d"])
+  const dropped = [ours("d", "full"), said("u1"), said("u2"), { type: "compaction", id: "c", firstKeptEntryId: "u2" }]
+  assert.deepEqual(ids(dropped), [])
+  const kept = [ours("d", "full"), said("u1"), { type: "compaction", id: "c", firstKeptEntryId: "d" }]
+  assert.deepEqual(ids(kept), ["d"])
+  assert.deepEqual(ids([...dropped, ours("r", "reemit")]), ["r"])
+  assert.equal(core.piDigestInContext(ctxOf([ours("n", "nudge")])), false)
+  assert.equal(core.piDigestInContext(ctxOf(kept)), true)
+  assert.deepEqual(core.piContextMessages({ sessionManager: { getBranch: () => { throw new Error("x") } } }), [])
+  assert.deepEqual(core.piContextMessages({}), [])
+})
+
+test("Pi resume: nothing when the context holds our digest or nudge; a generation when not", async () => {
+  const t = setup("ready")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env, argv: ["node", "pi", "-c"] })
+  const held = { entries: [ours("d", "full"), said("u1")] }
+  const ctx = { ...fakeCtx(held), sessionManager: { ...fakeCtx(held).sessionManager, getBranch: () => held.entries } }
+  await pi.emit("session_start", { reason: "startup" }, ctx)
+  assert.equal(await pi.emit("before_agent_start", { prompt: "hi" }, ctx), undefined)
+  const nudged = { entries: [said("u0"), ours("n", "nudge"), said("u1")] }
+  const ctx2 = { ...fakeCtx(nudged), sessionManager: { ...fakeCtx(nudged).sessionManager, getBranch: () => nudged.entries } }
+  await pi.emit("session_start", { reason: "startup" }, ctx2)
+  assert.deepEqual(t.launches(), [], "nudges never accumulate")
+  const lost = { entries: [ours("d", "full"), said("u1"), said("u2"), { type: "compaction", id: "c", firstKeptEntryId: "u2" }] }
+  const ctx3 = { ...fakeCtx(lost), sessionManager: { ...fakeCtx(lost).sessionManager, getBranch: () => lost.entries } }
+  await pi.emit("session_start", { reason: "startup" }, ctx3)
+  assert.equal((await pi.emit("before_agent_start", { prompt: "hi" }, ctx3)).message.content, "DIGEST-resume\n")
+  assert.deepEqual(t.launches(), ["resume"])
+  await gens.shutdown()
+  t.cleanup()
+})
+
 test("OpenCode: a turn's text rides on every later request, once; asks are throttled", async () => {
   const t = setup("ready")
   const turnFile = join(t.dir, "turn.txt")
@@ -300,5 +339,23 @@ test("OpenCode: a turn's text rides on every later request, once; asks are throt
   await slow["experimental.chat.system.transform"]({ sessionID: "ses_9" }, out)
   assert.equal(readFileSync(turns, "utf8").trim().split("\n").length, 4) // one ask per interval
   await slow._shutdown()
+  t.cleanup()
+})
+
+test("Pi compact: the re-emit is dropped when the startup digest survived the compaction", async () => {
+  const t = setup("ready")
+  const pi = fakePi()
+  const gens = core.piExtension(pi, { settings: t.settings, env: t.env, argv: ["node", "pi"] })
+  const kept = { entries: [ours("d", "full"), said("u1"), { type: "compaction", id: "c", firstKeptEntryId: "d" }] }
+  const ctx = { ...fakeCtx(kept), sessionManager: { ...fakeCtx(kept).sessionManager, getBranch: () => kept.entries } }
+  await pi.emit("session_compact", {}, ctx)
+  assert.equal(await pi.emit("before_agent_start", { prompt: "after" }, ctx), undefined)
+  const lost = { entries: [ours("d", "full"), said("u1"), said("u2"), { type: "compaction", id: "c", firstKeptEntryId: "u2" }] }
+  const ctx2 = { ...fakeCtx(lost), sessionManager: { ...fakeCtx(lost).sessionManager, getBranch: () => lost.entries } }
+  await pi.emit("session_compact", {}, ctx2)
+  const got = await pi.emit("before_agent_start", { prompt: "after" }, ctx2)
+  assert.equal(got.message.content, "DIGEST-compact\n")
+  assert.deepEqual(t.launches(), ["compact", "compact"], "the compact generation still runs (nested re-arm)")
+  await gens.shutdown()
   t.cleanup()
 })
