@@ -180,7 +180,8 @@ def test_a_later_incomplete_start_of_the_same_session_wins(project: Path, harnes
     hook(first, project, "startup")
     (project / "supervise.toml").write_text(CONFIG.replace("budget = 30", "budget = 1"))
     (project / "slow").write_text("")
-    assert "SESSION_START_COMPLETION: not recorded" in hook(first, project, "startup").text
+    # "new", not a second "startup": that would be an idempotent repeat of the first start
+    assert "SESSION_START_COMPLETION: not recorded" in hook(first, project, "new").text
     first.close()
     (project / "slow").unlink()
     second = harnesses()
