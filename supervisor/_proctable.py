@@ -24,6 +24,11 @@ _LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+CHURN = [0]
+"""Processes an incremental scan listed as new but found gone when it read them: a fork-and-
+exit chain's generations (a caller compares the count before and after a scan)."""
+
+
 @dataclass(frozen=True)
 class Row:
     """One process: ``pid``, ``ppid``, process group ``pgid``, session ``sid``, ``zombie``
@@ -113,6 +118,8 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
         row = read(pid)
         if row is not None:
             rows[pid] = row
+        elif previous is not None and pid not in previous:
+            CHURN[0] += 1  # born after the last scan and gone before this read
     return rows, True
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import anyio
 
-from . import _cgroup
+from . import _cgroup, _proctable
 from ._proctable import PORTABLE, Row, environ_value, scan, stat
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
@@ -46,6 +46,8 @@ KILL_WAIT = 1.0
 """Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
 HARD_PHASE = 0.12
 """Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
+LEFTOVER_SCANS = 6
+"""Most scans that look for leftovers of a stage whose leader exited (fewer without churn)."""
 REAP_BATCH = 4096
 """Most zombies reaped per reaper tick (the tick stays bounded whatever the stages do)."""
 
@@ -508,11 +510,18 @@ class Watch:
             await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
             if self._anything_alive(tree):
                 return True
-        for _ in range(2):
-            if any(self._ever.get(pid) == tree.token for pid in tree.members if pid != tree.leader) \
-                    or tree.token in self._ever_tokens:
+        for attempt in range(LEFTOVER_SCANS):
+            if any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens:
                 return True
+            if anyio.current_time() >= deadline:
+                break
+            churn = _proctable.CHURN[0]
             await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
+            # A new process that died between the listing and its read may have been a
+            # generation of a chain whose successor the listing missed: look again (a few
+            # times); without such churn two scans settle it.
+            if attempt >= 1 and _proctable.CHURN[0] == churn:
+                break
         return any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens
 
 

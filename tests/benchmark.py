@@ -95,6 +95,110 @@ def bench_overrun(tmp: Path) -> list[tuple[str, str, str]]:
             ("survivors after that digest (target 0)", "", str(survivors))]
 
 
+CHAINS = ("import os, signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+          "for _ in range(8):\n    if os.fork() == 0:\n        while True:\n"
+          "            if os.fork() != 0:\n                os._exit(0)\nsignal.pause()\n")
+BUSY = "import os\nfor _ in range(3): os.fork()\nwhile True: pass"
+SLEEPERS = ("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "for _ in range(999):\n    if os.fork() == 0:\n        time.sleep(60)\n"
+            "        os._exit(0)\nprint('1000 members', flush=True)\ntime.sleep(60)\n")
+
+
+def _stress_project(tmp: Path, name: str, budget: float, stages: list[str]) -> Path:
+    project = tmp / name
+    project.mkdir()
+    body = f"budget = {budget}\ngrace = 0.5\n" + "".join(
+        f'[[stages]]\nname = "s{i}"\nrun = {json.dumps(argv)}\n'
+        for i, argv in enumerate(stages))
+    (project / "supervise.toml").write_text(body)
+    quiet = tmp / f"{name}-startup"
+    quiet.mkdir()
+    (quiet / "supervise.toml").write_text(f"budget = {budget}\ngrace = 0.5\n" + "".join(
+        f'[[stages]]\nname = "s{i}"\nrun = "true"\n' for i in range(len(stages))))
+    return project
+
+
+def _past_budget(tmp: Path, name: str, budget: float, stages: list[str], runs: int,
+                 ) -> tuple[float, float, int, float]:
+    """Median seconds past the budget (wall minus budget minus the same digest's start-up
+    cost, measured interleaved), the start-up cost, the survivors over all runs, and the
+    worst seconds past the budget on the engine's own clock (``--format json``)."""
+    project = _stress_project(tmp, name, budget, stages)
+    quiet = tmp / f"{name}-startup"
+    over, startup, inner, survivors = [], [], [], 0
+    for _ in range(runs):
+        token = uuid.uuid4().hex
+        env = {**os.environ, "BENCH_TOKEN": token, "SUPERVISE_CGROUP_ROOT": "off"}
+        startup.append(timed([*SUPERVISE, "digest", "-C", str(quiet)], env=env))
+        t0 = time.perf_counter()
+        out = subprocess.run([*SUPERVISE, "digest", "-C", str(project), "--format", "json"],
+                             env=env, capture_output=True, check=False).stdout
+        over.append(time.perf_counter() - t0 - budget)
+        inner.append(json.loads(out)["seconds"] - budget)
+        time.sleep(0.5)  # anything that escaped shows itself
+        survivors += _survivors(token)
+    base = statistics.median(startup)
+    return statistics.median(over) - base, base, survivors, max(inner)
+
+
+def bench_stress(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    """Issue 10: the watchdog under stress (the sweep, no cgroup)."""
+    py = "python3"
+    rows = []
+    past, base, left, inner = _past_budget(tmp, "chains", 3.0, [[py, "-c", CHAINS]], runs)
+    rows.append(("seconds past a 3 s budget: TERM-ignoring stage, 8 fork-and-exit chains "
+                 "(issue 10 ex. 2; target <= 0.25)",
+                 f"start-up {base:.3f} s; engine's own clock, worst {inner:+.3f} s", f"{past:+.3f} s"))
+    rows.append(("survivors after those digests (target 0)", f"{runs} runs", str(left)))
+    past, base, left, inner = _past_budget(tmp, "starve", 3.0, [[py, "-c", BUSY]] * 16, runs)
+    rows.append(("seconds past a 3 s budget: 16 stages x 8 busy loops on "
+                 f"{os.cpu_count()} cores (ex. 3; target <= 0.25)",
+                 f"start-up {base:.3f} s; engine's own clock, worst {inner:+.3f} s", f"{past:+.3f} s"))
+    rows.append(("survivors after those digests (target 0)", f"{runs} runs", str(left)))
+    rows.append(_zombies_mid_run(tmp))
+    rows.append(_rss_with_members(tmp))
+    return rows
+
+
+def _zombies_mid_run(tmp: Path) -> tuple[str, str, str]:
+    project = tmp / "orphans"
+    project.mkdir()
+    script = "i=0; while [ $i -lt 300 ]; do (sleep 0.01 &); i=$((i+1)); done; sleep 3"
+    (project / "supervise.toml").write_text(
+        f'budget = 10\n[[stages]]\nname = "orphans"\nshell = true\nrun = {json.dumps(script)}\n')
+    proc = subprocess.Popen([*SUPERVISE, "digest", "-C", str(project)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    peak = 0
+    while proc.poll() is None:
+        try:
+            kids = psutil.Process(proc.pid).children()
+            peak = max(peak, sum(1 for k in kids if k.status() == psutil.STATUS_ZOMBIE))
+        except psutil.Error:
+            pass
+        time.sleep(0.02)
+    return ("zombies under the supervisor mid-run, a stage making 300 short-lived orphans "
+            "(ex. 1; target <= 50)", "peak, polled every 20 ms", str(peak))
+
+
+def _rss_with_members(tmp: Path) -> tuple[str, str, str]:
+    project = tmp / "members"
+    project.mkdir()
+    (project / "supervise.toml").write_text(
+        f'budget = 20\ngrace = 0.5\n[[stages]]\nname = "many"\n'
+        f'run = {json.dumps(["python3", "-c", SLEEPERS])}\ntimeout = 6\nmax_tasks = 2000\n')
+    token = uuid.uuid4().hex
+    env = {**os.environ, "BENCH_TOKEN": token, "SUPERVISE_CGROUP_ROOT": "off"}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([*SUPERVISE, "digest", "-C", str(project)], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    peak = peak_rss_until_exit(proc)
+    wall = time.perf_counter() - t0
+    left = _survivors(token)
+    return ("peak RSS of the supervisor, one stage of 1000 TERM-ignoring members killed at its "
+            "6 s timeout (report)", f"{peak / 2**20:.1f} MiB; wall {wall:.2f} s; survivors {left}",
+            f"{peak / 2**20:.1f} MiB")
+
+
 def bench_rss(tmp: Path, mib: int) -> tuple[str, str, str]:
     project = tmp / "rss"
     project.mkdir()
@@ -391,7 +495,8 @@ def bench_sanitize(runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost",), help="only the rows of issue 13 (cost)")
+    parser.add_argument("--only", choices=("cost", "stress"),
+                        help="only the rows of issue 13 (cost) or issue 10 (stress)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -399,6 +504,10 @@ def main() -> int:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.only == "stress":
+            rows += bench_stress(tmp, max(3, runs // 3))
+            _print(rows, max(3, runs // 3), load)
+            return 0
         rows += bench_event_hooks(tmp, runs)
         rows += bench_large_repo_digest(tmp, runs)
         rows += bench_gib(tmp, 3, args.gib)
@@ -413,6 +522,7 @@ def main() -> int:
         rows.append(bench_rss(tmp, 200))
         rows.append(bench_hook(tmp, runs))
         rows += bench_sanitize(runs)
+        rows += bench_stress(tmp, max(3, runs // 3))
     _print(rows, runs, load)
     return 0
 

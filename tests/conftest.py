@@ -93,3 +93,22 @@ def git_repo(tmp_path: Path) -> Path:
     subprocess.run(["git", "-C", str(repo), "add", "."], check=True)
     subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", "initial"], check=True)
     return repo
+
+
+@pytest.fixture(params=["idle", "loaded"])
+def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The hostile tests run twice: as they are, and under a synthetic CPU load (one busy
+    loop per core, plus one, for the test's whole duration; issue 10, "How it is checked")."""
+    if request.param == "idle":
+        yield "idle"
+        return
+    n = (os.cpu_count() or 1) + 1
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                              stdin=subprocess.DEVNULL) for _ in range(n)]
+    try:
+        yield "loaded"
+    finally:
+        for p in procs:  # processes this fixture started: end them by pid
+            p.kill()
+        for p in procs:
+            p.wait()

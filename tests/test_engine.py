@@ -51,7 +51,7 @@ def piddir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def test_background_leftover_does_not_hold_the_stage(tmp_path: Path) -> None:
+def test_background_leftover_does_not_hold_the_stage(tmp_path: Path, cpu_load: str) -> None:
     """Rule 1 + 8: `sh -c 'sleep 30 & exit 0'` ends at once and leaves no `sleep` behind."""
     result = digest(tmp_path, [{"name": "bg", "run": ["sh", "-c", "sleep 30 & echo started"]}])
     stage = result.stages[0]
@@ -76,7 +76,7 @@ def test_stage_gets_own_group_and_devnull_stdin(tmp_path: Path) -> None:
     ("setsid-escapee", ["leader", "escapee"]),
     ("double-fork", ["leader", "daemon"]),
 ])
-def test_budget_kills_the_whole_tree(tmp_path: Path, piddir: Path, kind: str, roles: list[str]) -> None:
+def test_budget_kills_the_whole_tree(tmp_path: Path, piddir: Path, kind: str, roles: list[str], cpu_load: str) -> None:
     """Rule 7: TERM-ignoring group members, setsid escapees and double-forked daemons all die;
     escalation looks at every member, not only the leader (coreutils timeout, supervisord#1101)."""
     result = digest(tmp_path, [hostile("evil", kind)], budget=2.0, grace=0.2)
@@ -88,7 +88,7 @@ def test_budget_kills_the_whole_tree(tmp_path: Path, piddir: Path, kind: str, ro
     assert "STARTUP TRUNCATED" in result.text and "'evil'" in result.text
 
 
-def test_grandchild_holding_the_pipe_does_not_block(tmp_path: Path, piddir: Path) -> None:
+def test_grandchild_holding_the_pipe_does_not_block(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """Rule 6: a setsid grandchild holding stdout for 60 s: the stage ends when its leader exits
     (then the leftover is swept) instead of reading to EOF."""
     result = digest(tmp_path, [hostile("hold", "hold-pipe")], budget=30)
@@ -98,7 +98,7 @@ def test_grandchild_holding_the_pipe_does_not_block(tmp_path: Path, piddir: Path
     assert pid_dead(piddir / "holder.pid")
 
 
-def test_leader_dies_on_term_child_ignores_it(tmp_path: Path, piddir: Path) -> None:
+def test_leader_dies_on_term_child_ignores_it(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """The coreutils `timeout` hole: the leader dies on TERM, its child ignores TERM; the
     child must still be gone after the grace period."""
     result = digest(tmp_path, [hostile("t", "term-ignoring-child", timeout=1.0)], grace=0.2)
@@ -233,7 +233,7 @@ def test_only_runs_the_selected_stages(tmp_path: Path) -> None:
     assert result.text == "b\n"
 
 
-def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path) -> None:
+def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """Embedding: cancelling run_digest (an extension bridge's newer generation) kills the tree
     and propagates the cancellation."""
     config = DigestConfig(grace=0.1, stages=(StageSpec(**hostile("t", "term-ignoring-child")),))
@@ -248,7 +248,7 @@ def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path) -> N
     assert pid_dead(piddir / "leader.pid") and pid_dead(piddir / "child.pid")
 
 
-def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path) -> None:
+def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """Adversarial report: a chain where each generation forks, setsids and exits outran two
     snapshots and survived. The hard phase freezes (SIGSTOP) every member found until a fresh
     snapshot finds nothing new, then kills them all."""

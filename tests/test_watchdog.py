@@ -82,25 +82,6 @@ from supervisor._results import DigestResult  # noqa: E402
 HOSTILE = [sys.executable, str(RES / "hostile.py")]
 
 
-@pytest.fixture(params=["idle", "loaded"])
-def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
-    """The hostile tests run twice: as they are, and under a synthetic CPU load (one busy
-    loop per core, plus one, for the test's whole duration; issue 10, "How it is checked")."""
-    if request.param == "idle":
-        yield "idle"
-        return
-    n = (os.cpu_count() or 1) + 1
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                              stdin=subprocess.DEVNULL) for _ in range(n)]
-    try:
-        yield "loaded"
-    finally:
-        for p in procs:  # processes this fixture started: end them by pid
-            p.kill()
-        for p in procs:
-            p.wait()
-
-
 def digest(tmp_path: Path, stages: list[dict[str, Any]], *, budget: float = 10,
            grace: float = 0.3, subreaper: bool = True) -> DigestResult:
     from supervisor._tree import enable_subreaper
