@@ -100,8 +100,7 @@ def stage_env(spec: StagePlan, context: SessionContext, token: str,
               digest: DigestPlan | None = None) -> dict[str, str]:
     """The curated environment of a stage (see docs/stage-authors.md); ``digest`` lets the
     stage know which built-ins run beside it (``SUPERVISE_DIGEST_BUILTINS``)."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")}
+    env = dict(_inherited_env())
     env.update(spec.env)
     env.update(context.env())
     # a symlinked state dir is never written, by stages either: they get none (the digest
@@ -110,11 +109,35 @@ def stage_env(spec: StagePlan, context: SessionContext, token: str,
     env["SUPERVISE_STAGE_NAME"] = spec.name
     env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
     if digest is not None:
-        env["SUPERVISE_DIGEST_BUILTINS"] = ",".join(
-            dict.fromkeys(s.builtin for s in digest.stages if s.builtin))
+        env["SUPERVISE_DIGEST_BUILTINS"] = _digest_builtins(digest)
     env[_tree.TOKEN_VAR] = token
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+_inherited: tuple[dict[bytes, bytes] | None, dict[str, str]] | None = None
+_builtins_of: tuple[DigestPlan, str] | None = None
+
+
+def _inherited_env() -> dict[str, str]:
+    """This process's environment without git's and our own variables, decoded and filtered
+    once per change of ``os.environ`` (not once per stage: a digest of many stages)."""
+    global _inherited
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping: compared, not decoded
+    if _inherited is None or raw is None or _inherited[0] != raw:
+        _inherited = (dict(raw) if raw is not None else None,
+                      {k: v for k, v in os.environ.items()
+                       if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")})
+    return _inherited[1]
+
+
+def _digest_builtins(digest: DigestPlan) -> str:
+    """``SUPERVISE_DIGEST_BUILTINS`` of ``digest``, computed once per digest."""
+    global _builtins_of
+    if _builtins_of is None or _builtins_of[0] is not digest:
+        _builtins_of = (digest, ",".join(dict.fromkeys(s.builtin for s in digest.stages
+                                                       if s.builtin)))
+    return _builtins_of[1]
 
 
 def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:

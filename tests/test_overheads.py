@@ -193,3 +193,24 @@ def test_run_and_digest_import_no_psutil_or_pydantic_at_start(git_repo: Path) ->
     if sys.platform.startswith("linux"):
         assert "psutil" not in loaded
     assert "pydantic" not in loaded
+
+
+def test_stage_env_follows_changes_of_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The inherited environment is decoded once, yet a change of os.environ shows up in
+    the next stage's environment (and git's and our own variables never do)."""
+    from supervisor._plan import DigestPlan, StagePlan
+    from supervisor._stage import stage_env
+
+    plan = DigestPlan(stages=(StagePlan(name="a", builtin="memory"), StagePlan(name="b", run=("true",))))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+    monkeypatch.setenv("WK13_PROBE", "one")
+    monkeypatch.setenv("GIT_DIR", "/elsewhere")
+    first = stage_env(plan.stages[1], ctx, "tok", plan)
+    assert first["WK13_PROBE"] == "one" and "GIT_DIR" not in first
+    assert first["SUPERVISE_DIGEST_BUILTINS"] == "memory"
+    monkeypatch.setenv("WK13_PROBE", "two")
+    monkeypatch.setenv("SUPERVISE_SOMETHING", "x")
+    second = stage_env(plan.stages[1], ctx, "tok", plan)
+    assert second["WK13_PROBE"] == "two" and "SUPERVISE_SOMETHING" not in second
+    second["MUTATED"] = "1"
+    assert "MUTATED" not in stage_env(plan.stages[1], ctx, "tok", plan)
