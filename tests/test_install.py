@@ -46,7 +46,8 @@ def test_install_preserves_user_keys_and_hooks_and_is_idempotent(git_repo: Path)
     assert data["hooks"]["SessionStart"][0] == USER_CLAUDE["hooks"]["SessionStart"][0]
     (session,) = _ours(data, "SessionStart")
     assert shlex.split(session["command"])[0] == sys.executable
-    assert shlex.split(session["command"])[-2:] == ["hook", "claude"]
+    assert shlex.split(session["command"])[-4:] == ["hook", "claude", "--registered-timeout",
+                                                    str(session["timeout"])]
     assert session["timeout"] == 180  # default budget 120 s + 60 s
     assert _ours(data, "UserPromptSubmit")[0]["command"].endswith("hook claude --event prompt")
     post = [g for g in data["hooks"]["PostToolUse"] if _ours({"hooks": {"x": [g]}}, "x")]
@@ -122,7 +123,8 @@ def test_timeouts_are_in_each_harness_unit(git_repo: Path) -> None:
     cursor = json.loads((git_repo / ".cursor" / "hooks.json").read_text())
     assert cursor["version"] == 1
     (entry,) = cursor["hooks"]["sessionStart"]
-    assert entry["timeout"] == 90 and entry["command"].endswith("hook cursor --source startup")
+    assert entry["timeout"] == 90 and entry["command"].endswith(
+        "hook cursor --source startup --registered-timeout 90")
 
 
 def test_cursor_keeps_user_entries(git_repo: Path) -> None:

@@ -373,3 +373,74 @@ def test_concurrent_double_fire_waits_for_the_first_and_reuses_it(project: Path,
     one, two = ((work / f"{n}.out").read_bytes() for n in ("one", "two"))
     assert one == two and b"FLEET-EXCLUSIVE" in one, shlex.quote(one.decode())
     assert fleet_runs(project) == 1
+
+
+# -- item 10: the budget fits the registered hook timeout ------------------------------------
+
+def test_install_records_the_timeout_and_the_hook_clamps_a_larger_budget(
+        project: Path, harnesses: Harnesses) -> None:
+    (project / "supervise.toml").write_text(CONFIG.replace("budget = 30", "budget = 2"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERVISE_")}
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "claude"], cwd=project,
+                          env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    settings = json.loads((project / ".claude" / "settings.json").read_text())
+    handler = settings["hooks"]["SessionStart"][0]["hooks"][0]
+    assert handler["timeout"] == 62 and "--registered-timeout 62" in handler["command"]
+    h = harnesses("claude")
+    # SUPERVISE_TIMEOUT far above the registered 62 s: clamped to 62 - 0.2 grace - 5 to print
+    run = h.run(["hook", "claude", "--registered-timeout", "62"], cwd=project,
+                stdin=payload("startup", project), env={"SUPERVISE_TIMEOUT": "600"})
+    text = context_of(run)
+    first = text.splitlines()[0]
+    assert first.startswith("[supervise] budget clamped to 56.8s: SUPERVISE_TIMEOUT (600s)"), text
+    assert "62s hook timeout registered with claude" in first and "FLEET-EXCLUSIVE" in text
+    # within the registered timeout: no notice at all
+    shutil_rm_starts(project)
+    run = h.run(["hook", "claude", "--registered-timeout", "62"], cwd=project,
+                stdin=payload("startup", project, sid="s2"), env={"SUPERVISE_TIMEOUT": "20"})
+    assert "budget clamped" not in run.text
+
+
+def test_a_clamped_budget_really_ends_the_digest_in_time(project: Path, harnesses: Harnesses) -> None:
+    (project / "supervise.toml").write_text(
+        CONFIG.replace("budget = 30", "budget = 300") + '[[stages]]\nname = "hang"\nrun = ["sleep", "300"]\n')
+    h = harnesses("claude")
+    run = h.run(["hook", "claude", "--registered-timeout", "7.5"], cwd=project,
+                stdin=payload("startup", project))
+    text = context_of(run)
+    assert text.startswith("[supervise] budget clamped to 2.3s: the configured budget (300s)")
+    assert "hang" in text and "FLEET-EXCLUSIVE" in text  # the banner names the cut stage
+
+
+def test_a_bad_registered_timeout_is_a_one_line_problem_and_ignored(project: Path,
+                                                                     harnesses: Harnesses) -> None:
+    h = harnesses("claude")
+    run = h.run(["hook", "claude", "--registered-timeout", "soon"], cwd=project,
+                stdin=payload("startup", project))
+    assert run.returncode == 0 and "FLEET-EXCLUSIVE" in context_of(run)
+    assert b"--registered-timeout needs a positive number" in run.stderr
+
+
+def test_doctor_flags_a_timeout_that_differs_from_what_install_recorded(project: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SUPERVISE_")}
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "supervisor", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+
+    assert cli("install", "claude").returncode == 0
+    out = cli("doctor", "claude").stdout
+    assert "matches what install recorded" in out, out
+    path = project / ".claude" / "settings.json"
+    settings = json.loads(path.read_text())
+    settings["hooks"]["SessionStart"][0]["hooks"][0]["timeout"] = 40  # edited by hand
+    path.write_text(json.dumps(settings))
+    out = cli("doctor", "claude").stdout
+    assert "the registered timeout is 40s but install recorded 90s" in out, out
+
+
+def shutil_rm_starts(project: Path) -> None:
+    import shutil
+
+    shutil.rmtree(project / ".supervise" / "starts", ignore_errors=True)

@@ -206,6 +206,42 @@ def _command_check(adapter: Adapter, command: str, project: Path) -> Check:
     return Check("ok", subject, f"hook command works without PATH ({program})")
 
 
+def recorded_timeout(command: str) -> float | None:
+    """The ``--registered-timeout`` seconds ``install`` recorded in a hook command, or None."""
+    import shlex
+
+    try:
+        argv = shlex.split(command)
+    except ValueError:
+        return None
+    for i, item in enumerate(argv):
+        value = argv[i + 1] if item == "--registered-timeout" and i + 1 < len(argv) else (
+            item.partition("=")[2] if item.startswith("--registered-timeout=") else None)
+        if value is not None:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _recorded_check(adapter: Adapter, handler: dict[str, Any]) -> Check:
+    """The timeout in the settings file against what ``install`` recorded in the command."""
+    recorded = recorded_timeout(str(handler.get("command", "")))
+    raw = handler.get("timeout")
+    seconds = (adapter.timeout_seconds(raw) if isinstance(raw, (int, float))
+               and not isinstance(raw, bool) else adapter.default_timeout)
+    if recorded is None:
+        return Check("warn", adapter.name, "the registration does not record its timeout, so the "
+                     f"hook cannot clamp its budget to it; re-run `supervise install {adapter.name}`")
+    if seconds is None or abs(seconds - recorded) > 0.5:
+        shown = "the harness default" if raw is None else f"{seconds:g}s"
+        return Check("FAIL", adapter.name, f"the registered timeout is {shown} but install recorded "
+                     f"{recorded:g}s: the hook budgets for {recorded:g}s and the harness may kill "
+                     "it first", f"supervise install {adapter.name}")
+    return Check("ok", adapter.name, f"registered timeout {recorded:g}s matches what install recorded")
+
+
 def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> Check:
     raw = handler.get("timeout")
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
@@ -336,6 +372,8 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
         checks.append(Check("ok", adapter.name, f"{adapter.session_event} registered in {path}"))
         checks.append(_command_check(adapter, str(session[0].get("command", "")), project))
         checks.append(_timeout_check(adapter, session[0], budget))
+        if checks[-1].status != "FAIL":  # one fix (install) for one wrong timeout
+            checks.append(_recorded_check(adapter, session[0]))
         for event, what in ((adapter.prompt_event, "per-prompt (deferred results)"),
                             (adapter.post_tool_event, "post-tool (nested instructions)")):
             if event and event not in regs:

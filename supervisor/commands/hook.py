@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from .._context import SessionContext
     from .._delivery import Delivery
+    from .._plan import DigestPlan
 
 EVENTS = ("session-start", "post-tool", "prompt")
 
@@ -49,6 +50,8 @@ class HookArgs:
     event: str = "session-start"
     take_lock: bool = False
     prerequisite: bool = False
+    registered_timeout: float | None = None
+    """Seconds: the hook timeout ``install`` registered with the harness (``--registered-timeout``)."""
     help: bool = False
     problems: tuple[str, ...] = ()
 
@@ -85,6 +88,9 @@ def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
     p.add_argument("--take-lock", action="store_true",
                    help="when no harness process is among our ancestors (a terminal), let the "
                    "calling shell take the session lock instead of running read-only")
+    p.add_argument("--registered-timeout", nargs="?", metavar="SECONDS",
+                   help="the hook timeout registered with the harness (install writes it): "
+                   "the budget is clamped to fit inside it")
     p.add_argument("--prerequisite", action="store_true",
                    help="for bridges: print nothing, exit 3 when a gate or the scope says "
                    "stand down, else 0")
@@ -109,6 +115,16 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
                 problems.append("--source needs a value")
             else:
                 args.source = ns.source
+        if ns.registered_timeout is not None or "--registered-timeout" in argv:
+            try:
+                value = float(ns.registered_timeout)
+            except (TypeError, ValueError):
+                value = float("nan")
+            if 0 < value < float("inf"):
+                args.registered_timeout = value
+            else:
+                problems.append(f"--registered-timeout needs a positive number of seconds "
+                                f"(got {ns.registered_timeout!r})")
         if ns.event is not None:
             if ns.event in EVENTS:
                 args.event = ns.event
@@ -242,6 +258,9 @@ def _run(args: HookArgs) -> int:
         config = as_plan(embedded_default())
         config_notice = (f"[supervise] configuration error: {config_error}; the embedded "
                          "default digest ran instead. Fix the file, then run `supervise digest`.\n")
+    if args.registered_timeout is not None and args.event == "session-start":
+        config, clamped = clamp_budget(config, args.registered_timeout, args.harness)
+        config_notice += clamped
     if args.event == "post-tool":
         try:
             from .._nested import handle_post_tool
@@ -303,6 +322,31 @@ def _run(args: HookArgs) -> int:
         if not problem and outcome.kind in ("digest", "reemit") and text.strip():
             _remember_delivery(context, text, outcome.kind)
     return EXIT_OK
+
+
+PRINT_RESERVE = 5.0
+"""Seconds kept between the end of the digest's budget and the registered hook timeout:
+interpreter start, the payload read (at most 1 s), the banner and printing."""
+
+
+def clamp_budget(config: DigestPlan, registered: float, harness: str) -> tuple[DigestPlan, str]:
+    """``config`` with its budget clamped to fit the hook timeout registered with the harness
+    (``registered`` seconds, minus the grace and :data:`PRINT_RESERVE`), and the one-line
+    notice saying so (``""`` when it fits). A budget above the registered timeout would have
+    the harness kill the hook first, and no context at all would arrive (issue 12, item 10).
+    The clamped budget is never below 1 s."""
+    limit = registered - config.grace - PRINT_RESERVE
+    if config.budget <= limit:
+        return config, ""
+    import dataclasses
+
+    origin = "SUPERVISE_TIMEOUT" if os.environ.get("SUPERVISE_TIMEOUT") else "the configured budget"
+    budget = max(limit, 1.0)
+    notice = (f"[supervise] budget clamped to {budget:g}s: {origin} ({config.budget:g}s) does not "
+              f"fit the {registered:g}s hook timeout registered with {harness or 'the harness'} "
+              f"(minus {config.grace:g}s grace and {PRINT_RESERVE:g}s to print); re-run "
+              f"`supervise install {harness or 'HARNESS'}` to register a longer one.\n")
+    return dataclasses.replace(config, budget=budget), notice
 
 
 def _nudge_tier(harness: str) -> bool:

@@ -88,17 +88,23 @@ SHELL = "/bin/sh"
 """The shell that runs :data:`FAST_PATH` (by absolute path: registrations never need PATH)."""
 
 
-def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None) -> str:
+def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None,
+                 timeout: float | None = None) -> str:
     """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``).
 
     Session start runs Python directly; a per-event hook runs it behind :data:`FAST_PATH`,
     which passes the whole payload on when there may be work and prints nothing otherwise.
+    ``timeout`` (seconds, session start only) is the hook timeout registered beside the
+    command: it is recorded as ``--registered-timeout`` so the hook clamps its budget to it
+    and ``doctor`` can tell when the settings file's timeout no longer matches.
     """
     argv = [python or sys.executable, "-P", "-m", "supervisor", "hook", adapter.name]
     if event:
         argv = [SHELL, str(FAST_PATH), *argv, "--event", event]
     else:
         argv += list(adapter.extra_args)
+        if timeout is not None:
+            argv += ["--registered-timeout", f"{timeout:g}"]
     return shlex.join(argv)
 
 
@@ -111,8 +117,9 @@ def entries(adapter: Adapter, budget: float, python: str | None = None) -> list[
     """The handlers ``install`` registers for ``adapter`` (see :class:`_settings.Entry`)."""
     from ..adapters._settings import Entry
 
-    out = [Entry(adapter.session_event, adapter.session_matcher, hook_command(adapter, python=python),
-                 adapter.timeout_value(session_timeout(budget)))]
+    seconds = session_timeout(budget)
+    out = [Entry(adapter.session_event, adapter.session_matcher,
+                 hook_command(adapter, python=python, timeout=seconds), adapter.timeout_value(seconds))]
     if adapter.prompt_event:
         out.append(Entry(adapter.prompt_event, None, hook_command(adapter, "prompt", python),
                          adapter.timeout_value(PROMPT_TIMEOUT)))
