@@ -88,47 +88,70 @@ def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
 
 def once(state_dir: Path, key: str | None, wait: float,
          run: Callable[[], SessionOutcome]) -> SessionOutcome:
-    """``run()`` unless the same start (``key``) finished less than :data:`WINDOW` seconds ago,
-    in which case its recorded outcome is returned and nothing runs.
+    """``run()`` unless the same start (``key``) finished less than :data:`WINDOW` seconds ago
+    with the lock and completion records unchanged since, in which case its recorded outcome
+    is returned and nothing runs.
 
-    ``wait`` is how long (seconds) a concurrent repeat waits for the first start to finish
-    (the digest's budget plus its grace and a margin); past it, ``run()`` goes ahead. A
-    ``None`` key, or a state dir that cannot be used, simply runs. Exceptions of ``run``
-    propagate; nothing is recorded for them.
+    ``wait`` is how long (seconds) a concurrent repeat waits for the first start (the digest's
+    budget plus its grace and a margin); past it, ``run()`` goes ahead. While a delivery is
+    open (:mod:`supervisor._delivery`, the hook and the bridge), the outcome is recorded, and
+    the key's ``flock`` released, only when the delivery settles: a start whose envelope never
+    went out is no start to repeat, and its completion record (committed at the same moment,
+    just before) is part of the fingerprint. A ``None`` key, or a state dir that cannot be
+    used, simply runs. Exceptions of ``run`` propagate; nothing is recorded for them.
     """
     if key is None:
         return run()
+    from contextlib import ExitStack
+
+    from ._delivery import current
     from ._errors import StateError
     from ._statedir import StateDir
 
+    stack = ExitStack()
     try:
-        top = StateDir.open(state_dir, create=True)
-    except (StateError, OSError):
-        return run()
-    with top:
-        try:
-            folder = top.sub(FOLDER, create=True)
-        except (StateError, OSError):
-            folder = None
+        top = stack.enter_context(StateDir.open(state_dir, create=True))
+        folder = top.sub(FOLDER, create=True)
         if folder is None:
+            stack.close()
             return run()
-        with folder, folder.flock(f"{key}.flock", wait) as held:
-            if held:
-                try:
-                    previous = _load(folder.read(f"{key}.json", _CAP), time.time(),
-                                     _fingerprint(top))
-                except (StateError, OSError):
-                    previous = None
-                if previous is not None:
-                    return previous
-            outcome = run()
-            if held:
-                try:
-                    folder.write(f"{key}.json", _dump(outcome, time.time(), _fingerprint(top)))
-                    _prune(folder)
-                except (StateError, OSError):
-                    pass
+        stack.enter_context(folder)
+        held = stack.enter_context(folder.flock(f"{key}.flock", wait))
+    except (StateError, OSError):
+        stack.close()
+        return run()
+    handed_off = False
+    try:
+        if held:
+            try:
+                previous = _load(folder.read(f"{key}.json", _CAP), time.time(), _fingerprint(top))
+            except (StateError, OSError):
+                previous = None
+            if previous is not None:
+                return previous
+        outcome = run()
+        if not held:
             return outcome
+
+        def commit() -> None:
+            try:
+                folder.write(f"{key}.json", _dump(outcome, time.time(), _fingerprint(top)))
+                _prune(folder)
+            except (StateError, OSError):
+                pass
+            finally:
+                stack.close()
+
+        delivery = current()
+        if delivery is None:
+            commit()
+        else:
+            delivery.reserve(commit, stack.close)
+            handed_off = True
+        return outcome
+    finally:
+        if not handed_off:
+            stack.close()
 
 
 def _prune(folder: object) -> None:
