@@ -296,6 +296,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             else:
                 outcome = "exited" if proc.returncode is not None else (
                     "cap" if tree.over_cap else "abort" if run.abort.is_set() else "deadline")
+            if cgroup is not None and tree.over_cap is None:
+                # pids.max refuses a fork (the stage may then exit on its own) and memory.max
+                # OOM-kills: the cgroup's event counters say which cap it was.
+                tree.over_cap = _cgroup.over_cap(cgroup)
             with anyio.CancelScope(shield=True):
                 if outcome != "exited":
                     await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,

@@ -80,3 +80,43 @@ def test_normal_stage_in_a_cgroup(cgroup_root: Path, tmp_path: Path) -> None:
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
     result = anyio.run(partial(run_digest, config, ctx))
     assert result.stages[0].output == "hi\n" and result.stages[0].status == "ok"
+
+
+def test_a_delegated_subtree_is_found_and_the_root_never_used_implicitly(tmp_path: Path) -> None:
+    """Issue 10: a writable delegated cgroup v2 subtree (a systemd user session) is used
+    automatically; the hierarchy's root, a foreign-owned or a read-only one is not."""
+    from supervisor._cgroup import delegated_root
+
+    mount = tmp_path / "cg"
+    scope = mount / "user.slice" / "user-1000.slice" / "user@1000.service" / "app.slice" / "x.scope"
+    scope.mkdir(parents=True)
+    (scope / "cgroup.kill").write_text("")
+    mounts = f"cgroup2 {mount} cgroup2 rw,nosuid 0 0\n"
+    own = "0::/user.slice/user-1000.slice/user@1000.service/app.slice/x.scope\n"
+    assert delegated_root(own, mounts, os.geteuid()) == scope
+    assert delegated_root("0::/\n", mounts, os.geteuid()) is None  # the whole machine's
+    assert delegated_root(own, mounts, os.geteuid() + 1) is None  # not delegated to us
+    assert delegated_root(own, "proc /proc proc rw 0 0\n", os.geteuid()) is None  # no cgroup2
+    assert delegated_root("0::/../etc\n", mounts, os.geteuid()) is None
+    (scope / "cgroup.kill").unlink()
+    assert delegated_root(own, mounts, os.geteuid()) is None  # kernel < 5.14: no cgroup.kill
+
+
+def test_cgroup_root_off_disables_containment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from supervisor._cgroup import cgroup_root
+
+    monkeypatch.setenv("SUPERVISE_CGROUP_ROOT", "off")
+    assert cgroup_root() is None
+
+
+def test_a_cap_is_enforced_inside_a_cgroup_too(cgroup_root: Path, tmp_path: Path) -> None:
+    """With a cgroup (pids.max where the controller is enabled, else the watchdog) a stage
+    over max_tasks is killed whole, with the one line naming the cap."""
+    bomb = "import os, time\nfor _ in range(7):\n    os.fork()\ntime.sleep(30)\n"
+    config = DigestConfig(budget=20, grace=0.2, stages=(StageSpec(
+        name="bomb", run=[sys.executable, "-c", bomb], max_tasks=20),))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+    result = anyio.run(partial(run_digest, config, ctx))
+    assert result.stages[0].status == "killed"
+    assert "went over max_tasks = 20 processes and was killed whole" in result.stages[0].output
+    assert [p for p in cgroup_root.iterdir() if p.is_dir()] == []
