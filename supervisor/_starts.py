@@ -74,8 +74,8 @@ def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | 
             str(rec["text"]), str(rec["kind"]), str(rec["mode"]), rec.get("truncation"),
             tuple((str(n), str(t)) for n, t in parts) if isinstance(parts, list) else None,
             str(rec.get("notices", "")))
-    except (ValueError, KeyError, TypeError):
-        return None
+    except (ValueError, KeyError, TypeError, RecursionError, MemoryError):
+        return None  # a planted or corrupt record (deep nesting included) is no record
 
 
 def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:

@@ -146,7 +146,7 @@ def session_contexts(path: str | os.PathLike[str] | None, harness: str) -> Trans
             continue
         try:
             entry = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError, MemoryError):  # deep nesting is not a ValueError
             continue
         if not isinstance(entry, dict):
             continue

@@ -187,3 +187,11 @@ def test_stale_temp_files_are_cleaned_by_the_next_write(state: Path) -> None:
     with StateDir.open(state) as sd:
         sd.write("lock.json", json.dumps({}).encode())
     assert not old.exists()
+
+
+def test_every_state_record_reader_survives_deep_json() -> None:
+    """Readers that parse state bytes themselves treat 60,000-deep JSON as no record."""
+    from supervisor import _starts
+
+    assert _starts._load(DEEP, 0.0, "x") is None
+    assert _starts._load(b"[" * 5_000, 0.0, "x") is None
