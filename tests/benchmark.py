@@ -324,6 +324,53 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     ]
 
 
+def bench_planted_state(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    """Issue 11 items 2 and 4: a 3 GiB file planted as a deferred result (prompt hook) or as
+    the exposure log (`status`) costs what an empty state dir costs (it is set aside unread),
+    where it used to cost 16.7 s and 6.3 GB of RSS."""
+    project = tmp / "planted state"
+    project.mkdir()
+    env = {**NO_BYTECODE_ENV}
+    env.pop("SUPERVISE_STATE_DIR", None)
+    result = project / ".supervise" / "deferred" / "net" / "result-1-x.json"
+    log = project / ".supervise" / "exposure.jsonl"
+    result.parent.mkdir(parents=True)
+    prompt = [sys.executable, "-P", "-m", "supervisor", "hook", "claude", "--event", "prompt"]
+    status = [sys.executable, "-P", "-m", "supervisor", "status"]
+
+    def planted(path: Path, argv: list[str]) -> Callable[[], float]:
+        def run() -> float:
+            with open(path, "wb") as f:
+                f.truncate(3 << 30)  # sparse: no disk used
+            took = timed(argv, cwd=project, env=env)
+            for old in path.parent.glob(path.name + ".corrupt*"):
+                old.unlink()
+            return took
+        return run
+
+    got = interleaved({
+        "prompt-empty": lambda: timed(prompt, cwd=project, env=env),
+        "prompt-3g": planted(result, prompt),
+        "status-empty": lambda: timed(status, cwd=project, env=env),
+        "status-3g": planted(log, status),
+    }, runs)
+    with open(result, "wb") as f:
+        f.truncate(3 << 30)
+    proc = subprocess.Popen(prompt, cwd=project, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rss_planted = peak_rss_until_exit(proc)
+    ms = lambda x: f"{x * 1000:.1f} ms"  # noqa: E731
+    return [
+        ("prompt hook with a 3 GiB planted `result-*.json` vs an empty state dir (target <= 1.5x)",
+         f"{ms(got['prompt-3g'])} vs {ms(got['prompt-empty'])}",
+         f"{got['prompt-3g'] / got['prompt-empty']:.2f}x"),
+        ("`supervise status` with a 3 GiB planted `exposure.jsonl` vs an empty state dir "
+         "(target <= 1.5x)", f"{ms(got['status-3g'])} vs {ms(got['status-empty'])}",
+         f"{got['status-3g'] / got['status-empty']:.2f}x"),
+        ("peak RSS of that prompt hook (was 6.3 GB)", f"{rss_planted / 2**20:.1f} MiB", "-"),
+    ]
+
+
 def synthetic_repo(tmp: Path, files: int = 20_000) -> Path:
     """A git repository of ``files`` tracked files in 200 folders, four nested AGENTS.md, a
     root AGENTS.md and one modified file."""
@@ -495,8 +542,8 @@ def bench_sanitize(runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost", "stress"),
-                        help="only the rows of issue 13 (cost) or issue 10 (stress)")
+    parser.add_argument("--only", choices=("cost", "stress", "state"),
+                        help="only the rows of issue 13 (cost), issue 10 (stress) or issue 11 (state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -504,6 +551,9 @@ def main() -> int:
     load = os.getloadavg()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
+        if args.only == "state":
+            _print(bench_planted_state(tmp, runs), runs, load)
+            return 0
         if args.only == "stress":
             rows += bench_stress(tmp, max(3, runs // 3))
             _print(rows, max(3, runs // 3), load)
@@ -523,6 +573,7 @@ def main() -> int:
         rows.append(bench_hook(tmp, runs))
         rows += bench_sanitize(runs)
         rows += bench_stress(tmp, max(3, runs // 3))
+        rows += bench_planted_state(tmp, runs)
     _print(rows, runs, load)
     return 0
 
