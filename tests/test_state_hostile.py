@@ -210,6 +210,8 @@ def _walk_project(tmp_path: Path) -> tuple[Path, Path, Path]:
     victim.write_text("PRECIOUS")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    for i in range(10):  # a digests/ link used to write here and prune all but 8 of these
+        (elsewhere / f"digest-{i:012x}.txt").write_text("someone else's file\n")
     return project, victim, elsewhere
 
 
@@ -283,8 +285,8 @@ def _run_walk(project: Path, victim: Path, elsewhere: Path, tmp_path: Path) -> l
     finally:
         harness.close()
     assert victim.read_text() == "PRECIOUS"
-    assert list(elsewhere.iterdir()) == []
-    assert _outside(tmp_path) == outside_before  # nothing written outside the project
+    assert len(list(elsewhere.iterdir())) == 10
+    assert _outside(tmp_path) == outside_before  # nothing written or deleted outside the project
     return stderr_lines
 
 
@@ -308,6 +310,11 @@ def test_walk_every_state_file_planted(tmp_path: Path, kind: str) -> None:
     for rel in STATE_FILES:
         plant(state / rel, kind, victim)
     _run_walk(project, victim, elsewhere, tmp_path)
+    # the paths of the examples were taken: a consolidation was triggered (its lock
+    # and log replaced by regular files), a digest over the inline cap was saved
+    for rel in ("memory/consolidate.lock", "logs/consolidation.log"):
+        assert (state / rel).is_file() and not (state / rel).is_symlink(), rel
+    assert list((state / "digests").glob("digest-*.txt"))
     for rel in ("lock.json", "last-digest.json", "exposure.jsonl"):
         path = state / rel  # written by the runs: ours now, the plant set aside beside it
         assert path.is_file() and not path.is_symlink(), rel
@@ -343,4 +350,4 @@ def test_symlinked_state_dir_as_a_whole_is_never_written(tmp_path: Path) -> None
     _settle()
     text = json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
     assert text.count("is a symlink; refusing to follow it") == 1, text
-    assert list(elsewhere.iterdir()) == []
+    assert sorted(p.name for p in elsewhere.iterdir()) == [f"digest-{i:012x}.txt" for i in range(10)]
