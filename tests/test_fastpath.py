@@ -348,3 +348,24 @@ def test_fast_path_is_posix_sh() -> None:
         if os.path.exists(shell):
             proc = subprocess.run([shell, "-n", str(FAST_PATH)], capture_output=True, timeout=30)
             assert proc.returncode == 0, proc.stderr
+
+
+def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project: Path) -> None:
+    """The watch list's size check uses find by absolute path: a PATH without it (or none)
+    changes nothing, and an oversized list is never read (Python decides)."""
+    from supervisor._fastpath import set_watch
+
+    rules = project / "AGENTS.md"
+    rules.write_text("rules\n")
+    os.utime(rules, (1.0, 1.0))
+    state = project / ".supervise"
+    set_watch(state, [rules])
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False,
+          PATH="/nonexistent")
+    watch = state / "fastpath" / "watch"
+    stamp = watch.stat().st_mtime
+    watch.write_text((str(rules) + "\n") * (70_000 // len(str(rules)) + 1))  # > 64 KiB
+    os.utime(watch, (stamp, stamp))
+    answer = shim(interpreter, "claude", "prompt", prompt_payload(project), project,
+                  PATH="/nonexistent")
+    assert answer.ran_python
