@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -428,7 +429,10 @@ def _stage_dirs(state_dir: Path) -> Iterator[tuple[str, StateDir]]:
         return
     with base:
         for name in _records(base, "*"):
-            try:
+            try:  # only real folders: a file or link in deferred/ is not ours and is skipped
+                st = base.lstat(name)
+                if st is None or not stat.S_ISDIR(st.st_mode):
+                    continue
                 sub = base.sub(name)
             except StateError:
                 continue
