@@ -67,6 +67,8 @@ def _ensure_installed(config: pytest.Config | None = None) -> None:
                 proc.wait()
             finally:
                 timer.cancel()
+                if proc.stdout is not None:
+                    proc.stdout.close()  # else an unclosed pipe errors the first test
         _INSTALL_TRIED.append("".join(lines).strip()[-300:])
     except OSError as err:
         _INSTALL_TRIED.append(f"installer failed: {err}")

@@ -29,6 +29,7 @@ user prompt containing `FAKE_BASH <command>` (and no tool result after it) is an
 `bash` tool call running that command, so a turn makes a second model request after it.
 """
 import argparse
+import itertools
 import json
 import os
 import re
@@ -38,6 +39,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 ARGS = None
+_IDS = itertools.count(1)
+"""Reply ids (Anthropic messages): distinct per reply."""
 LOCK = threading.Lock()
 COUNTER = [0]
 
@@ -205,13 +208,16 @@ class H(BaseHTTPRequestHandler):
         model = body.get("model", ARGS.model)
         usage = {"input_tokens": input_tokens(), "output_tokens": 5,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        # a distinct id per reply: Claude groups a live session's messages by it (compaction
+        # of one long-lived process failed with "too_few_groups" when every reply shared one)
+        msg_id = f"msg_fake_{next(_IDS)}"
         if not body.get("stream"):
-            return self._json({"id": "msg_fake", "type": "message", "role": "assistant",
+            return self._json({"id": msg_id, "type": "message", "role": "assistant",
                                "model": model, "content": [block], "stop_reason": stop,
                                "stop_sequence": None, "usage": usage})
         self._sse_start()
         self._ev("message_start", {"type": "message_start", "message": {
-            "id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+            "id": msg_id, "type": "message", "role": "assistant", "model": model,
             "content": [], "stop_reason": None, "stop_sequence": None,
             "usage": {**usage, "output_tokens": 1}}})
         self._ev("content_block_start", {"type": "content_block_start", "index": 0,

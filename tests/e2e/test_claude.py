@@ -12,23 +12,29 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import FakeModel, Project, clean_env, harness_bin, marker_toml, matrix_toml, run_harness, tally
+from conftest import (RUN_TIMEOUT, FakeModel, Project, clean_env, harness_bin, marker_toml, matrix_toml,
+                      run_harness, tally)
 
 pytestmark = pytest.mark.e2e
 
 NUDGE = "SUPERVISE_OP: v1 session-start"
 
 
+def claude_env(fake: FakeModel, **extra: str) -> dict[str, str]:
+    return clean_env(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="dummy", DISABLE_TELEMETRY="1",
+                     CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1",
+                     DISABLE_ERROR_REPORTING="1", **extra)
+
+
 def claude(project: Project, fake: FakeModel, *args: str) -> dict:
     """Run ``claude ARGS --output-format json`` in the project; return its JSON result."""
-    env = clean_env(ANTHROPIC_BASE_URL=fake.url, ANTHROPIC_API_KEY="dummy", DISABLE_TELEMETRY="1",
-                    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1", DISABLE_AUTOUPDATER="1",
-                    DISABLE_ERROR_REPORTING="1")
+    env = claude_env(fake)
     proc = run_harness([harness_bin("claude"), *args, "--output-format", "json"], project.path, env)
     assert proc.returncode == 0, f"claude {args} failed: {proc.stderr[-2000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -225,3 +231,67 @@ def test_a_changed_instruction_file_reaches_the_next_request_once(
     turn3 = fake_model.bodies(since)
     assert max((b.count(new) for b in turn3), default=0) <= 1  # not injected again
     assert max((b.count("INSTRUCTIONS CHANGED") for b in turn3), default=0) <= 1
+
+
+class StreamClaude:
+    """One long-lived ``claude -p --input-format stream-json`` process: a user message in, its
+    events out until the ``result``. Auto-compaction is made reachable with a small window
+    (``CLAUDE_CODE_AUTO_COMPACT_WINDOW``, ``CLAUDE_AUTOCOMPACT_PCT_OVERRIDE``) and one reply
+    reporting a large input (the fake model's one-shot usage)."""
+
+    def __init__(self, project: Project, fake: FakeModel) -> None:
+        env = claude_env(fake, CLAUDE_CODE_AUTO_COMPACT_WINDOW="20000",
+                         CLAUDE_AUTOCOMPACT_PCT_OVERRIDE="50")
+        self.events: list[dict] = []
+        self.proc = subprocess.Popen(
+            [str(harness_bin("claude")), "-p", "--input-format", "stream-json",
+             "--output-format", "stream-json", "--verbose"],
+            cwd=project.path, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL)
+
+    def send(self, text: str) -> dict:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": text}}) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            self.events.append(event)
+            if event.get("type") == "result":
+                return event
+        raise AssertionError("claude stream-json ended before a result")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout:
+            self.proc.stdout.close()
+
+
+def test_matrix_a_compact_in_one_long_lived_process_holds_the_reemit_once(
+        matrix: Project, fake_model: FakeModel) -> None:
+    """The re-emit path itself: one process (the lock's owner alive), auto-compaction between
+    two turns, SessionStart(compact) proven by this very process."""
+    stream = StreamClaude(matrix, fake_model)
+    try:
+        for i in range(4):
+            stream.send(f"turn {i}")
+        fake_model.report_tokens_once(200_000)  # this reply reports a full window...
+        stream.send("turn big")
+        stream.send("turn next")  # ...so this turn compacts first
+        since = fake_model.count()
+        stream.send("after compact")
+    finally:
+        stream.close()
+    boundaries = [e for e in stream.events if e.get("subtype") == "compact_boundary"]
+    assert boundaries, "claude never compacted"
+    last = tally(fake_model.bodies(since)[-1], matrix.mark)
+    assert last == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, last
+    assert all(tally(b, matrix.mark)["full"] <= 1 for b in fake_model.bodies())
