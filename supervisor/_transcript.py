@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,36 +55,22 @@ class TranscriptView:
     compaction_last: bool = False
 
 
-def _tail_lines(path: Path) -> tuple[list[bytes], bool] | None:
-    """The complete lines of the last MAX_SCAN bytes and whether that is the whole file;
-    None when the path is not a readable regular file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        start = max(info.st_size - MAX_SCAN, 0)
-        os.lseek(fd, start, os.SEEK_SET)
-        chunks: list[bytes] = []
-        left = info.st_size - start
-        while left > 0:
-            chunk = os.read(fd, min(_CHUNK, left))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    lines = data.split(b"\n")
-    if start > 0:
-        lines = lines[1:]  # the first line was cut
-    return lines, start == 0
+def _lines_backwards(fd: int, size: int) -> Iterator[bytes]:
+    """The file's complete lines, last first, from its last MAX_SCAN bytes, read backwards in
+    chunks so a recent compaction costs one chunk; a line cut by the scan limit is dropped."""
+    floor = max(size - MAX_SCAN, 0)
+    pos, rest = size, b""
+    while pos > floor:
+        n = min(_CHUNK, pos - floor)
+        pos -= n
+        chunk = os.pread(fd, n, pos)
+        if len(chunk) != n:  # the file shrank under us: stop, what was read stands
+            return
+        parts = (chunk + rest).split(b"\n")
+        rest = parts[0]
+        yield from reversed(parts[1:])
+    if floor == 0:
+        yield rest
 
 
 def _claude(entry: dict[str, object]) -> tuple[str, list[str]]:
@@ -120,29 +107,49 @@ def _codex(entry: dict[str, object]) -> tuple[str, list[str]]:
 
 
 _PARSERS = {"claude": _claude, "codex": _codex}
-_HINTS = {"claude": (b"compact_boundary", b"hook_additional_context", b'"user"', b'"assistant"'),
-          "codex": (b'"compacted"', b"response_item")}
+_BOUNDARY = {"claude": b"compact_boundary", "codex": b'"compacted"'}
+_CONTEXT = {"claude": b"hook_additional_context", "codex": b"hooks.additional_context"}
+_MESSAGE = {"claude": (b'"user"', b'"assistant"'), "codex": (b'"response_item"',)}
+"""Cheap byte tests first: only a line that may be a boundary or a context is parsed (a long
+transcript's ordinary messages are never decoded)."""
 
 
 def session_contexts(path: str | os.PathLike[str] | None, harness: str) -> TranscriptView | None:
     """The SessionStart contexts of ``harness``'s transcript at ``path`` since the last
     compaction, or None when that cannot be known (no path, not a regular file, unreadable,
     a harness whose format is not known, or no compaction within the last MAX_SCAN bytes of
-    a longer file). Never raises; blocks on nothing (a FIFO is refused unopened-for-read)."""
+    a longer file). Read backwards from the end, it stops at the last compaction. Never
+    raises; blocks on nothing (opened ``O_NONBLOCK``, and a FIFO or other non-regular file is
+    never read)."""
     parse = _PARSERS.get(harness)
     if parse is None or not path:
         return None
     try:
-        got = _tail_lines(Path(path))
-    except (ValueError, OSError):  # an embedded NUL, a name too long
+        fd = os.open(Path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (ValueError, OSError):  # absent, unreadable, an embedded NUL, a name too long
         return None
-    if got is None:
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        return _scan(_lines_backwards(fd, info.st_size), harness, parse,
+                     whole=info.st_size <= MAX_SCAN)
+    except OSError:
         return None
-    lines, whole = got
+    finally:
+        os.close(fd)
+
+
+def _scan(lines: Iterator[bytes], harness: str,
+          parse: Callable[[dict[str, object]], tuple[str, list[str]]], *,
+          whole: bool) -> TranscriptView | None:
+    boundary, context, message = _BOUNDARY[harness], _CONTEXT[harness], _MESSAGE[harness]
     contexts: list[str] = []
     after_boundary = False
-    for raw in reversed(lines):
-        if not any(h in raw for h in _HINTS[harness]):
+    for raw in lines:
+        if boundary not in raw and context not in raw:
+            if not after_boundary and any(m in raw for m in message):
+                after_boundary = True
             continue
         try:
             entry = json.loads(raw)

@@ -539,6 +539,42 @@ def bench_sanitize(runs: int) -> list[tuple[str, str, str]]:
     ]
 
 
+def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    """Issue 12 item 6: a resume reads the transcript back to its last compaction. Worst case:
+    31 MB of Claude transcript with no compaction (scanned whole) against reading and splitting
+    the same bytes; usual case: a compaction near the end (one chunk read)."""
+    import json
+    import timeit
+
+    from supervisor._transcript import session_contexts
+
+    path = tmp / "transcript.jsonl"
+    line = json.dumps({"type": "user", "message": {"role": "user", "content": "x" * 2000}}) + "\n"
+    context = json.dumps({"type": "attachment", "attachment": {
+        "type": "hook_additional_context", "content": ["D"], "hookEvent": "SessionStart"}}) + "\n"
+    path.write_text(context + line * 15_000)
+    recent = tmp / "recent.jsonl"
+    recent.write_text(line * 15_000 + json.dumps({"type": "system", "subtype": "compact_boundary"})
+                      + "\n" + context)
+
+    def baseline() -> None:
+        data = path.read_bytes()
+        sum(1 for ln in data.split(b"\n") if b"compact_boundary" in ln or b"hook_additional_context" in ln)
+
+    def best(fn: object) -> float:
+        return min(timeit.repeat(fn, number=1, repeat=max(runs // 3, 3)))  # type: ignore[arg-type]
+
+    base = best(baseline)
+    whole = best(lambda: session_contexts(path, "claude"))
+    near = best(lambda: session_contexts(recent, "claude"))
+    return [
+        ("resume transcript check, 31 MB without a compaction vs read + split + two byte scans",
+         f"{whole * 1000:.0f} ms vs {base * 1000:.0f} ms", f"{whole / base:.2f}x"),
+        ("resume transcript check, 31 MB with a compaction at the end vs the same baseline",
+         f"{near * 1000:.2f} ms vs {base * 1000:.0f} ms", f"{near / base:.4f}x"),
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
@@ -572,6 +608,7 @@ def main() -> int:
         rows.append(bench_rss(tmp, 200))
         rows.append(bench_hook(tmp, runs))
         rows += bench_sanitize(runs)
+        rows += bench_transcript(tmp, runs)
         rows += bench_stress(tmp, max(3, runs // 3))
         rows += bench_planted_state(tmp, runs)
     _print(rows, runs, load)

@@ -382,3 +382,16 @@ def test_the_ledger_keeps_fingerprints_not_text(project: Path, harnesses: Harnes
     assert [e["kind"] for e in doc["delivered"]] == ["digest"]
     assert all(len(e["sha256"]) == 64 and e["at"] <= time.time() for e in doc["delivered"])
     assert "ALPHA" not in json.dumps(doc), "only fingerprints are kept, never the text"
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 20])
+def test_the_backward_reader_joins_lines_across_chunks(chunk: int, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read backwards in chunks: a line split by a chunk edge is whole again, the file's last
+    line may lack its newline, and the first line of the file is read too."""
+    monkeypatch.setattr(_transcript, "_CHUNK", chunk)
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(claude_context("first é")) + "\n" + json.dumps(claude_user("u" * 300))
+                    + "\n" + json.dumps(claude_context("last")))
+    view = _transcript.session_contexts(path, "claude")
+    assert view is not None and view.contexts == ("first é", "last") and not view.compacted
