@@ -444,3 +444,16 @@ def shutil_rm_starts(project: Path) -> None:
     import shutil
 
     shutil.rmtree(project / ".supervise" / "starts", ignore_errors=True)
+
+
+def test_digest_run_by_grok_leaves_out_what_grok_loads(project: Path, harnesses: Harnesses) -> None:
+    """The nudge tier: Grok's model runs `supervise digest` in pkg; Grok loads the AGENTS.md
+    chain itself, so the digest supplies neither ROOT-RULES nor PKG-RULES."""
+    (project / "pkg" / "CLAUDE.md").write_text("PKG-CLAUDE\n")
+    h = harnesses("grok")
+    run = h.run(["digest"], cwd=project / "pkg")
+    assert run.returncode == 0, run.stderr
+    assert "PKG-CLAUDE" in run.text and "Grok CLI does not load by itself" in run.text
+    assert "PKG-RULES" not in run.text and "ROOT-RULES" not in run.text
+    run = h.run(["digest", "--harness", "claude"], cwd=project / "pkg")
+    assert "PKG-RULES" in run.text and "PKG-CLAUDE" not in run.text

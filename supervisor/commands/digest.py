@@ -49,6 +49,23 @@ def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
     return shlex.join(parts)
 
 
+def _nudge_tier_parent() -> str:
+    """The nudge-tier harness (Grok) whose model runs us, as its nudge asked, or ``""``.
+
+    Its hook output is dropped, so the model runs ``supervise digest`` itself: the digest
+    then leaves out the instruction files that harness loads by itself (never duplicated).
+    Run-tier harnesses are not guessed (``--harness`` names one)."""
+    from .._ancestry import ancestry, find_harness
+
+    try:
+        from ..adapters import ADAPTERS
+    except ImportError:
+        return ""
+    found = find_harness(ancestry())
+    adapter = ADAPTERS.get(found.harness) if found else None
+    return adapter.name if adapter is not None and adapter.tier == "nudge" else ""
+
+
 def main(argv: list[str]) -> int:
     """Run the digest; exit 0 (also after a truncation), 1 on a bad config, 128+n on a signal."""
     args = build_parser().parse_args(argv)
@@ -90,7 +107,8 @@ def main(argv: list[str]) -> int:
     code = EXIT_OK
     notice = None
     context = SessionContext.for_project(project, cwd=start.resolve(),  # SUPERVISE_CWD
-                                         source=args.source, harness=args.harness)
+                                         source=args.source,
+                                         harness=args.harness or _nudge_tier_parent())
     try:
         config = load_plan(project, args.config, on_env_error=lambda msg: print(
             f"supervise: {msg}; ignored", file=sys.stderr))
