@@ -361,3 +361,18 @@ def test_install_harnesses_shows_progress_and_why(tmp_path: Path) -> None:
     second = subprocess.run(["bash", str(script), "claude", "pi"], capture_output=True,
                             text=True, env=env, timeout=60)
     assert second.stdout.count("already installed") == 2 and "[1/" not in second.stdout
+
+
+def test_prompt_hook_delivers_one_result_per_stage(tmp_path: Path) -> None:
+    """Two undelivered results of one stage (two earlier runs): the newest is delivered, the
+    older one is superseded; both are claimed (never delivered later)."""
+    from supervisor._deferred import take_undelivered
+
+    folder = tmp_path / "deferred" / "net"
+    folder.mkdir(parents=True)
+    for run_id, text in (("1000-a", "OLD"), ("2000-b", "NEW")):
+        (folder / f"result-{run_id}.json").write_text(json.dumps(
+            {"name": "net", "run_id": run_id, "status": "ok", "seconds": 0.1, "output": text}))
+    texts = take_undelivered(tmp_path)
+    assert len(texts) == 1 and "NEW" in texts[0] and "OLD" not in texts[0]
+    assert take_undelivered(tmp_path) == []
