@@ -376,3 +376,14 @@ def test_prompt_hook_delivers_one_result_per_stage(tmp_path: Path) -> None:
     texts = take_undelivered(tmp_path)
     assert len(texts) == 1 and "NEW" in texts[0] and "OLD" not in texts[0]
     assert take_undelivered(tmp_path) == []
+
+
+def test_json_digest_states_a_config_error(tmp_path: Path) -> None:
+    write_config(tmp_path, 'budget = "soon"\n')
+    proc = run_cli("digest", "--format", "json", cwd=tmp_path)
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    assert "key 'budget': must be a number" in doc["config_error"] and "stages" in doc
+    assert proc.stderr.decode().count("must be a number") == 1
+    write_config(tmp_path, "budget = 10\nstages = []\n")
+    assert "config_error" not in json.loads(run_cli("digest", "--format", "json", cwd=tmp_path).stdout)

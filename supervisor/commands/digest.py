@@ -159,7 +159,12 @@ def main(argv: list[str]) -> int:
             whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
         else:
             out = StreamSink(1)
-            out.write(result.to_json().encode() + b"\n")
+            text = result.to_json()
+            if notice:  # the JSON says what the text says first: the config was not used
+                import json
+
+                text = json.dumps({"config_error": notice, **json.loads(text)}, ensure_ascii=False)
+            out.write(text.encode() + b"\n")
             whole = out.close(timeout=2.0)
         if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
             print("supervise digest: the output was not delivered whole (the reader left or "
