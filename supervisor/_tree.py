@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 
 from . import _cgroup, _proctable
 from ._proctable import PORTABLE, Row, environ_value, scan, stat
@@ -138,6 +139,8 @@ class StageTree:
     max_memory: int | None = None
     members: dict[int, Row] = field(default_factory=dict)
     """Live members at the last scan (pid -> row)."""
+    group_verified: bool = False
+    """The process group was provably ours when the current kill began (pgid-reuse guard)."""
     over_cap: str | None = None
     """Set by the watchdog: which cap the stage went over (``"max_tasks"``/``"max_memory"``)."""
     on_cap: Callable[[], None] | None = None
@@ -177,6 +180,9 @@ class Watch:
         self._tokens: dict[tuple[int, float], str | None] = {}
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
+        self.focus: set[str] = set()
+        self._tg: anyio.abc.TaskGroup | None = None
+        """Tokens of the stages being killed or checked right now."""
         self._inflight: tuple[anyio.Event, float] | None = None
         self._me = os.getpid()
 
@@ -251,12 +257,26 @@ class Watch:
         return found
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
-                   previous: dict[int, Row] | None, reread: set[int],
-                   ) -> tuple[dict[int, Row], dict[str, dict[int, Row]], float, bool]:
+                   previous: dict[int, Row] | None, reread: set[int], began: float) -> bool:
+        """The scan itself (in a worker thread). It applies its own result, so a scan whose
+        waiter gave up at its deadline still updates the members when it completes (under a
+        heavy load a scan can outlast every short wait); a result older than the one already
+        applied is dropped."""
         t0 = time.monotonic()
         rows, complete = scan(limit, previous, reread)
         found = self._attribute(rows, limit, sessions, exclude)
-        return rows, found, time.monotonic() - t0, complete
+        if began < self.scanned_at:
+            return complete
+        self.table = rows
+        if previous is None:
+            self.scan_seconds = time.monotonic() - t0
+        self.scanned_at = began
+        self.last_complete = complete
+        for token, members in found.items():
+            tree = self.stages.get(token)
+            if tree is not None:
+                tree.members = members
+        return complete
 
     async def refresh(self, deadline: float, max_age: float = 0.0,
                       started_after: float | None = None, incremental: bool = False) -> bool:
@@ -286,20 +306,15 @@ class Watch:
                 sessions = {t.leader: t.token for t in self.stages.values()}
                 exclude = set(self.exclude()) | {self._me}
                 previous = self.table if incremental and self.table else None
-                reread = {pid for t in self.stages.values() for pid in t.members}
-                reread.update(t.leader for t in self.stages.values())
-                rows, found, took, complete = await anyio.to_thread.run_sync(
+                # Re-read only the stages being killed or checked (their members' states
+                # matter); the others keep their rows (a member's group and session
+                # attribution stays right even when stale).
+                focus = [t for t in self.stages.values() if t.token in self.focus]
+                reread = {pid for t in focus for pid in t.members}
+                reread.update(t.leader for t in focus)
+                complete = await anyio.to_thread.run_sync(
                     self._scan_sync, limit, sessions, exclude, previous, reread,
-                    abandon_on_cancel=True)
-                self.table = rows
-                if previous is None:
-                    self.scan_seconds = took
-                self.scanned_at = self._inflight[1]
-                self.last_complete = complete
-                for token, members in found.items():
-                    tree = self.stages.get(token)
-                    if tree is not None:
-                        tree.members = members
+                    self._inflight[1], abandon_on_cancel=True)
             finally:
                 self._inflight = None
                 event.set()
@@ -369,6 +384,14 @@ class Watch:
         the watchdog never takes more than about a fifth of a core. A stage over a cap gets
         ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
         """
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                await self._monitor()
+            finally:
+                self._tg = None
+
+    async def _monitor(self) -> None:
         while True:
             if self.stages:
                 await self.refresh(anyio.current_time() + 1.0)
@@ -395,7 +418,20 @@ class Watch:
 
     # -- the kill -----------------------------------------------------------------------
     def _group_ok(self, tree: StageTree) -> bool:
-        return group_is_ours(tree.leader_unreaped(), list(tree.members), tree.leader)
+        if tree.group_verified and _killpg(tree.leader, 0):
+            # Verified ours when this kill began, and not empty since: the kernel keeps a pid
+            # number while any process still has it as its process group, so the id cannot
+            # have been reissued in between (a reissue needs the group emptied first and the
+            # whole pid space cycled within this bounded kill).
+            return True
+        in_group = [r.pid for r in self.table.values() if r.pgid == tree.leader]
+        return group_is_ours(tree.leader_unreaped(), [*tree.members, *in_group], tree.leader)
+
+    def _scan_soon(self, deadline: float) -> None:
+        """Start a scan in the background (bounded by ``deadline``) unless one is under way."""
+        if self._inflight is not None or self._tg is None:
+            return
+        self._tg.start_soon(self.refresh, deadline)
 
     def _outside_group(self, tree: StageTree) -> list[Row]:
         return [r for r in tree.members.values() if r.pgid != tree.leader]
@@ -455,11 +491,20 @@ class Watch:
         for them to be gone. The hard phase starts no later than ``deadline`` minus
         :data:`HARD_PHASE`. Cancellation-safe: call it inside a shielded scope.
         """
+        self.focus.add(tree.token)
+        try:
+            return await self._kill_stage(tree, grace, deadline)
+        finally:
+            self.focus.discard(tree.token)
+
+    async def _kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
         t0 = anyio.current_time()
         now = anyio.current_time
         hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
-        if not tree.members:
-            await self.refresh(min(deadline, t0 + 0.05), max_age=0.05)
+        tree.group_verified = False
+        tree.group_verified = self._group_ok(tree)
+        if not tree.members:  # a scan under way applies its result when done (no wait here)
+            self._scan_soon(hard_at)
         if tree.cgroup is not None:
             _cgroup.signal_all(tree.cgroup, signal.SIGTERM)
         for sig in (signal.SIGTERM, signal.SIGCONT):
@@ -504,6 +549,13 @@ class Watch:
         scans (bounded by ``deadline``) sees one. A member seen counts even if it is gone
         now: a fork-and-exit chain's generation lives shorter than a scan, but its successor
         is alive (issue 10, example 4); the kill sequence then finds it."""
+        self.focus.add(tree.token)
+        try:
+            return await self._has_leftovers(tree, deadline)
+        finally:
+            self.focus.discard(tree.token)
+
+    async def _has_leftovers(self, tree: StageTree, deadline: float) -> bool:
         if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
             return True
         if _killpg(tree.leader, 0):  # maybe only the leader's zombie: check
