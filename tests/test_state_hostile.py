@@ -254,10 +254,22 @@ DOCUMENTED_EXIT = {"status": (0, 1), "doctor": (0, 1), "digest": (0,)}
 def _settle(keep: int = 0, timeout: float = 30.0) -> None:
     """Wait until the detached runners and consolidations this test started have ended (all
     processes carrying the test's token but ``keep``, the fake harness)."""
-    from conftest import TOKEN_VAR, _carriers
+    token = os.environ["WATCHKEEPER_TEST_TOKEN"]  # set for each test by tests/conftest.py
 
-    token = os.environ[TOKEN_VAR]
-    wait_for(lambda: not [p for p in _carriers(token) if p.pid != keep], timeout)
+    def carriers() -> list[int]:
+        found = []
+        for proc in psutil.process_iter(["pid"]):
+            if proc.pid in (os.getpid(), keep):
+                continue
+            try:
+                if (proc.status() != psutil.STATUS_ZOMBIE
+                        and proc.environ().get("WATCHKEEPER_TEST_TOKEN") == token):
+                    found.append(proc.pid)
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    wait_for(lambda: not carriers(), timeout)
 
 
 def _outside(tmp_path: Path) -> dict[str, tuple[int, int]]:
