@@ -63,17 +63,19 @@ fi
 
 case $event in
   prompt|post-tool) ;;
-  *) restore_locale; exec "$@" ;;  # not a per-event hook: Python reads the payload itself
+  *) restore_locale; "$@"; exit 0 ;;  # not a per-event hook: Python reads the payload itself
 esac
 if [ -z "$hd" ] || [ -z "$ct" ]; then
-  restore_locale; exec "$@"
+  restore_locale; "$@"; exit 0
 fi
 
 # The payload's first 4 KiB. $(...) drops trailing newlines: between JSON tokens they are
 # insignificant whitespace, and inside a string they would be invalid JSON anyway. Well under
 # 4096 bytes read means stdin is at its end (only a run of >= 1024 newlines could mislead that,
 # and then the drain is merely skipped on a payload whose end is blank lines).
-head=$(exec "$hd" -c 4096 2>/dev/null) || { restore_locale; exec "$@"; }
+# head failed (no -c, or stdin unreadable): Python reads stdin itself; the hook exits 0 even
+# when Python cannot start on such a stdin (a directory is fatal to its init)
+head=$(exec "$hd" -c 4096 2>/dev/null) || { restore_locale; "$@"; exit 0; }
 here=$PWD
 
 slow() {
@@ -84,7 +86,8 @@ slow() {
 }
 
 nothing() {
-  if [ "${#head}" -ge 3072 ]; then exec "$ct" >/dev/null 2>&1; fi
+  # not `exec cat`: its status would be the hook's, and the hook exits 0 whatever happens
+  if [ "${#head}" -ge 3072 ]; then "$ct" >/dev/null 2>&1; fi
   exit 0
 }
 

@@ -369,3 +369,19 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
     answer = shim(interpreter, "claude", "prompt", prompt_payload(project), project,
                   PATH="/nonexistent")
     assert answer.ran_python
+
+
+def test_exit_status_is_zero_when_stdin_cannot_be_read(interpreter: tuple[Path, Path],
+                                                       project: Path, tmp_path: Path) -> None:
+    """stdin that cannot be read (a directory: EISDIR): the hook still exits 0, prints
+    nothing, and leaves the decision to Python."""
+    wrapper, record = interpreter
+    folder = os.open(tmp_path, os.O_RDONLY)
+    try:
+        proc = subprocess.run([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor",
+                               "hook", "claude", "--event", "post-tool"], stdin=folder,
+                              capture_output=True, env=env_without_path(), timeout=30)
+    finally:
+        os.close(folder)
+    assert (proc.returncode, proc.stdout) == (0, b"")
+    assert record.exists()
