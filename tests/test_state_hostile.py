@@ -7,6 +7,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import subprocess
 import time
 from collections.abc import Callable
@@ -363,3 +364,35 @@ def test_symlinked_state_dir_as_a_whole_is_never_written(tmp_path: Path) -> None
     text = json.loads(start.stdout)["hookSpecificOutput"]["additionalContext"]
     assert text.count("is a symlink; refusing to follow it") == 1, text
     assert sorted(p.name for p in elsewhere.iterdir()) == [f"digest-{i:012x}.txt" for i in range(10)]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory", "oversized", "linked-dir"])
+def test_sh_fast_path_never_opens_a_planted_watch_list(tmp_path: Path, kind: str) -> None:
+    """The installed prompt hook starts in POSIX sh (supervisor/hook-fast.sh), which reads
+    `fastpath/watch` itself: a FIFO there blocked it forever, a link or 3 GiB file was read
+    whole. Now it hands over to Python (which ignores the list) and exits 0 at once."""
+    from supervisor.commands.install import FAST_PATH, SHELL
+
+    project = tmp_path / "p"
+    (project / ".git").mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text(str(victim) + "\n")
+    fastpath = project / ".supervise" / "fastpath"
+    if kind == "linked-dir":
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "watch").write_text(str(victim) + "\n")
+        fastpath.parent.mkdir(parents=True)
+        fastpath.symlink_to(elsewhere)
+    else:
+        plant(fastpath / "watch", kind, victim)
+    payload = json.dumps({"session_id": "s", "cwd": str(project),  # compact, as harnesses send
+                          "hook_event_name": "UserPromptSubmit", "prompt": "hi"},
+                         separators=(",", ":")).encode()
+    env = {k: v for k, v in os.environ.items() if k != "SUPERVISE_STATE_DIR"}
+    proc = subprocess.run([SHELL, str(FAST_PATH), sys.executable, "-P", "-m", "supervisor",
+                           "hook", "claude", "--event", "prompt"], input=payload, cwd=project,
+                          env=env, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert victim.read_text() == str(victim) + "\n"
