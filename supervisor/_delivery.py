@@ -1,8 +1,9 @@
 """Delivery is recorded only after delivery: write an envelope whole, then commit what it proves.
 
-Three records say "the model received this": the completion record (``complete.json``), the
-memory stage's handoff count and a deferred result's claim (``delivered-…``). Each used to be
-written while the digest ran, so a hook whose stdout failed (``>/dev/full``, ``EPIPE``, a
+Records that say "the model received this": the completion record (``complete.json``) with
+the session's start ledger and the start record of :mod:`supervisor._starts`, the memory
+stage's handoff count, a deferred result's claim (``delivered-…``), the nested-instructions
+ledger, the refresh baseline. Each used to be written while the digest ran, so a hook whose stdout failed (``>/dev/full``, ``EPIPE``, a
 non-blocking pipe that took 4,096 bytes of 6,000, a kill) recorded a delivery nobody got
 (issue 11, items 5 and 6). The rule now is two-phase:
 
@@ -121,9 +122,9 @@ class Delivery:
 
     def reserve(self, commit: Callable[[], None], rollback: Callable[[], None]) -> None:
         """Hold ``commit`` until :meth:`settle`; ``rollback`` runs instead when delivery failed.
-
-        Both must not raise (they are called in a finally path); an ``OSError`` is swallowed.
-        """
+        Reservations settle in the order they were made (the completion record before the
+        start record that fingerprints it). An exception of either is reported by
+        :meth:`settle`, never raised."""
         self._actions.append((commit, rollback))
 
     @property
@@ -148,8 +149,8 @@ class Delivery:
         for commit, rollback in self._actions:
             try:
                 (commit if delivered else rollback)()
-            except OSError as err:
-                problems.append(str(err))
+            except Exception as err:  # noqa: BLE001 - a finally path: report, never raise
+                problems.append(str(err) or type(err).__name__)
         self._actions.clear()
         if self.state_dir is not None:
             problems += _settle_staged(self.state_dir, self.ident, delivered)
