@@ -385,3 +385,19 @@ def test_exit_status_is_zero_when_stdin_cannot_be_read(interpreter: tuple[Path, 
         os.close(folder)
     assert (proc.returncode, proc.stdout) == (0, b"")
     assert record.exists()
+
+
+def test_checkout_shim_uses_the_fast_path(interpreter: tuple[Path, Path], project: Path) -> None:
+    """`bin/supervise-hook HARNESS --event prompt` (registrations pointing at a checkout)
+    answers "nothing to do" without Python too, and still delivers what is pending."""
+    wrapper, record = interpreter
+    shim_path = FAST_PATH.parent.parent / "bin" / "supervise-hook"
+    argv = ["/bin/sh", str(shim_path), "claude", "--event", "prompt"]
+    env = env_without_path(SUPERVISE_PYTHON=str(wrapper))
+    proc = subprocess.run(argv, input=prompt_payload(project), capture_output=True, cwd=project,
+                          env=env, timeout=30)
+    assert (proc.returncode, proc.stdout, record.exists()) == (0, b"", False)
+    put_result(project / ".supervise")
+    proc = subprocess.run(argv, input=prompt_payload(project), capture_output=True, cwd=project,
+                          env=env, timeout=30)
+    assert proc.returncode == 0 and record.exists() and b"NETWORK-OK" in proc.stdout
