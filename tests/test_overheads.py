@@ -92,13 +92,6 @@ def test_stage_text_is_decoded_once(tmp_path: Path) -> None:
     assert result.text.endswith(result.stages[0].output)
 
 
-def _imports(code: str) -> set[str]:
-    proc = subprocess.run([sys.executable, "-c", code + "\nimport sys\nprint(' '.join(sys.modules))"],
-                          capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 0, proc.stderr
-    return set(proc.stdout.split())
-
-
 def test_config_cache_keeps_an_entry_per_installation(tmp_path: Path, git_repo: Path) -> None:
     """Two installations used on one project (two venvs, two checkouts) must not evict each
     other: after each ran once, each finds its own entry (no pydantic import: a hit)."""
