@@ -301,3 +301,24 @@ def test_write_whole_reports_a_reader_that_never_reads() -> None:
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_fast_path_starts_python_for_an_orphaned_reservation(project: Path) -> None:
+    """The sh fast path must not answer "nothing to do" while a killed hook's reservation
+    holds the only pending result: Python takes it back and delivers it."""
+    from supervisor.commands.install import FAST_PATH, SHELL
+
+    run_cli("hook", "claude", "--take-lock", cwd=project, input=_payload(project))  # arms it
+    result = _plant_result(project, run="4-jkl")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = result.with_name(f"reserved-{dead.pid}-4-jkl.json")
+    os.rename(result, orphan)
+    payload = json.dumps({"session_id": "s1", "cwd": str(project)},
+                         separators=(",", ":")).encode()  # compact, as harnesses send it
+    run = subprocess.run([SHELL, str(FAST_PATH), sys.executable, "-P", "-m", "supervisor",
+                          "hook", "claude", "--event", "prompt"], input=payload,
+                         capture_output=True, cwd=project, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "NET RESULT" in run.stdout.decode()
+    assert not orphan.exists()
