@@ -218,3 +218,15 @@ def test_removed_note_cleans_the_source_name() -> None:
 def test_plain_text_takes_the_fast_path() -> None:
     text = "ordinary output\n" * 1000
     assert clean(text)[0] is text  # returned as is: no copy, no regex substitution
+
+
+def test_status_never_prints_an_escape_sequence_from_a_planted_record(git_repo: Path) -> None:
+    folder = git_repo / ".supervise" / "deferred" / "net"
+    folder.mkdir(parents=True)
+    (folder / "result-1-x.json").write_text(json.dumps({
+        "name": "net\x1b]0;pwned\x07", "title": "t\x1b[8mhidden\x1b[0m\u202e", "run_id": "1-x",
+        "status": "ok\x1b[2J", "seconds": 0.5, "output": "x"}))
+    run = run_cli("status", cwd=git_repo)
+    text = run.stdout.decode()
+    assert "pending" in text
+    assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text

@@ -172,5 +172,9 @@ def main(argv: list[str]) -> int:
         doc.pop("_exposure_lines", None)
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     else:
-        sys.stdout.write(render_text(doc))
+        from .._sanitize import clean
+
+        # state records are project input: a planted result's title or a hand-edited record
+        # never sends an escape sequence to the terminal (issue 11 item 8)
+        sys.stdout.write(clean(render_text(doc))[0])
     return EXIT_FAILURE if doc["error"] else EXIT_OK
