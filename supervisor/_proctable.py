@@ -82,13 +82,17 @@ def _psutil_row(pid: int) -> Row | None:
 
 
 def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
-         reread: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, Row], bool]:
+         reread: set[int] | frozenset[int] = frozenset(),
+         first: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, Row], bool]:
     """Every process visible now, as ``({pid: Row}, complete)``.
 
     ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
     has read with ``complete`` False. With ``previous`` (an earlier scan), only pids new since
     then and those in ``reread`` are read again (an incremental scan: a fork-and-exit chain's
-    new generations are new pids); the others keep their earlier rows. Never raises.
+    new generations are new pids); the others keep their earlier rows. Pids in ``first``
+    (the stages' leaders and known members) are read before the others, then the newest pids:
+    a scan cut short by its deadline (a starved host) has read what matters most. Never
+    raises.
     """
     rows: dict[int, Row] = {}
     if _LINUX:
@@ -110,7 +114,7 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
             if old is not None and pid not in reread:
                 rows[pid] = old
         pids = [pid for pid in pids if pid not in rows]
-        pids.sort(reverse=True)  # the newest first: they are the likeliest escapees
+    pids.sort(key=lambda pid: (pid not in first, -pid))  # known first, then the newest
     read = stat if _LINUX else _psutil_row
     for i, pid in enumerate(pids):
         if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:

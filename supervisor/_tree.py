@@ -47,6 +47,9 @@ KILL_WAIT = 1.0
 """Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
 HARD_PHASE = 0.12
 """Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
+MONITOR_MAX_PERIOD = 0.5
+"""Longest pause between two watchdog scans, in seconds (a starved host's slow scans would
+otherwise space them out past a short digest's whole life)."""
 LEFTOVER_SCANS = 6
 """Most scans that look for leftovers of a stage whose leader exited (fewer without churn)."""
 REAP_BATCH = 4096
@@ -180,6 +183,7 @@ class Watch:
         self._tokens: dict[tuple[int, float], str | None] = {}
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
+        self._sticky: dict[tuple[int, float], str] = {}
         self.focus: set[str] = set()
         self._tg: anyio.abc.TaskGroup | None = None
         """Tokens of the stages being killed or checked right now."""
@@ -205,8 +209,8 @@ class Watch:
             children.setdefault(row.ppid, []).append(row.pid)
             if row.pid in exclude or row.zombie:
                 continue
-            token = sessions.get(row.sid) or sessions.get(row.pgid) or (
-                self._ever.get(row.ppid) if row.ppid not in rows else None)
+            token = sessions.get(row.sid) or sessions.get(row.pgid) or self._sticky.get(
+                (row.pid, row.start)) or (self._ever.get(row.ppid) if row.ppid not in rows else None)
             if token is not None:
                 owner[row.pid] = token
         # Escapees (setsid, then maybe a double fork): find them by token.
@@ -223,7 +227,9 @@ class Watch:
                 stack.extend(children.get(pid, ()))
         else:
             candidates = [pid for pid in rows if pid not in owner and pid not in exclude]
-        candidates.sort(reverse=True)  # the newest first: a bounded scan reads them first
+        # The newest first (by start stamp, not pid: pids wrap around), so a scan that runs
+        # out of time has read the likeliest escapees.
+        candidates.sort(key=lambda pid: rows[pid].start, reverse=True)
         for pid in candidates:
             row = rows[pid]
             if row.zombie:
@@ -248,22 +254,25 @@ class Watch:
         for pid, token in owner.items():
             found[token][pid] = rows[pid]
             self._ever[pid] = token  # its children outlive it: they are members too
+            self._sticky[(pid, rows[pid].start)] = token  # once a member, always (re-parented)
             if pid not in sessions:
                 self._ever_tokens.add(token)  # the stage had more than its leader
         if len(self._ever) > 65536:
             self._ever.clear()
+            self._sticky.clear()
         if len(self._tokens) > 65536:
             self._tokens.clear()
         return found
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
-                   previous: dict[int, Row] | None, reread: set[int], began: float) -> bool:
+                   previous: dict[int, Row] | None, reread: set[int], first: set[int],
+                   began: float) -> bool:
         """The scan itself (in a worker thread). It applies its own result, so a scan whose
         waiter gave up at its deadline still updates the members when it completes (under a
         heavy load a scan can outlast every short wait); a result older than the one already
         applied is dropped."""
         t0 = time.monotonic()
-        rows, complete = scan(limit, previous, reread)
+        rows, complete = scan(limit, previous, reread, first)
         found = self._attribute(rows, limit, sessions, exclude)
         if began < self.scanned_at:
             return complete
@@ -312,8 +321,9 @@ class Watch:
                 focus = [t for t in self.stages.values() if t.token in self.focus]
                 reread = {pid for t in focus for pid in t.members}
                 reread.update(t.leader for t in focus)
+                first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
                 complete = await anyio.to_thread.run_sync(
-                    self._scan_sync, limit, sessions, exclude, previous, reread,
+                    self._scan_sync, limit, sessions, exclude, previous, reread, first,
                     self._inflight[1], abandon_on_cancel=True)
             finally:
                 self._inflight = None
@@ -380,8 +390,9 @@ class Watch:
     async def monitor(self) -> None:
         """Scan periodically (off the loop) and enforce ``max_tasks`` / ``max_memory``.
 
-        The period adapts to the scan's cost (four times its duration, at least 0.1 s), so
-        the watchdog never takes more than about a fifth of a core. A stage over a cap gets
+        The period adapts to the scan's cost (four times its duration, at least 0.1 s, at most
+        :data:`MONITOR_MAX_PERIOD`), so on an idle host the watchdog takes at most about a
+        fifth of a core. A stage over a cap gets
         ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
         """
         async with anyio.create_task_group() as tg:
@@ -397,7 +408,7 @@ class Watch:
                 await self.refresh(anyio.current_time() + 1.0)
                 for tree in list(self.stages.values()):
                     self._check_caps(tree)
-            await anyio.sleep(max(0.1, 4 * self.scan_seconds))
+            await anyio.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
 
     def _check_caps(self, tree: StageTree) -> None:
         if tree.over_cap is not None:
