@@ -185,6 +185,8 @@ class Watch:
         self._ever_tokens: set[str] = set()
         self._sticky: dict[tuple[int, float], str] = {}
         self.focus: set[str] = set()
+        self.freezing: set[str] = set()
+        """Tokens of the stages in their freeze phase: every scan stops their members at once."""
         self._tg: anyio.abc.TaskGroup | None = None
         """Tokens of the stages being killed or checked right now."""
         self._inflight: tuple[anyio.Event, float] | None = None
@@ -274,6 +276,13 @@ class Watch:
         t0 = time.monotonic()
         rows, complete = scan(limit, previous, reread, first)
         found = self._attribute(rows, limit, sessions, exclude)
+        for token in list(self.freezing):
+            # Freeze as found, in this thread: a fork-and-exit chain's head lives a few ms,
+            # and handing it to the event loop first can take longer than that on a starved
+            # host.
+            for row in found.get(token, {}).values():
+                if not row.stopped:
+                    _kill_checked(row.pid, row.start, signal.SIGSTOP)
         if began < self.scanned_at:
             return complete
         self.table = rows
@@ -442,7 +451,10 @@ class Watch:
         """Start a scan in the background (bounded by ``deadline``) unless one is under way."""
         if self._inflight is not None or self._tg is None:
             return
-        self._tg.start_soon(self.refresh, deadline)
+        try:
+            self._tg.start_soon(self.refresh, deadline)
+        except RuntimeError:  # the watchdog's task group is closing (a cancelled digest)
+            pass
 
     def _outside_group(self, tree: StageTree) -> list[Row]:
         return [r for r in tree.members.values() if r.pgid != tree.leader]
@@ -476,6 +488,14 @@ class Watch:
         new member while every member seen is stopped (a stopped process cannot fork)."""
         frozen: set[int] = set()
         quiet = 0
+        self.freezing.add(tree.token)
+        try:
+            await self._freeze_rounds(tree, until, seen, frozen, quiet)
+        finally:
+            self.freezing.discard(tree.token)
+
+    async def _freeze_rounds(self, tree: StageTree, until: float, seen: dict[int, Row],
+                             frozen: set[int], quiet: int) -> None:
         while True:
             fresh = [r for pid, r in tree.members.items() if pid not in frozen]
             self._signal(tree, signal.SIGSTOP, fresh)
