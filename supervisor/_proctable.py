@@ -81,6 +81,19 @@ def _psutil_row(pid: int) -> Row | None:
         return None
 
 
+_PID_SPACE = 1 << 22  # above any pid_max; a modulus that keeps the order of the newest
+
+
+def _last_pid() -> int:
+    """The pid the kernel handed out last (``/proc/loadavg``'s last field), or the largest
+    possible one when unknown (then the order is simply the highest pid first)."""
+    try:
+        with open("/proc/loadavg", "rb") as f:
+            return int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return _PID_SPACE - 1
+
+
 def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
          reread: set[int] | frozenset[int] = frozenset(),
          first: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, Row], bool]:
@@ -114,7 +127,8 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
             if old is not None and pid not in reread:
                 rows[pid] = old
         pids = [pid for pid in pids if pid not in rows]
-    pids.sort(key=lambda pid: (pid not in first, -pid))  # known first, then the newest
+    last = _last_pid()  # pids wrap around: the newest are just below the last one handed out
+    pids.sort(key=lambda pid: (pid not in first, (last - pid) % _PID_SPACE))
     read = stat if _LINUX else _psutil_row
     for i, pid in enumerate(pids):
         if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:

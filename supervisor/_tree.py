@@ -532,7 +532,6 @@ class Watch:
         t0 = anyio.current_time()
         now = anyio.current_time
         hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
-        tree.group_verified = False
         tree.group_verified = self._group_ok(tree)
         if not tree.members:  # a scan under way applies its result when done (no wait here)
             self._scan_soon(hard_at)
@@ -589,10 +588,12 @@ class Watch:
     async def _has_leftovers(self, tree: StageTree, deadline: float) -> bool:
         if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
             return True
-        if _killpg(tree.leader, 0):  # maybe only the leader's zombie: check
-            await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
-            if self._anything_alive(tree):
-                return True
+        if _killpg(tree.leader, 0):
+            # The leader is reaped and its group is not empty: members are left (zombies are
+            # reaped within a tick). The group id stays ours while it is not empty (the kernel
+            # keeps a pid number while any process has it as its process group).
+            tree.group_verified = True
+            return True
         for attempt in range(LEFTOVER_SCANS):
             if any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens:
                 return True
