@@ -118,8 +118,8 @@ def record_delivery(state_dir: Path, text: str, kind: str) -> None:
         StateError: the state dir or ledger is unusable.
     """
     mark = fingerprint(text)
-    if not mark:
-        return
+    if not mark or mark in delivered(state_dir):
+        return  # already known (a repeated digest): no mutex, no write
     _update(state_dir, "delivered", {"sha256": mark, "kind": kind, "at": time.time()},
             ("sha256",), MAX_DELIVERED)
 
