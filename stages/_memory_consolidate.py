@@ -37,7 +37,8 @@ LOG_MAX_BYTES = 4 * 1024 * 1024
 """Bytes the consolidation log may reach before it is rotated to ``consolidation.log.1``."""
 DETACHED_MARK = "SUPERVISE_DETACHED_FROM"
 """Set in the wrapper's environment to the stage name: a process started on purpose to outlive
-its stage (the engine's leftover sweep must leave it alone)."""
+its stage: the engine's leftover sweep leaves it alone (``supervisor._tree.DETACH_VAR``, honoured
+for built-in stages only, for a process out of the stage's session)."""
 
 
 def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,

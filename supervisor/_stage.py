@@ -238,7 +238,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         return
     stop = anyio.Event()  # set by an abort or by the watchdog (a cap)
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
-                           spec.max_tasks, spec.max_memory, on_cap=stop.set)
+                           spec.max_tasks, spec.max_memory, on_cap=stop.set,
+                           detach_mark=spec.name if spec.builtin is not None else None)
     run.watch.add(tree)
     run.watch.spawning -= 1
     run.report(spec.name, None)

@@ -40,6 +40,11 @@ from ._proctable import PORTABLE, Row, environ_value, scan, stat
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage inherits this variable; the sweep finds escapees by it."""
+DETACH_VAR = "SUPERVISE_DETACHED_FROM"
+"""Set to a built-in stage's name in a process that stage starts on purpose to outlive it (the
+memory stage's consolidation wrapper, ``stages/_memory_consolidate.py``). Honoured only for
+built-in stages (:attr:`StageTree.detach_mark`) and only for a process that left the stage's
+session; a configured command cannot detach this way."""
 
 POLL = 0.02
 """Seconds between liveness polls during the grace period, and between reaper ticks."""
@@ -147,6 +152,10 @@ class StageTree:
     over_cap: str | None = None
     """Set by the watchdog: which cap the stage went over (``"max_tasks"``/``"max_memory"``)."""
     on_cap: Callable[[], None] | None = None
+    detach_mark: str | None = None
+    """For a built-in stage, its name: a child that left the stage's session and carries
+    ``SUPERVISE_DETACHED_FROM=<name>`` (:data:`DETACH_VAR`) is not a member, nor are its
+    descendants. None (configured commands): nothing detaches."""
 
 
 @dataclass(frozen=True)
@@ -184,6 +193,8 @@ class Watch:
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
         self._sticky: dict[tuple[int, float], str] = {}
+        self._detach: dict[tuple[int, float], bool] = {}
+        """Processes seen to be a built-in stage's deliberate detach (positive answers only)."""
         self.focus: set[str] = set()
         self.freezing: set[str] = set()
         """Tokens of the stages in their freeze phase: every scan stops their members at once."""
@@ -252,6 +263,7 @@ class Watch:
                 if child not in owner and child not in exclude and not rows[child].zombie:
                     owner[child] = owner[pid]
                     stack.append(child)
+        self._release_detached(owner, rows, children)
         found: dict[str, dict[int, Row]] = {token: {} for token in known}
         for pid, token in owner.items():
             found[token][pid] = rows[pid]
@@ -264,7 +276,38 @@ class Watch:
             self._sticky.clear()
         if len(self._tokens) > 65536:
             self._tokens.clear()
+            self._detach.clear()
         return found
+
+    def _release_detached(self, owner: dict[int, str], rows: dict[int, Row],
+                          children: dict[int, list[int]]) -> None:
+        """Drop from ``owner`` (pid -> token) each built-in stage's deliberate detach and its
+        descendants: a member out of the stage's session whose environment carries
+        :data:`DETACH_VAR` set to the stage's name. Checked on every scan, not only the first:
+        a scan that lands between the detaching child's fork and its ``setsid``/``exec`` sees it
+        in the stage's session with the stage's environment (and makes it a sticky member), so
+        only a positive answer is cached."""
+        marked = {t.token: t for t in self.stages.values() if t.detach_mark is not None}
+        if not marked:
+            return
+        for pid, token in list(owner.items()):
+            tree = marked.get(token)
+            row = rows[pid]
+            if tree is None or row.sid == tree.leader or owner.get(pid) != token:
+                continue
+            key = (pid, row.start)
+            if key not in self._detach:
+                if environ_value(pid, DETACH_VAR) != tree.detach_mark:
+                    continue
+                self._detach[key] = True
+            stack = [pid]
+            while stack:
+                gone = stack.pop()
+                if owner.get(gone) == token:
+                    del owner[gone]
+                    self._sticky.pop((gone, rows[gone].start), None)
+                    self._ever.pop(gone, None)
+                    stack.extend(children.get(gone, ()))
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
                    previous: dict[int, Row] | None, reread: set[int], first: set[int],

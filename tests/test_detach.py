@@ -1,0 +1,76 @@
+"""A built-in stage may start a process on purpose to outlive it (the memory stage's
+consolidation wrapper); nothing else may detach from the watchdog that way.
+
+The mark is ``SUPERVISE_DETACHED_FROM=<stage name>`` in a process that left the stage's session
+(``supervisor._tree.DETACH_VAR``). Real processes; the pid file tells what survived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from helpers import run_cli
+
+DETACH_VAR = "SUPERVISE_DETACHED_FROM"
+
+# A configured stage that imitates the built-in detach: a setsid child with the mark set to its
+# own stage name and no stage token. The child writes its pid, then sleeps.
+IMPOSTOR = r"""
+import os, subprocess, sys, time
+env = {k: v for k, v in os.environ.items() if k != "SUPERVISE_STAGE_TOKEN"}
+env[sys.argv[2]] = "impostor"
+subprocess.Popen([sys.executable, "-c",
+                  "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
+                  sys.argv[1]], env=env, start_new_session=True,
+                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+deadline = time.monotonic() + 10
+while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
+    time.sleep(0.01)
+print("spawned", flush=True)
+time.sleep(1.5)  # long enough for the watchdog to see the child while the stage lives
+"""
+
+
+def test_the_stage_constant_matches_the_engine() -> None:
+    from supervisor._tree import DETACH_VAR as ENGINE_VAR
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stages"))
+    try:
+        import _memory_consolidate
+    finally:
+        sys.path.pop(0)
+    assert _memory_consolidate.DETACHED_MARK == ENGINE_VAR == DETACH_VAR
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_configured_stage_cannot_detach_with_the_mark(tmp_path: Path) -> None:
+    """Through the CLI (the subreaper on, as in every hook): the marked child is still a member
+    and dies with the digest."""
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "impostor.py"
+    script.write_text(IMPOSTOR)
+    (tmp_path / "supervise.toml").write_text(
+        f'budget = 20\n[[stages]]\nname = "impostor"\n'
+        f'run = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, '
+        f'{json.dumps(str(pidfile))}, "{DETACH_VAR}"]\n')
+    proc = run_cli("digest", cwd=tmp_path)
+    assert b"spawned" in proc.stdout, proc.stdout + proc.stderr
+    pid = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if not _gone(pid):
+        os.kill(pid, 9)
+        raise AssertionError("a configured stage's marked setsid child outlived the digest")
