@@ -26,6 +26,9 @@ LOG_BYTES = 64 * 1024
 """Bytes a stage's log may reach before it is rotated (one generation kept: ``.log.1``)."""
 TAIL_LINES = 5
 """Lines of each log ``supervise status`` shows."""
+TAIL_LINE_CHARS = 300
+"""Characters of each shown log line; a longer line is cut and says how much was left out
+(a stage that writes megabytes of stderr without a newline must not flood the terminal)."""
 _COUNT_CAP = 4096
 
 
@@ -37,6 +40,13 @@ def _printable(text: str) -> str:
 
     text = clean(text)[0]
     return "".join(c if c.isprintable() else (" " if c == "\t" else "") for c in text)
+
+
+def _bounded(line: str, limit: int = TAIL_LINE_CHARS) -> str:
+    """``line`` cut to ``limit`` characters plus a marker naming how many were left out."""
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]} [... {len(line) - limit} more characters cut]"
 
 
 @dataclass
@@ -123,7 +133,7 @@ def _read_count(logs: Any, stage: str) -> dict[str, int]:
 def read_logs(state_dir: Path, *, mark_seen: bool) -> list[dict[str, Any]]:
     """Every stage log in the state dir, by stage name: ``{"stage", "path", "lines" (ever
     logged), "new" (since the last view), "tail" (the last :data:`TAIL_LINES` lines,
-    printable)}``. With ``mark_seen`` the count's ``seen`` is moved to ``lines`` (this view
+    printable, each cut to :data:`TAIL_LINE_CHARS` characters with a marker)}``. With ``mark_seen`` the count's ``seen`` is moved to ``lines`` (this view
     becomes the last view). An absent state dir or ``logs/`` folder is an empty list.
 
     Raises:
@@ -143,7 +153,7 @@ def read_logs(state_dir: Path, *, mark_seen: bool) -> list[dict[str, Any]]:
             for name in logs.names("*.log"):
                 stage = name.removesuffix(".log")
                 raw = logs.read(name, cap=LOG_BYTES * 2) or b""
-                tail = [_printable(line) for line in
+                tail = [_bounded(_printable(line)) for line in
                         raw.decode("utf-8", "replace").splitlines()[-TAIL_LINES:]]
                 with logs.flock(".count.flock", timeout=2.0):
                     count = _read_count(logs, stage)

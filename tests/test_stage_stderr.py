@@ -119,3 +119,19 @@ def test_hook_output_has_no_stderr(project: Path) -> None:
     run = run_cli("hook", "claude", cwd=project, input=payload)
     text = json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]
     assert "OUT-NOISY" in text and "Traceback" not in text and "ERR-MERGED" in text
+
+
+def test_status_bounds_each_shown_line(git_repo: Path) -> None:
+    """A stage writing megabytes of stderr without a newline: status shows each log line cut
+    to TAIL_LINE_CHARS with a marker (was one 65,414-character line)."""
+    (git_repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "flood"\n'
+        'run = ["sh", "-c", "echo OUT; head -c 3000000 /dev/zero | tr \'\\\\0\' x >&2"]\n')
+    assert run_cli("digest", cwd=git_repo).returncode == 0
+    text = run_cli("status", cwd=git_repo).stdout.decode()
+    shown = [line for line in text.splitlines() if line.startswith("    | ")]
+    assert shown and max(len(line) for line in shown) < 360
+    assert any("more characters cut]" in line for line in shown)
+    doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
+    tail = next(d for d in doc["stderr_logs"] if d["stage"] == "flood")["tail"]
+    assert max(len(line) for line in tail) < 360
