@@ -12,7 +12,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ._errors import ConfigError
 from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
@@ -29,6 +29,30 @@ DEFAULT_MAX_OUTPUT = 1024 * 1024
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+MIN_INLINE_CAP = 1000
+"""Smallest ``inline_cap`` accepted (characters): room for the line naming the saved digest."""
+
+
+def _reject_bool(value: object) -> object:
+    """A numeric key's raw value, unless it is (or holds) a TOML boolean.
+
+    Pydantic's lax mode reads ``true`` as 1, so ``budget = true`` would become one second and
+    ``ok_exit = [true]`` would make status 0 a failure; a boolean is never a number here.
+
+    A quoted number (``budget = "5"``) is refused the same way: TOML has numbers.
+
+    Raises:
+        ValueError: ``value`` is a bool or a string, or a list/table holding one.
+    """
+    items: Any = (value.values() if isinstance(value, dict)
+                  else value if isinstance(value, (list, tuple)) else (value,))
+    if any(isinstance(v, bool) for v in items):
+        raise ValueError("must be a number, not true or false")
+    if any(isinstance(v, str) for v in items):
+        raise ValueError("must be a number, not text in quotes")
+    return value
 
 
 class StageWhen(_Frozen):
@@ -103,6 +127,11 @@ class StageSpec(_Frozen):
     DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
     """Built-ins that run deferred unless the config says ``deferred = false`` (network checks
     must never hold up a session start)."""
+
+    @field_validator("timeout", "max_output", "max_tasks", "max_memory", "ok_exit", mode="before")
+    @classmethod
+    def _numbers_not_bool(cls, value: object) -> object:
+        return _reject_bool(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -179,6 +208,25 @@ class DigestConfig(_Frozen):
     source: str = Field(default="<embedded default>", exclude=True)
     stages_from: str = Field(default="", exclude=True)
 
+    @field_validator("budget", "grace", "max_output", "reemit_budget", "max_parallel",
+                     "inline_cap", mode="before")
+    @classmethod
+    def _numbers_not_bool(cls, value: object) -> object:
+        return _reject_bool(value)
+
+    @field_validator("inline_cap", mode="after")
+    @classmethod
+    def _known_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        from .adapters import ADAPTERS
+
+        for harness, cap in value.items():
+            if harness not in ADAPTERS:
+                raise ValueError(f"{harness!r} is not a harness (one of {', '.join(ADAPTERS)})")
+            if cap < MIN_INLINE_CAP:
+                raise ValueError(f"{harness} must be at least {MIN_INLINE_CAP} characters, room "
+                                 f"for the line naming the saved digest (it is {cap})")
+        return value
+
     @model_validator(mode="after")
     def _check_stages(self) -> DigestConfig:
         first: dict[str, int] = {}
@@ -234,6 +282,20 @@ _PLAIN: dict[str, str] = {
 """Pydantic error types in the words a person would use (the value follows in parentheses)."""
 
 
+_BYTE_KEYS = frozenset({"max_memory", "max_output", "reemit_budget"})
+"""Keys whose values are bytes: their bounds are printed as ``1 MiB (1048576 bytes)``."""
+
+
+def _readable_bytes(count: int) -> str:
+    """``count`` bytes for a person: ``1 MiB (1048576 bytes)``, or ``512 bytes``."""
+    for power, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if count >= 1 << power:
+            size = count / (1 << power)
+            shown = f"{size:.0f}" if size == int(size) else f"{size:.1f}"
+            return f"{shown} {unit} ({count} bytes)"
+    return f"{count} bytes"
+
+
 def _plain_message(error: Any, in_stages: bool) -> str:
     """One validation error as a person would write it (never the validator's own wording)."""
     kind, ctx = error["type"], error.get("ctx") or {}
@@ -247,8 +309,13 @@ def _plain_message(error: Any, in_stages: bool) -> str:
     if kind in bounds:
         words, key = bounds[kind]
         limit = ctx.get(key)
-        text = f"must be {words} {limit:g}" if isinstance(limit, (int, float)) else \
-            f"must be {words} {limit}"
+        if isinstance(limit, int) and error["loc"] and error["loc"][-1] in _BYTE_KEYS:
+            text = f"must be {words} {_readable_bytes(limit)}"
+        elif isinstance(limit, int):
+            text = f"must be {words} {limit}"
+        else:
+            text = f"must be {words} {limit:g}" if isinstance(limit, float) else \
+                f"must be {words} {limit}"
     elif kind == "string_too_long":
         text = f"must be at most {ctx.get('max_length')} characters"
     elif kind == "string_pattern_mismatch":

@@ -8,7 +8,8 @@ files under ``<state>/fastpath/``:
 - a wake file ``wake-<name>`` (:func:`wake`): the next prompt hooks run Python until the
   feature removes it (:func:`clear_wake`);
 - the watch list ``watch`` (:func:`set_watch`): one absolute path per line; a prompt hook runs
-  Python when a listed file is missing or newer than the list itself. The list's mtime is set
+  Python when a listed file is missing or its mtime or ctime is newer than the list's mtime
+  (ctime catches edits that keep an old mtime: ``cp -p``, ``mv``, ``tar x``, ``touch -r``). The list's mtime is set
   :data:`MTIME_SLACK` seconds into the past, so a change made in the same second as the
   baseline (file systems and ``test -nt`` compare at one-second granularity at worst) is
   never missed: at worst Python runs once more and finds nothing changed.

@@ -2,8 +2,9 @@
 
 A harness hands its hook a JSON object on stdin. We read it with a bound (at most
 :data:`READ_TIMEOUT` seconds and :data:`MAX_PAYLOAD` bytes) because a hook that waits on a
-pipe nobody closes would stall the session start. No stdin, a TTY, a pipe never closed, more
-than the byte bound, invalid JSON, binary junk and any JSON value that is not an object all
+pipe nobody closes would stall the session start. A payload over the byte bound is still read
+to its end (the harness's write must not fail) and its leading whole members are used. No
+stdin, a TTY, a pipe never closed, invalid JSON, binary junk and any JSON value that is not an object all
 mean "no payload" (:func:`read_payload` returns ``None``); none of them is an error.
 
 Shapes (see the brief's harness notes):
@@ -31,7 +32,8 @@ from ._records import load_record
 READ_TIMEOUT = 1.0
 """Seconds the hook waits, in total, for the payload on stdin."""
 MAX_PAYLOAD = 1024 * 1024
-"""Bytes; a payload longer than this is ignored entirely (it cannot be trusted to parse)."""
+"""Bytes kept of the payload; a longer one is drained to its end, and only its members whole
+within the first MAX_PAYLOAD bytes are used (:func:`read_payload_data`)."""
 
 SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
 """The recognized ``source`` values, matched exactly (no case folding, no stripping)."""
@@ -74,22 +76,37 @@ class CursorPayload:
 Payload = HookPayload | CursorPayload
 
 
-def read_stdin_bounded(fd: int = 0, *, timeout: float = READ_TIMEOUT,
-                       max_bytes: int = MAX_PAYLOAD) -> bytes | None:
-    """Read ``fd`` until EOF within ``timeout`` seconds and ``max_bytes`` bytes.
+@dataclass(frozen=True)
+class StdinRead:
+    """What a bounded read of stdin found.
 
-    Returns:
-        The bytes read, or ``None`` when there is no usable stdin: ``fd`` closed or invalid,
-        a TTY, EOF not reached in time (a pipe never closed), or more than ``max_bytes``.
-    Never raises for I/O reasons.
+    ``data``: the whole payload (bytes), or ``None`` when there is none usable (no stdin, a
+    TTY, EOF not reached in time, or over the byte bound). ``head``: the first ``max_bytes``
+    bytes when the payload was over the bound (else ``b""``). ``oversize``: the payload was
+    over the bound; the rest was still read to its end (or the deadline) and discarded, so the
+    harness's write never fails because the hook left early.
+    """
+
+    data: bytes | None
+    head: bytes = b""
+    oversize: bool = False
+
+
+def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
+               max_bytes: int = MAX_PAYLOAD) -> StdinRead:
+    """Read ``fd`` until EOF within ``timeout`` seconds, keeping at most ``max_bytes`` bytes.
+
+    A payload over ``max_bytes`` is drained to EOF (within the same ``timeout``) and its first
+    ``max_bytes`` bytes kept in :attr:`StdinRead.head`: a PostToolUse ``Write`` of a 10 MB
+    file must not see EPIPE. Never raises for I/O reasons.
     """
     if fd == 0 and sys.stdin is None:
-        return None  # started with fd 0 closed: whatever holds fd 0 now is not our stdin
+        return StdinRead(None)  # started with fd 0 closed: whatever holds fd 0 now is not ours
     try:
         if os.isatty(fd):
-            return None
+            return StdinRead(None)
     except OSError:
-        return None
+        return StdinRead(None)
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     size = 0
@@ -97,19 +114,111 @@ def read_stdin_bounded(fd: int = 0, *, timeout: float = READ_TIMEOUT,
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return None
+                break
             ready, _, _ = select.select([fd], [], [], left)
             if not ready:
-                return None
+                break
             chunk = os.read(fd, 65536)
             if not chunk:
-                return b"".join(chunks)
+                whole = b"".join(chunks)
+                if size > max_bytes:
+                    return StdinRead(None, whole[:max_bytes], True)
+                return StdinRead(whole)
+            if size <= max_bytes:
+                chunks.append(chunk)
             size += len(chunk)
-            if size > max_bytes:
-                return None
-            chunks.append(chunk)
     except (OSError, ValueError):
+        pass
+    if size > max_bytes:
+        return StdinRead(None, b"".join(chunks)[:max_bytes], True)
+    return StdinRead(None)
+
+
+def read_stdin_bounded(fd: int = 0, *, timeout: float = READ_TIMEOUT,
+                       max_bytes: int = MAX_PAYLOAD) -> bytes | None:
+    """Read ``fd`` until EOF within ``timeout`` seconds and ``max_bytes`` bytes.
+
+    Returns:
+        The bytes read, or ``None`` when there is no usable stdin: ``fd`` closed or invalid,
+        a TTY, EOF not reached in time (a pipe never closed), or more than ``max_bytes``
+        (drained all the same: see :func:`read_stdin`).
+    Never raises for I/O reasons.
+    """
+    return read_stdin(fd, timeout=timeout, max_bytes=max_bytes).data
+
+
+def read_payload_data(fd: int = 0) -> dict[str, Any] | None:
+    """The hook payload as a JSON object, read with :func:`read_stdin`.
+
+    Over :data:`MAX_PAYLOAD` bytes, the members whole within the first :data:`MAX_PAYLOAD`
+    bytes are used (:func:`decode_prefix`: ``cwd``, ``session_id``, ``tool_name`` and
+    ``tool_input.file_path`` come before a Write's ``content`` in every harness we know), and
+    one line on stderr says so; ``None`` when nothing usable was found.
+    """
+    read = read_stdin(fd)
+    if not read.oversize:
+        return decode_payload(read.data)
+    data = decode_prefix(read.head)
+    if data is None:
+        print(f"supervise hook: payload over {MAX_PAYLOAD} bytes and its start is not a JSON "
+              "object; ignored", file=sys.stderr)
+    return data
+
+
+def decode_prefix(raw: bytes) -> dict[str, Any] | None:
+    """The members of the JSON object that ``raw`` begins (``raw`` may be cut off anywhere):
+    every member whose value is whole, and, for an object value cut off, its whole members
+    (recursively). A repeated key keeps its last whole value, as :func:`json.loads` does.
+
+    Returns:
+        The object found, or ``None`` when ``raw`` does not begin a JSON object.
+    """
+    text = raw.decode("utf-8", "ignore")
+    found = _prefix_object(text, 0, json.JSONDecoder())
+    return found[0] if found is not None else None
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _prefix_object(text: str, i: int, dec: json.JSONDecoder,
+                   depth: int = 0) -> tuple[dict[str, Any], int, bool] | None:
+    """``(members, end, whole)`` of the object at ``text[i]``, or None when none starts there."""
+    i = _skip(text, i)
+    if i >= len(text) or text[i] != "{":
         return None
+    out: dict[str, Any] = {}
+    i = _skip(text, i + 1)
+    if text[i:i + 1] == "}":
+        return out, i + 1, True
+    while True:
+        try:
+            key, i = dec.raw_decode(text, _skip(text, i))
+        except (ValueError, RecursionError):
+            return out, i, False
+        i = _skip(text, i)
+        if not isinstance(key, str) or text[i:i + 1] != ":":
+            return out, i, False
+        i = _skip(text, i + 1)
+        if text[i:i + 1] == "{" and depth < 16:  # deeper: whole values only (no recursion)
+            inner = _prefix_object(text, i, dec, depth + 1)
+            assert inner is not None
+            out[key], i, whole = inner
+            if not whole:
+                return out, i, False
+        else:
+            try:
+                out[key], i = dec.raw_decode(text, i)
+            except (ValueError, RecursionError):
+                return out, i, False
+        i = _skip(text, i)
+        if text[i:i + 1] == ",":
+            i += 1
+            continue
+        return out, i + 1, text[i:i + 1] == "}"
 
 
 def decode_payload(raw: bytes | None) -> dict[str, Any] | None:
@@ -141,7 +250,7 @@ def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | N
 
 def read_payload(harness: str = "", fd: int = 0) -> Payload | None:
     """Bounded read of stdin, decode and validate; ``None`` means "no payload"."""
-    return parse_payload(decode_payload(read_stdin_bounded(fd)), harness)
+    return parse_payload(read_payload_data(fd), harness)
 
 
 def recognize_source(value: object) -> str:

@@ -177,7 +177,8 @@ def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
         newest = 0.0
         for path in paths:
             try:
-                newest = max(newest, os.stat(path).st_mtime)
+                st = os.stat(path)  # ctime too: the fast path sees edits that keep an old mtime
+                newest = max(newest, st.st_mtime, st.st_ctime)
             except OSError:
                 newest = float("inf")  # a watched file is gone: the list must move on
         if newest <= listed:

@@ -14,7 +14,7 @@
 # - "nothing to do" is answered only when the Python path would print nothing:
 #   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) nor
 #              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
-#              wake file or changed watched file in <state>/fastpath/ (features that need the
+#              wake file or watched file changed (mtime or ctime) in <state>/fastpath/ (features that need the
 #              prompt hook to run Python register there);
 #   post-tool: the tool is not a file tool, or no directory strictly below the payload's cwd
 #              down to the file's own directory holds AGENTS.override.md or AGENTS.md.
@@ -95,6 +95,7 @@ nothing() {
 # level (no '{' or '[' before it but the opening one); status 1 when absent, cut off by the
 # 4 KiB head, repeated, or holding an escape (those are left to Python).
 json_str() {
+  case $head in *\"$1\"*\"$1\"*) return 1 ;; esac  # the key twice, however spaced: Python decides
   case $head in
     \{*[{,]\"$1\":\"*) ;;
     *) return 1 ;;
@@ -106,6 +107,28 @@ json_str() {
   case $val in *\"*) ;; *) return 1 ;; esac
   val=${val%%\"*}
   case $val in *\\*) return 1 ;; esac
+  return 0
+}
+
+# watch_changed FIND LIST: status 0 (Python must run) when a path in LIST is missing, not
+# absolute, or its mtime OR ctime is newer than LIST's mtime (set MTIME_SLACK seconds back
+# by Python), or when find fails; 1 when every listed file is untouched. ctime catches the
+# edits that keep an old mtime (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`,
+# `touch -r`, clock skew): every write, rename, chmod or utime sets it to now and no user
+# tool can set it back. One find for the whole list; -H follows a listed link as Python does.
+watch_changed() {
+  wc_find=$1
+  wc_list=$2
+  set --
+  while IFS= read -r path || [ -n "$path" ]; do
+    case $path in /*) ;; *) return 0 ;; esac
+    if [ ! -e "$path" ]; then return 0; fi
+    set -- "$@" "$path"
+  done <"$wc_list" || return 0
+  if [ "$#" -eq 0 ]; then return 1; fi
+  wc_out=$("$wc_find" -H "$@" -prune \( -newer "$wc_list" -o -cnewer "$wc_list" \) -print \
+           2>/dev/null) || return 0
+  case $wc_out in "") return 1 ;; esac
   return 0
 }
 
@@ -127,6 +150,7 @@ if [ "$event" = post-tool ]; then
     *[{,]\"tool_input\":\{\"notebook_path\":\"*) key=notebook_path ;;
     *) slow "$@" ;;
   esac
+  case $head in *\"tool_input\"*\"tool_input\"*|*\"$key\"*\"$key\"*) slow "$@" ;; esac
   pre=${head%%[{,]\"tool_input\":\{\""$key"\":\"*}
   case ${pre#\{} in *[{[]*) slow "$@" ;; esac
   val=${head#"$pre"?\"tool_input\":\{\""$key"\":\"}
@@ -185,12 +209,6 @@ if [ -e "$watch" ] || [ -L "$watch" ]; then
   done
   if [ -z "$fd" ]; then slow "$@"; fi  # no find by absolute path: the size is unknown, doubt
   case $("$fd" "$watch" -prune -size +64k 2>/dev/null) in "") ;; *) slow "$@" ;; esac
-  # slow() is called after the loop, never inside it: there stdin is the watch list, and
-  # its `cat` would append the rest of the list to the payload Python reads
-  changed=
-  while IFS= read -r path || [ -n "$path" ]; do
-    if [ ! -e "$path" ] || [ "$path" -nt "$watch" ]; then changed=1; break; fi
-  done <"$watch" || slow "$@"
-  if [ -n "$changed" ]; then slow "$@"; fi
+  watch_changed "$fd" "$watch" && slow "$@"  # slow() outside: the loop's stdin is the list
 fi
 nothing

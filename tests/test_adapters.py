@@ -260,3 +260,20 @@ def test_over_cap_digest_is_cut_at_stage_boundaries_not_headings(tmp_path: Path)
     assert len(text) <= 9000
     assert "small-after" in text
     assert "stage 'big'" in text and "x" * 9000 not in text
+
+
+@pytest.mark.parametrize("parts", [[(f"s{i}", "x" * 200) for i in range(100)],
+                                   [("digest", "y" * 5_000)]])
+def test_inline_cut_never_cuts_the_pointer_to_the_saved_digest(tmp_path: Path,
+                                                               parts: list[tuple[str, str]]) -> None:
+    """Even when the state dir path is long and the cap small, the line naming the saved file
+    is printed whole (a path cut in half is a pointer to nowhere)."""
+    from supervisor.adapters._inline import fit_prefix
+
+    deep = tmp_path.joinpath(*(c * 200 for c in "defgh"))  # a state dir path over the cap
+    if parts[0][0] == "digest":
+        text = fit_prefix(parts[0][1], 1_000, deep, notices="NOTE\n")
+    else:
+        text = fit_inline(parts, 1_000, deep, notices="NOTE\n")
+    saved = next((deep / "digests").glob("digest-*.txt"))
+    assert str(saved) in text

@@ -401,3 +401,115 @@ def test_checkout_shim_uses_the_fast_path(interpreter: tuple[Path, Path], projec
     proc = subprocess.run(argv, input=prompt_payload(project), capture_output=True, cwd=project,
                           env=env, timeout=30)
     assert proc.returncode == 0 and record.exists() and b"NETWORK-OK" in proc.stdout
+
+
+def _old_mtime_copy(rules: Path, tmp: Path) -> None:
+    new = tmp / "new.md"
+    new.write_text("rule TWO\n")
+    os.utime(new, (1577836800.0, 1577836800.0))  # 2020-01-01
+    subprocess.run(["cp", "-p", str(new), str(rules)], check=True)
+
+
+def _rename_backup(rules: Path, tmp: Path) -> None:
+    backup = rules.parent / "AGENTS.md.bak"
+    backup.write_text("rule TWO\n")
+    os.utime(backup, (1577836800.0, 1577836800.0))
+    os.rename(backup, rules)
+
+
+def _touch_reference(rules: Path, tmp: Path) -> None:
+    before = os.stat(rules)
+    rules.write_text("rule TWO\n")
+    os.utime(rules, ns=(before.st_atime_ns, before.st_mtime_ns))  # touch -r: same mtime back
+
+
+OLD_MTIME_EDITS: dict[str, Callable[[Path, Path], None]] = {
+    "cp -p": _old_mtime_copy, "mv backup": _rename_backup, "touch -r": _touch_reference}
+
+
+@pytest.mark.parametrize("how", OLD_MTIME_EDITS)
+def test_prompt_sees_an_edit_that_keeps_an_old_mtime(interpreter: tuple[Path, Path],
+                                                     project: Path, tmp_path: Path,
+                                                     how: str) -> None:
+    """An instruction file replaced with content whose mtime is old (cp -p, a renamed backup,
+    touch -r) still reaches the refresh: the fast path compares ctime too, as Python the hash."""
+    rules = project / "AGENTS.md"
+    rules.write_text("rule one\n")
+    start = compact({"session_id": "sessR", "cwd": str(project), "source": "startup"})
+    python_path("claude", "session-start", start, project)
+    assert (project / ".supervise" / "fastpath" / "watch").exists()
+    prompt = compact({"session_id": "sessR", "cwd": str(project), "prompt": "hi"})
+    quiet = shim(interpreter, "claude", "prompt", prompt, project)
+    assert quiet.stdout == b""
+    OLD_MTIME_EDITS[how](rules, tmp_path)
+    answer = shim(interpreter, "claude", "prompt", prompt, project)
+    assert answer.ran_python and b"INSTRUCTIONS CHANGED" in answer.stdout, answer.stderr
+    assert b"rule TWO" in answer.stdout
+
+
+DUPLICATE_KEYS: dict[str, Callable[[Path], bytes]] = {
+    "tool_input twice": lambda p: (
+        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
+        + str(p / "x.py").encode() + b'"},"tool_input":{"file_path":"'
+        + str(p / "src dir" / "deep" / "file.py").encode() + b'"}}'),
+    "tool_name twice, spaced": lambda p: (
+        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Bash", "tool_name":"Read",'
+        b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
+        + b'"}}'),
+    "cwd twice, spaced": lambda p: (
+        b'{"cwd":"/", "cwd":"' + str(p).encode() + b'","tool_name":"Read",'
+        b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
+        + b'"}}'),
+    "file_path twice": lambda p: (
+        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
+        + str(p / "x.py").encode() + b'","file_path":"'
+        + str(p / "src dir" / "deep" / "file.py").encode() + b'"}}'),
+}
+
+
+@pytest.mark.parametrize("case", DUPLICATE_KEYS)
+def test_post_tool_repeated_key_runs_python(interpreter: tuple[Path, Path], project: Path,
+                                            case: str) -> None:
+    """JSON's last duplicate wins in Python; the fast path never decides on a repeated key."""
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    payload = DUPLICATE_KEYS[case](project)
+    answer = shim(interpreter, "claude", "post-tool", payload, project)
+    assert answer.ran_python and b"SUB-RULES" in answer.stdout, case
+
+
+def test_oversized_post_tool_payload_is_drained_and_still_served(interpreter: tuple[Path, Path],
+                                                                 project: Path) -> None:
+    """A Write of 10 MB: the harness's write completes, and the nested AGENTS.md of the
+    file (named before the content) is still injected, through the shim and Python alone."""
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    payload = compact({"session_id": "big", "cwd": str(project), "tool_name": "Write",
+                       "tool_input": {"file_path": str(project / "src dir" / "deep" / "file.py"),
+                                      "content": "z" * 10_000_000}})
+    wrapper, record = interpreter
+    for argv in ([SHELL, str(FAST_PATH), str(wrapper)], [str(wrapper)]):
+        record.unlink(missing_ok=True)
+        proc = subprocess.Popen([*argv, "-P", "-m", "supervisor", "hook", "claude", "--event",
+                                 "post-tool"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, cwd=project, env=env_without_path())
+        out, err = write_all(proc, payload)
+        assert proc.returncode == 0, err
+        assert record.exists() and b"SUB-RULES" in out, err
+        payload = payload.replace(b'"session_id":"big"', b'"session_id":"big2"')
+
+
+def test_checkout_shim_resolves_a_bare_interpreter_name(interpreter: tuple[Path, Path],
+                                                       project: Path) -> None:
+    """SUPERVISE_PYTHON=python (a bare name) is looked up on PATH; an unknown name is named."""
+    wrapper, record = interpreter
+    shim_path = FAST_PATH.parent.parent / "bin" / "supervise-hook"
+    argv = ["/bin/sh", str(shim_path), "claude", "--event", "prompt"]
+    put_result(project / ".supervise")
+    env = env_without_path(SUPERVISE_PYTHON="python", PATH=f"{wrapper.parent}:/usr/bin:/bin")
+    proc = subprocess.run(argv, input=prompt_payload(project), capture_output=True, cwd=project,
+                          env=env, timeout=30)
+    assert proc.returncode == 0 and record.exists() and b"NETWORK-OK" in proc.stdout, proc.stderr
+    env["SUPERVISE_PYTHON"] = "no-such-python-here"
+    proc = subprocess.run(argv, input=prompt_payload(project), capture_output=True, cwd=project,
+                          env=env, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == b""
+    assert b"SUPERVISE_PYTHON=no-such-python-here is not a command on PATH" in proc.stderr

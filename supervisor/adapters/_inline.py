@@ -124,7 +124,7 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices:
         names = ", ".join(name for name, _ in parts)
         line = f"[supervise] stages cut from this inline digest ({names}): read {where}\n"
         room = cap - len(header) - len(line)
-        return (header + _ensure_nl(notices)[: max(room, 0)] + line)[:cap]
+        return _keep_pointer(header, _ensure_nl(notices)[: max(room, 0)] + line, cap, where)
     notes = _ensure_nl(notices)
     if fixed + len(notes) > cap:
         tail = f"... [notices cut: read {where}]\n"
@@ -163,7 +163,19 @@ def fit_prefix(text: str, cap: int, state_dir: Path, notices: str = "") -> str:
     keep = text[: max(room, 0)]
     if "\n" in keep and len(keep) < len(text):
         keep = keep[: keep.rindex("\n") + 1]
-    return (header + notes + keep + _cut_rest(len(text) - len(keep), where))[:cap]
+    return _keep_pointer(header, notes + keep + _cut_rest(len(text) - len(keep), where), cap,
+                         where)
+
+
+def _keep_pointer(header: str, rest: str, cap: int, where: str) -> str:
+    """``header + rest`` cut to ``cap`` characters without ever cutting the pointer to the saved
+    digest: ``rest`` goes first, then the header gives way to a short pointer line, which is
+    kept whole even past ``cap`` (a pointer cut in half is worse than a few characters over)."""
+    if len(header) + len(rest) <= cap:
+        return header + rest
+    if len(header) <= cap:
+        return header
+    return f"[supervise] digest over the inline limit: read it in {where}\n"
 
 
 def _cut_rest(size: int, where: str) -> str:

@@ -199,7 +199,7 @@ def internal_error_text(verb: str, err: BaseException) -> str:
 def _run(args: HookArgs) -> int:
     from .. import _payload
 
-    data = _payload.decode_payload(_payload.read_stdin_bounded())
+    data = _payload.read_payload_data()
     payload = _payload.parse_payload(data, args.harness)
     source = (_payload.recognize_source(args.source) if args.source is not None
               else _payload.payload_source(payload))
