@@ -42,10 +42,24 @@ _SEQUENCE = (
     f"|(?:\x1b[\\]PX^_]|[{_C1_STRING}])[^\x07\x1b\x9c]*(?:\x07|\x1b\\\\|\x9c)"  # strings
     "|\x1b[\x20-\x2f]*[\x30-\x7e]"  # nF, Fp, Fe, Fs escapes (ESC c, ESC 7, ESC ( B ...)
 )
-_CHARS = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e"
-          "\u2060-\u2064\u2066-\u2069\ufeff\U000e0000-\U000e007f\U000e0100-\U000e01ef")
-_HIDDEN = re.compile(f"(?=[{_CHARS}])(?:{_SEQUENCE}|[{_CHARS}])")
+_IGNORABLE = ("\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+              "\u202a-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff0-\ufff8"
+              "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff")
+"""Unicode's Default_Ignorable_Code_Point set (DerivedCoreProperties.txt, Unicode 16.0; the
+stdlib ``unicodedata`` has no such property), less the variation selectors U+FE00-U+FE0F
+(:data:`_SELECTORS`): characters a renderer shows as nothing."""
+_SELECTORS = "\ufe00-\ufe0f"
+_CHARS = f"\x00-\x08\x0b-\x1f\x7f-\x9f{_IGNORABLE}{_SELECTORS}\ufff9-\ufffb"
+_KEPT_SELECTOR = f"(?<=[^{_CHARS}\\s])[\ufe0e\ufe0f](?![{_SELECTORS}\U000e0100-\U000e01ef])"
+"""One text (U+FE0E) or emoji (U+FE0F) presentation selector right after a visible character
+and not followed by another selector: ``❤️`` keeps its colour. Every other selector goes (a run
+of them carries 4 bits per character of smuggled data)."""
+_HIDDEN = re.compile(f"(?=[{_CHARS}])(?!{_KEPT_SELECTOR})(?:{_SEQUENCE}|[{_CHARS}])")
 _ANY = re.compile(f"[{_CHARS}]")
+_BASE = re.compile(f"[^{_CHARS}\\s]")
+"""A character a presentation selector may follow."""
+_PENDING = re.compile(f"(?<![{_SELECTORS}\U000e0100-\U000e01ef])[\ufe0e\ufe0f]\\Z")
+"""A lone selector at the end of a chunk: kept or not depends on what follows."""
 """Every removal starts with one of these characters."""
 _PARTIAL = re.compile(
     "(?:\x1b(?:\\[[\x30-\x3f]*[\x20-\x2f]*|[\\]PX^_][^\x07\x1b\x9c]*\x1b?|[\x20-\x2f]*)"
@@ -72,16 +86,30 @@ def clean(text: str, *, start: bool = True) -> tuple[str, int]:
     An escape string without its terminator loses only its introducer (the rest is visible
     text). Never raises.
     """
+    return _clean(text, start, "")
+
+
+def _clean(text: str, start: bool, before: str) -> tuple[str, int]:
+    """:func:`clean`, with ``before`` the character that preceded ``text`` in its source (a
+    stream's previous chunk): whether a presentation selector at the start is kept."""
     if start and text.startswith("\ufeff"):
         text = text[1:]
     if _plain(text):
         return text, 0
     if "\r\n" in text:
         text = text.replace("\r\n", "\n")
+    if "\u2028" in text or "\u2029" in text:  # line and paragraph separators: a line break
+        text = text.replace("\u2028", "\n").replace("\u2029", "\n")
     first = _ANY.search(text)
     if first is None:
         return text, 0
-    out = text[:first.start()] + _HIDDEN.sub("", text[first.start():])
+    # From one character earlier: it is not removed, and a selector's look-behind sees it.
+    at = first.start() - 1
+    if at < 0 and before and _BASE.match(before):
+        out = _HIDDEN.sub("", before + text)[1:]
+    else:
+        at = max(at, 0)
+        out = text[:at] + _HIDDEN.sub("", text[at:])
     return out, len(text) - len(out)
 
 
@@ -114,10 +142,11 @@ class StreamCleaner:
         removed: characters removed so far.
     """
 
-    __slots__ = ("_held", "_started", "removed")
+    __slots__ = ("_held", "_last", "_started", "removed")
 
     def __init__(self) -> None:
         self._held = ""
+        self._last = ""  # the last character released: may a selector follow it?
         self._started = False
         self.removed = 0
 
@@ -127,6 +156,8 @@ class StreamCleaner:
         if self._held or not data.isascii() or len(data.translate(None, _CONTROL_BYTES)) != len(data):
             return False
         self._started = True
+        if data:
+            self._last = chr(data[-1])
         return True
 
     def feed(self, text: str) -> str:
@@ -135,7 +166,8 @@ class StreamCleaner:
             text = self._held + text
             self._held = ""
         elif not text or (self._started and _plain(text)):
-            self._started = self._started or bool(text)
+            if text:
+                self._last = text[-1]
             return text
         tail = max(0, len(text) - MAX_HOLD)
         # The earliest of the last few introducers whose sequence is still open at the end
@@ -146,14 +178,20 @@ class StreamCleaner:
                 self._held = text[cut:]
                 text = text[:cut]
                 break
-        out, removed = clean(text, start=not self._started)
-        self._started = self._started or bool(text)
+        else:
+            if _PENDING.search(text):
+                self._held = text[-1]
+                text = text[:-1]
+        out, removed = _clean(text, not self._started, self._last)
+        if text:
+            self._started = True
+            self._last = text[-1]
         self.removed += removed
         return out
 
     def finish(self) -> str:
         """Release what is held (an unterminated sequence loses its introducer)."""
         held, self._held = self._held, ""
-        out, removed = clean(held, start=not self._started)
+        out, removed = _clean(held, not self._started, self._last)
         self.removed += removed
         return out

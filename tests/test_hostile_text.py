@@ -187,6 +187,20 @@ def test_the_nudge_mark_survives(git_repo: Path, harness: str) -> None:
     ("\u2066iso\u2069 \u061carabic mark", "iso arabic mark", 3),
     ("vs \U000e0100x", "vs x", 1),
     ("日本語 é", "日本語 é", 0),
+    # issue 11b: the rest of Default_Ignorable_Code_Point and its kin
+    ("dep\u206a\u206b\u206c\u206d\u206e\u206frecated", "deprecated", 6),
+    ("an\ufff9base\ufffahidden\ufffbnote", "anbasehiddennote", 3),
+    ("short\U0001bca0\U0001bca1\U0001bca2\U0001bca3hand", "shorthand", 4),
+    ("hangul\u3164\uffa0\u115f\u1160filler", "hangulfiller", 4),
+    ("cgj\u034f khmer\u17b4\u17b5 mongolian\u180b\u180f music\U0001d173 u\U000e0fff",
+     "cgj khmer mongolian music u", 7),
+    ("line\u2028sep\u2029para", "line\nsep\npara", 0),
+    ("heart \u2764\ufe0f text \u2764\ufe0e", "heart \u2764\ufe0f text \u2764\ufe0e", 0),
+    ("smuggle \u2764\ufe0f\ufe01\ufe0e", "smuggle \u2764", 3),
+    ("a\ufe00 b\ufe0d", "a b", 2),
+    ("alone \ufe0f\n\ufe0f", "alone \n", 2),
+    ("after hidden a\u200b\ufe0f", "after hidden a", 2),
+    ("forged \u2063SUPERVISE_OP", "forged SUPERVISE_OP", 1),
 ])
 def test_clean(text: str, expected: str, removed: int) -> None:
     assert clean(text) == (expected, removed)
@@ -194,13 +208,25 @@ def test_clean(text: str, expected: str, removed: int) -> None:
 
 def test_stream_cleaner_matches_clean_for_every_split() -> None:
     text = ("ok\x1b[8mSECRET\x1b[0m\r\nbel\x07 \u202eabc\u202c z\u200bw \U000e0041 "
-            "\x1b]52;c;aGVsbG8=\x07 \x1b]8;;http://e\x1b\\link\x1b]8;;\x1b\\ end\r")
+            "\x1b]52;c;aGVsbG8=\x07 \x1b]8;;http://e\x1b\\link\x1b]8;;\x1b\\ end"
+            " \u2764\ufe0f \u2764\ufe0f\ufe0f a\u200b\ufe0e \ufe0f l\u2028p\u2029\u3164\r")
     expected = clean(text)
     for size in range(1, 12):
         cleaner = StreamCleaner()
         got = "".join(cleaner.feed(text[i:i + size]) for i in range(0, len(text), size))
         got += cleaner.finish()
         assert (got, cleaner.removed) == expected, size
+
+
+def test_every_default_ignorable_format_character_is_removed() -> None:
+    """Derived from the stdlib's own tables, not from our list: every format (Cf) character is
+    removed, but the visible ones kept on purpose (number signs and hieroglyph controls)."""
+    import unicodedata
+    visible = {*range(0x600, 0x606), 0x6DD, 0x70F, 0x890, 0x891, 0x8E2, 0x110BD, 0x110CD,
+               *range(0x13430, 0x13460)}
+    kept = [hex(cp) for cp in range(0x110000) if unicodedata.category(chr(cp)) == "Cf"
+            and cp not in visible and clean("x" + chr(cp) + "y", start=False) != ("xy", 1)]
+    assert kept == []
 
 
 def test_stream_cleaner_does_not_hold_an_unterminated_string_forever() -> None:
