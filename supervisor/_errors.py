@@ -4,7 +4,19 @@ from __future__ import annotations
 
 
 class SupervisorError(Exception):
-    """Base of every error watchkeeper raises on purpose; ``str()`` is one actionable line."""
+    """Base of every error watchkeeper raises on purpose; ``str()`` is one actionable line.
+
+    The message often quotes untrusted text (a stage name from ``supervise.toml``, a path in
+    the project tree): every hidden character in it (``supervisor._sanitize.escape``: escape
+    sequences, controls, bidi and invisible characters) is written as its escape, ``\\u202e``,
+    so it can neither reorder nor hide the line in a terminal nor reach the model as such;
+    a line feed is written ``\\n`` (the message stays one line: no forged second line).
+    """
+
+    def __init__(self, message: str = "", *args: object) -> None:
+        from ._sanitize import escape
+
+        super().__init__(escape(str(message)).replace("\n", "\\n"), *args)
 
 
 class ConfigError(SupervisorError):

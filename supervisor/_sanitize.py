@@ -16,14 +16,26 @@ Removed (each counted, one per character removed):
   C1 controls ``U+0080``-``U+009F``;
 - bidirectional controls ``U+061C``, ``U+200E``-``U+200F``, ``U+202A``-``U+202E``,
   ``U+2066``-``U+2069``;
-- invisible characters: soft hyphen ``U+00AD``, ``U+180E``, zero-width ``U+200B``-``U+200D``,
-  ``U+2060``-``U+2064`` (word joiner and invisible operators, among them our own nudge mark
-  ``U+2063``: untrusted text cannot forge an operational line), ``U+FEFF`` past the first
-  character, tag characters ``U+E0000``-``U+E007F`` and variation selectors
-  ``U+E0100``-``U+E01EF`` (both used to smuggle text).
+- every other character of Unicode's Default_Ignorable_Code_Point set (DerivedCoreProperties.txt;
+  :data:`_IGNORABLE`): soft hyphen, ``U+034F``, Hangul fillers ``U+115F``, ``U+1160``,
+  ``U+3164``, ``U+FFA0``, ``U+17B4``-``U+17B5``, Mongolian ``U+180B``-``U+180F``, zero-width
+  ``U+200B``-``U+200D``, ``U+2060``-``U+206F`` (word joiner, invisible operators among them
+  our own nudge mark ``U+2063``: untrusted text cannot forge an operational line; deprecated
+  format characters ``U+206A``-``U+206F``), ``U+FEFF`` past the first character,
+  ``U+FFF0``-``U+FFF8``, shorthand format controls ``U+1BCA0``-``U+1BCA3``, musical format
+  ``U+1D173``-``U+1D17A``, tag characters and variation selectors ``U+E0000``-``U+E0FFF`` (both
+  used to smuggle text);
+- interlinear annotation controls ``U+FFF9``-``U+FFFB`` (format characters, not ignorable, but
+  a renderer may hide the annotation);
+- variation selectors ``U+FE00``-``U+FE0F`` (4 bits of smuggled data per character), except
+  one text or emoji presentation selector (``U+FE0E``, ``U+FE0F``) right after a visible
+  character and not followed by another selector: ``❤️`` keeps its form, a run is removed
+  whole. What is left to smuggle is about one bit per visible character.
 
-Not counted: ``CR LF`` becomes ``LF`` and a leading byte-order mark is dropped (file-format
-noise, not hidden text). The visible text of a concealed span stays: it becomes visible.
+Not counted: ``CR LF`` becomes ``LF``, the line and paragraph separators ``U+2028``/``U+2029``
+become ``LF`` (a line break the model reads is one the terminal shows; nothing is lost), and
+a leading byte-order mark is dropped (file-format noise, not hidden text). The visible text
+of a concealed span stays: it becomes visible.
 
 :func:`clean` is for whole texts (files, stored results); :class:`StreamCleaner` for output
 that arrives in chunks (a sequence split across two reads is still removed whole). Cheap: one
@@ -111,6 +123,19 @@ def _clean(text: str, start: bool, before: str) -> tuple[str, int]:
         at = max(at, 0)
         out = text[:at] + _HIDDEN.sub("", text[at:])
     return out, len(text) - len(out)
+
+
+_SHOWN = re.compile(f"[{_CHARS}\u2028\u2029]")
+
+
+def escape(text: str) -> str:
+    """``text`` with every character :func:`clean` would remove, and U+2028/U+2029, written as
+    its Python escape (``\\x1b``, ``\\u202e``, ``\\U000e0041``) instead: for one-line error
+    messages that quote an untrusted value (a stage name, a path), where the user must see what
+    is wrong rather than lose it. Selectors after emoji are escaped too. Never raises."""
+    if _plain(text):
+        return text
+    return _SHOWN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _plain(text: str) -> bool:

@@ -256,3 +256,31 @@ def test_status_never_prints_an_escape_sequence_from_a_planted_record(git_repo: 
     text = run.stdout.decode()
     assert "pending" in text
     assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+
+
+# -- config error lines (issue 11b item 2) -----------------------------------------------------
+
+@pytest.mark.parametrize("command", [("config",), ("hook", "claude")])
+def test_config_error_escapes_a_hidden_stage_name(git_repo: Path, command: tuple[str, ...]) -> None:
+    """A stage name holding RLO, NUL, ESC and a line feed is echoed escaped, on one line."""
+    (git_repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "ok\\u202Eevil\\u0000x\\u001b[2Jy\\nFAKE\\u3164"\n'
+        'run = ["true"]\n')
+    payload = json.dumps({"session_id": "s1", "cwd": str(git_repo), "source": "startup",
+                          "hook_event_name": "SessionStart"}).encode()
+    run = run_cli(*command, cwd=git_repo, input=payload)
+    line = run.stderr.decode()
+    assert "'ok\\u202eevil\\x00x\\x1b[2Jy\\nFAKE\\u3164'" in line, line
+    for raw in ("\u202e", "\x00", "\x1b", "\u3164"):
+        assert raw.encode() not in run.stderr + run.stdout
+    assert [ln for ln in line.splitlines() if "FAKE" in ln and "evil" not in ln] == []
+
+
+def test_error_messages_escape_hidden_characters() -> None:
+    from supervisor._errors import ConfigError, StageSpawnError
+    from supervisor._sanitize import escape
+    assert str(ConfigError("stage 'a\u202eb\x00c' x\ny")) == "stage 'a\\u202eb\\x00c' x\\ny"
+    assert str(StageSpawnError("run \x1b]0;t\x07 \U000e0041", ("a",))) == \
+        "run \\x1b]0;t\\x07 \\U000e0041"
+    assert escape("plain \u2764\ufe0f l\u2028") == "plain \u2764\\ufe0f l\\u2028"
+    assert escape("ascii") == "ascii"
