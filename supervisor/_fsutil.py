@@ -83,3 +83,46 @@ def flocked(path: Path, timeout: float, *, poll: float = 0.005) -> Iterator[bool
         yield True
     finally:
         os.close(fd)  # closing the descriptor releases the flock
+
+
+def link_on_path(path: Path, roots: tuple[Path, ...] = ()) -> tuple[Path, str] | None:
+    """The first symbolic link among ``path`` and its folders below the nearest of ``roots``.
+
+    A settings file we edit must be a regular file in a real folder: a hostile clone can ship
+    ``.claude/settings.json -> ~/.claude/settings.json`` (or link ``.claude/`` itself), and a
+    write through it would register hooks for every project, or create the link's target.
+    Only the part of the path below the root (project dir, home) is checked: the root's own
+    ancestry is the user's. Without a matching root, only ``path`` itself is checked.
+
+    Returns:
+        ``(link, target)`` (``target`` as stored in the link) or None when no link is found.
+    """
+    import stat
+
+    base = next((root for root in roots if path.is_relative_to(root)), None)
+    parts: tuple[str, ...]
+    if base is None:
+        current, parts = path.parent, (path.name,)
+    else:
+        current, parts = base, path.relative_to(base).parts
+    for part in parts:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            return None
+        except OSError:
+            continue
+        if stat.S_ISLNK(st.st_mode):
+            try:
+                target = os.readlink(current)
+            except OSError:
+                target = "?"
+            return current, target
+    return None
+
+
+def link_refusal(link: Path, target: str) -> str:
+    """The one line ``install``/``uninstall``/``doctor`` print for a settings file behind a link."""
+    return (f"{link} is a symbolic link to {target}; refusing to write through it (it could "
+            "reach outside this project): replace it with a regular file or folder")

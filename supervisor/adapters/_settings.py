@@ -3,7 +3,8 @@
 Used by ``install``, ``uninstall`` and ``doctor``; never on the hook's hot path. Every other key
 and every hook of the user is preserved; ours are recognised by :func:`is_ours` (the command
 holds ``-m supervisor hook``, the ``supervise-hook`` shim, or ``supervise hook``). Writes are
-atomic (temp file + ``os.replace`` in the same folder, mode kept, a symlink's target written).
+atomic (temp file + ``os.replace`` in the same folder, mode kept); a settings file or folder
+that is a symbolic link is refused, never written through (:func:`refuse_links`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._errors import ConfigError
-from .._fsutil import atomic_write
+from .._fsutil import atomic_write, link_on_path, link_refusal
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 _PLAIN_RE = re.compile(r"(^|[\s/\"'])supervise hook(\s|$)")
@@ -67,6 +68,22 @@ def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
     return adapter.settings_path(scope, project_dir, home)
 
 
+def refuse_links(paths: list[Path], project_dir: Path, home: Path) -> list[str]:
+    """One refusal line per path in ``paths`` that is, or sits in a folder that is, a symbolic
+    link below ``project_dir`` or ``home`` (see :func:`supervisor._fsutil.link_on_path`);
+    empty when every path is safe to write. ``install`` and ``uninstall`` check every file
+    they would touch first and write nothing when this is not empty."""
+    lines: list[str] = []
+    roots = tuple(sorted({project_dir.absolute(), home.absolute()}, key=lambda p: -len(p.parts)))
+    for path in paths:
+        found = link_on_path(path.absolute(), roots)
+        if found:
+            line = link_refusal(*found)
+            if line not in lines:
+                lines.append(line)
+    return lines
+
+
 def read_settings(path: Path) -> dict[str, Any] | None:
     """Parse ``path``; None when it does not exist; ``{}`` when empty or blank.
 
@@ -97,8 +114,11 @@ def write_settings(path: Path, data: dict[str, Any]) -> None:
 
     Raises:
         OSError: the folder cannot be created or written.
+        ConfigError: ``path`` is a symbolic link (nothing is written through a link).
     """
-    target = path.resolve() if path.is_symlink() else path
+    if path.is_symlink():  # callers check the whole path first (refuse_links); never follow
+        raise ConfigError(link_refusal(path, os.readlink(path)))
+    target = path
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode: int | None = target.stat().st_mode & 0o7777

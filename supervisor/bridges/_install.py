@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from .._fsutil import atomic_write
+
 MARK = "watchkeeper-bridge"
 """Substring of every entry file we write: how uninstall and doctor recognise ours."""
 CORE = "core.mjs"
@@ -88,16 +90,24 @@ def settings_text(python: str, budget: float) -> str:
 
 
 def _write(path: Path, text: str) -> bool:
-    """Write ``text`` to ``path`` atomically; False when it already held exactly that."""
+    """Write ``text`` to ``path`` atomically (a temp file renamed in the real folder); False
+    when it already held exactly that.
+
+    Raises:
+        ValueError: ``path`` is a symbolic link (nothing written).
+        OSError: the folder cannot be created or written.
+    """
     try:
         if path.read_text("utf-8") == text:
             return False
     except (OSError, UnicodeDecodeError):
         pass
+    if path.is_symlink():  # the caller checks the whole path first; never write through one
+        from .._fsutil import link_refusal
+
+        raise ValueError(link_refusal(path, os.readlink(path)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, "utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text.encode("utf-8"))
     return True
 
 
@@ -172,8 +182,19 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
     fix = f"supervise install {bridge.name}"
     out: list[tuple[str, str, str]] = []
     found = False
+    from .._fsutil import link_on_path, link_refusal
+
+    roots = tuple(sorted({project_dir.absolute(), home.absolute()}, key=lambda p: -len(p.parts)))
     for scope in ("project", "user"):
         entry, core, settings = bridge.files(scope, project_dir, home)
+        link = next((hit for path in (entry, core, settings)
+                     if (hit := link_on_path(path.absolute(), roots))), None)
+        if link:  # a hostile clone's link: never read or refreshed through
+            out.append(("FAIL", link_refusal(*link).split(";")[0],
+                        "replace the link with a regular file (install refuses to write "
+                        "through it)"))
+            found = True
+            continue
         if not entry.exists() or MARK not in _read(entry):
             continue
         found = True

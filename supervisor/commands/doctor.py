@@ -346,6 +346,12 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
     checks: list[Check] = []
     for scope in adapter.scopes:
         path = _settings.settings_path(adapter, scope, project, Path.home())
+        refused = _settings.refuse_links([path], project, Path.home())
+        if refused:  # a hostile clone's link to the user's own file: never read as ours
+            checks.append(Check("FAIL", adapter.name, refused[0].split(";")[0],
+                                "replace the link with a regular file (install refuses to "
+                                "write through it)"))
+            continue
         try:
             data = _settings.read_settings(path)
         except Exception as err:  # ConfigError: one line

@@ -147,19 +147,48 @@ def _rel(path: Path, project_dir: Path) -> str:
         return str(path)
 
 
+def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
+    """Refusal lines for every file ``verb`` would write or remove that is (or sits in a folder
+    that is) a symbolic link: the harness settings files and the bridges' files. ``install`` and
+    ``uninstall`` print them and exit 1 having written nothing (a hostile clone can ship
+    ``.claude/settings.json`` linked to the user's own file)."""
+    from ..adapters import _settings
+    from ..bridges._install import get as bridge
+
+    args, adapters, bridged, project_dir = request
+    paths: list[Path] = []
+    for adapter in adapters:
+        if args.scope in adapter.scopes:
+            scope = args.scope
+        elif verb == "uninstall":
+            scope = adapter.scopes[0]
+        else:
+            continue
+        paths.append(_settings.settings_path(adapter, scope, project_dir, home))
+    if args.scope in ("project", "user"):
+        for name in bridged:
+            paths += bridge(name).files(args.scope, project_dir, home)
+    return [f"supervise {verb}: {line}" for line in _settings.refuse_links(paths, project_dir, home)]
+
+
 def main(argv: list[str]) -> int:
-    """Install each named harness; exit 1 if any settings file was refused, 2 on bad usage."""
+    """Install each named harness; exit 1 if any settings file was refused (or is behind a
+    symbolic link: then nothing is written), 2 on bad usage."""
     from ..adapters import _settings
     from ..bridges._install import run_verb
 
     request = prepare("install", "register the watchkeeper hook with harnesses", argv)
     if isinstance(request, int):
         return request
+    home = Path.home()
+    refusals = link_refusals("install", request, home)
+    if refusals:
+        print("\n".join(refusals), file=sys.stderr)
+        return EXIT_FAILURE
     args, adapters, bridged, project_dir = request
     budget, warning = project_budget(project_dir)
     if warning:
         print(warning, file=sys.stderr)
-    home = Path.home()
     failed = run_verb("install", bridged, args.scope, project_dir)
     steps: list[str] = []
     notes: list[str] = []

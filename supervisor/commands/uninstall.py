@@ -13,7 +13,7 @@ from pathlib import Path
 from .._errors import ConfigError
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ..adapters import _settings
-from .install import _rel, prepare
+from .install import _rel, link_refusals, prepare
 
 
 def main(argv: list[str]) -> int:
@@ -23,8 +23,12 @@ def main(argv: list[str]) -> int:
     request = prepare("uninstall", "remove the watchkeeper hook from harnesses", argv)
     if isinstance(request, int):
         return request
-    args, adapters, bridged, project_dir = request
     home = Path.home()
+    refusals = link_refusals("uninstall", request, home)
+    if refusals:
+        print("\n".join(refusals), file=sys.stderr)
+        return EXIT_FAILURE
+    args, adapters, bridged, project_dir = request
     failed = run_verb("uninstall", bridged, args.scope, project_dir)
     for adapter in adapters:
         scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
