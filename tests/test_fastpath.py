@@ -160,6 +160,16 @@ def test_prompt_honours_supervise_state_dir(interpreter: tuple[Path, Path], proj
           SUPERVISE_STATE_DIR="relative/state")
 
 
+def settle(path: Path) -> None:
+    """Wait until ``path``'s ctime (which only the clock sets) is over the watch list's slack
+    in the past, so a watch list written next counts it as unchanged."""
+    from supervisor._fastpath import MTIME_SLACK
+
+    import time
+
+    time.sleep(max(0.0, os.stat(path).st_ctime + MTIME_SLACK + 0.05 - time.time()))
+
+
 def test_prompt_wake_and_watch_files(interpreter: tuple[Path, Path], project: Path) -> None:
     from supervisor._fastpath import clear_wake, set_watch, wake
 
@@ -167,13 +177,17 @@ def test_prompt_wake_and_watch_files(interpreter: tuple[Path, Path], project: Pa
     rules = project / "AGENTS.md"
     rules.write_text("rules\n")
     os.utime(rules, (1.0, 1.0))
+    settle(rules)
     set_watch(state, [rules])
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
     os.utime(rules)  # changed after the baseline
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
     set_watch(state, [rules])  # changed within the slack before the baseline: Python decides
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
-    os.utime(rules, (1.0, 1.0))
+    os.utime(rules, (1.0, 1.0))  # an old mtime put back: the ctime still says "changed"
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+    settle(rules)
+    set_watch(state, [rules])
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
     rules.unlink()
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
@@ -191,7 +205,7 @@ DOUBTS: dict[str, Callable[[Path], bytes]] = {
     "escaped cwd": lambda p: json.dumps({"cwd": str(p) + "/x\"y"}, separators=(",", ":")).encode(),
     "relative cwd": lambda p: compact({"cwd": "my project"}),
     "nested cwd first": lambda p: compact({"x": {"cwd": "/"}, "cwd": str(p)}),
-    "duplicate cwd": lambda p: b'{"cwd":"/","cwd":"' + str(p).encode() + b'"}',
+    "duplicate cwd": lambda p: b'{"session_id":"dup","cwd":"/","cwd":"' + str(p).encode() + b'"}',
     "missing cwd dir": lambda p: compact({"cwd": str(p / "gone")}),
     "empty": lambda p: b"",
 }
@@ -358,6 +372,7 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
     rules = project / "AGENTS.md"
     rules.write_text("rules\n")
     os.utime(rules, (1.0, 1.0))
+    settle(rules)
     state = project / ".supervise"
     set_watch(state, [rules])
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False,
@@ -435,6 +450,7 @@ def test_prompt_sees_an_edit_that_keeps_an_old_mtime(interpreter: tuple[Path, Pa
     touch -r) still reaches the refresh: the fast path compares ctime too, as Python the hash."""
     rules = project / "AGENTS.md"
     rules.write_text("rule one\n")
+    os.utime(rules, (1577836800.0, 1577836800.0))  # an old file: only its ctime can tell
     start = compact({"session_id": "sessR", "cwd": str(project), "source": "startup"})
     python_path("claude", "session-start", start, project)
     assert (project / ".supervise" / "fastpath" / "watch").exists()
@@ -449,19 +465,19 @@ def test_prompt_sees_an_edit_that_keeps_an_old_mtime(interpreter: tuple[Path, Pa
 
 DUPLICATE_KEYS: dict[str, Callable[[Path], bytes]] = {
     "tool_input twice": lambda p: (
-        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
+        b'{"session_id":"dup","cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
         + str(p / "x.py").encode() + b'"},"tool_input":{"file_path":"'
         + str(p / "src dir" / "deep" / "file.py").encode() + b'"}}'),
     "tool_name twice, spaced": lambda p: (
-        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Bash", "tool_name":"Read",'
+        b'{"session_id":"dup","cwd":"' + str(p).encode() + b'","tool_name":"Bash", "tool_name":"Read",'
         b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
         + b'"}}'),
     "cwd twice, spaced": lambda p: (
-        b'{"cwd":"/", "cwd":"' + str(p).encode() + b'","tool_name":"Read",'
+        b'{"session_id":"dup","cwd":"/", "cwd":"' + str(p).encode() + b'","tool_name":"Read",'
         b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
         + b'"}}'),
     "file_path twice": lambda p: (
-        b'{"cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
+        b'{"session_id":"dup","cwd":"' + str(p).encode() + b'","tool_name":"Read","tool_input":{"file_path":"'
         + str(p / "x.py").encode() + b'","file_path":"'
         + str(p / "src dir" / "deep" / "file.py").encode() + b'"}}'),
 }
