@@ -35,6 +35,11 @@ MAX_PAYLOAD = 1024 * 1024
 """Bytes kept of the payload; a longer one is drained to its end, and only its members whole
 within the first MAX_PAYLOAD bytes are used (:func:`read_payload_data`)."""
 
+DRAIN_LIMIT = 10.0
+"""Seconds, beyond :data:`READ_TIMEOUT`, an over-long payload may take to drain: while data
+keeps arriving (at most :data:`READ_TIMEOUT` apart) the read goes on, so a slow writer of a
+big ``Write`` payload never meets a closed pipe; a writer stalled longer is left."""
+
 SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
 """The recognized ``source`` values, matched exactly (no case folding, no stripping)."""
 
@@ -96,7 +101,8 @@ def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
                max_bytes: int = MAX_PAYLOAD) -> StdinRead:
     """Read ``fd`` until EOF within ``timeout`` seconds, keeping at most ``max_bytes`` bytes.
 
-    A payload over ``max_bytes`` is drained to EOF (within the same ``timeout``) and its first
+    A payload over ``max_bytes`` is drained to EOF (while data keeps coming at most
+    ``timeout`` seconds apart, for at most :data:`DRAIN_LIMIT` seconds more) and its first
     ``max_bytes`` bytes kept in :attr:`StdinRead.head`: a PostToolUse ``Write`` of a 10 MB
     file must not see EPIPE. Never raises for I/O reasons.
     """
@@ -108,6 +114,7 @@ def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
     except OSError:
         return StdinRead(None)
     deadline = time.monotonic() + timeout
+    drain_end = deadline + DRAIN_LIMIT
     chunks: list[bytes] = []
     size = 0
     try:
@@ -127,6 +134,8 @@ def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
             if size <= max_bytes:
                 chunks.append(chunk)
             size += len(chunk)
+            if size > max_bytes:  # draining: go on while the writer keeps writing
+                deadline = min(max(deadline, time.monotonic() + timeout), drain_end)
     except (OSError, ValueError):
         pass
     if size > max_bytes:

@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -168,3 +169,37 @@ def test_hostile_session_ids_are_cleaned(raw: str, tmp_path: Path) -> None:
     proc = run_cli("hook", "claude", input=payload.encode("utf-8", "surrogatepass"), cwd=tmp_path)
     assert proc.returncode == 0
     assert "ran" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_an_oversized_payload_from_a_slow_writer_is_drained_to_its_end() -> None:
+    """Over the byte bound, the read goes on past the first timeout while data keeps coming
+    (a harness writing a big Write payload slowly): the writer finishes, the head is kept."""
+    import threading
+
+    from supervisor._payload import read_stdin
+
+    rfd, wfd = os.pipe()
+    failed: list[BaseException] = []
+    finished = threading.Event()
+
+    def writer() -> None:
+        try:
+            for _ in range(50):
+                os.write(wfd, b"x" * 50)
+                time.sleep(0.05)  # 2.5 s in all: longer than the read's 1 s timeout
+        except OSError as err:
+            failed.append(err)
+        finally:
+            finished.set()  # before the close: EOF on the read end means this is set
+            os.close(wfd)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        read = read_stdin(rfd, timeout=1.0, max_bytes=100)
+        done = finished.is_set()
+    finally:
+        thread.join(timeout=30)
+        os.close(rfd)
+    assert read.oversize and read.data is None and read.head == b"x" * 100
+    assert done and not failed
