@@ -41,6 +41,92 @@ DEFAULT_MAX_OUTPUT = 1024 * 1024
 
 _spawned: set[int] = set()
 
+KEY_FILE = "deferred.key"
+"""The per-user secret (32 random bytes, mode 0600) every deferred result is signed with, kept
+under ``$XDG_STATE_HOME/watchkeeper/`` (``~/.local/state/watchkeeper/``): outside every project
+tree, so a result file planted in a cloned repository cannot carry a valid signature."""
+
+
+def key_path() -> Path:
+    """Where the per-user result key lives (:data:`KEY_FILE`)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "watchkeeper" / KEY_FILE
+
+
+def result_key(*, create: bool) -> bytes | None:
+    """The per-user result key (32 bytes); None when absent (and not ``create``) or unusable
+    (a link, a wrong size, a file other users can read).
+
+    Raises:
+        OSError: ``create`` and the key cannot be made (an unwritable home).
+    """
+    path = key_path()
+    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _attempt in range(2):
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            if not create:
+                return None
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            except FileExistsError:
+                continue  # another digest made it first: read theirs
+            try:
+                os.write(fd, os.urandom(32))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            continue
+        except OSError:
+            if create:
+                raise
+            return None
+        try:
+            info = os.fstat(fd)
+            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+                    or info.st_mode & 0o077):
+                return None
+            key = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        return key if len(key) == 32 else None
+    return None
+
+
+def _signature(data: dict[str, Any], key: bytes) -> str:
+    """Keyed BLAKE2b (32 bytes, hex) of the record without its ``sig`` field."""
+    import hashlib
+
+    body = {k: v for k, v in data.items() if k != "sig"}
+    raw = json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
+    return hashlib.blake2b(raw, key=key, digest_size=32).hexdigest()
+
+
+def _genuine(data: dict[str, Any], stage: str, run: str, key: bytes | None) -> bool:
+    """True when result ``data`` in stage ``stage``'s folder, file ``result-<run>``, was written
+    by our runner: its name and run id match the folder and file, and its ``sig`` is the
+    keyed hash under this user's :func:`result_key`."""
+    import hmac
+
+    sig = data.get("sig")
+    return (key is not None and isinstance(sig, str) and data.get("name") == stage
+            and f"{data.get('run_id')}.json" == run
+            and hmac.compare_digest(sig, _signature(data, key)))
+
+
+def _refuse(directory: StateDir, stage: str, name: str, why: str) -> None:
+    """Set result ``name`` aside as ``refused-…`` (never delivered) and name it once."""
+    run = name[len("result-"):]
+    try:
+        directory.rename(name, f"refused-{run}")
+    except StateError:
+        pass
+    notice(f"[supervise] refused deferred result {DEFERRED_DIR}/{stage}/{name}: {why}; set "
+           f"aside as refused-{run}, NOT delivered (a deferred result is delivered only when "
+           "this machine's runner wrote it for a stage the config marks deferred)")
+
 
 def stage_dir(state_dir: Path, name: str) -> Path:
     """Where stage ``name``'s deferred records live (for messages; access goes through
@@ -67,15 +153,21 @@ def result_cap(max_output: int | None) -> int:
     return 2 * (max_output or DEFAULT_MAX_OUTPUT) + RESULT_OVERHEAD
 
 
-def _encode_result(data: dict[str, Any], cap: int) -> bytes:
-    """``data`` as JSON within ``cap`` bytes: the output is cut (and says so) when needed."""
-    raw = json.dumps(data, ensure_ascii=False).encode("utf-8", "replace")
+def _encode_result(data: dict[str, Any], cap: int, key: bytes | None = None) -> bytes:
+    """``data`` as JSON within ``cap`` bytes: the output is cut (and says so) when needed.
+    With ``key`` the record carries ``sig``, its keyed hash (:func:`_signature`)."""
+    def encode(record: dict[str, Any]) -> bytes:
+        if key is not None:
+            record = {**record, "sig": _signature(record, key)}
+        return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
+
+    raw = encode(data)
     output = str(data.get("output", ""))
     while len(raw) > cap and output:
         output = output[: len(output) // 2]
         data = {**data, "output": output + "\n[supervise] OUTPUT CUT: the result was too large "
                 "to store whole\n"}
-        raw = json.dumps(data, ensure_ascii=False).encode("utf-8", "replace")
+        raw = encode(data)
     return raw
 
 
@@ -164,6 +256,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                                            float(current.get("started", time.time())), deadline))
                     continue
                 lost = _take_lost(directory, spec.name, current)
+                result_key(create=True)  # the runner signs its result with it
                 run_id = f"{int(time.time() * 1000)}-{os.urandom(4).hex()}"
                 token = os.urandom(16).hex()
                 stage_argv(spec)  # an unknown builtin is reported here, not in the runner
@@ -294,7 +387,8 @@ RESERVATION_STALE = 600.0
 """Seconds after which a reserved result is taken back even if its pid is alive (reused)."""
 
 
-def _claim(directory: StateDir, name: str, cap: int) -> dict[str, Any] | None:
+def _claim(directory: StateDir, name: str, cap: int, key: bytes | None = None,
+           stage: str = "") -> dict[str, Any] | None:
     """Atomically claim undelivered result ``name``; None when someone else got it first
     (or it was corrupt: set aside and named).
 
@@ -309,6 +403,10 @@ def _claim(directory: StateDir, name: str, cap: int) -> dict[str, Any] | None:
     reserved = f"reserved-{os.getpid()}-{run}"
     data = _read(directory, name, cap)  # a planted file is set aside under its own name
     if data is None:
+        return None
+    if not _genuine(data, stage or directory.path.name, run, key):
+        _refuse(directory, stage or directory.path.name, name,
+                "it carries no valid signature of this machine's runner (planted or copied)")
         return None
     try:
         if not directory.rename(name, reserved):
@@ -446,40 +544,63 @@ def take_undelivered(state_dir: Path, caps: dict[str, int] | None = None) -> lis
 
     Args:
         state_dir: the state dir.
-        caps: result-file caps in bytes by stage name (:func:`result_cap` of the stage's
-            output cap); a stage not named gets ``result_cap(None)``.
+        caps: result-file caps in bytes by the name of each stage the effective config marks
+            deferred (:func:`result_cap` of the stage's output cap). A result in the folder of
+            a stage not named here is refused: set aside as ``refused-…`` and named once.
 
-    Exactly once across concurrent callers (atomic rename). Fast when there is nothing:
-    one ``listdir`` per deferred stage. Never raises.
+    Only results our runner signed (:func:`_genuine`) are delivered; others are refused the
+    same way. Exactly once across concurrent callers (atomic rename). Fast when there is
+    nothing: one ``listdir`` per deferred stage. Never raises.
     """
     texts = []
+    key: bytes | None = None
     for name, directory in _stage_dirs(state_dir):
-        cap = (caps or {}).get(name) or result_cap(None)
         with directory:
-            claimed = _claim_all(directory, cap)
+            if name not in (caps or {}):
+                for result in _records(directory, "result-*.json"):
+                    _refuse(directory, name, result, "no stage of that name is configured "
+                            "deferred")
+                continue
+            if key is None and (_records(directory, "result-*.json")
+                                or _records(directory, "reserved-*.json")):
+                key = result_key(create=False)
+            claimed = _claim_all(directory, (caps or {})[name], key)
         if claimed:  # older results of the same stage are superseded by the newest
             texts.append(format_result(claimed[-1], late=True))
     return texts
 
 
-def _claim_all(directory: StateDir, cap: int) -> list[dict[str, Any]]:
-    """Claim every result in one stage's folder; the claimed records, oldest first."""
+def _claim_all(directory: StateDir, cap: int, key: bytes | None) -> list[dict[str, Any]]:
+    """Claim every genuine result in one stage's folder (others refused); the claimed
+    records, oldest first."""
     _release_orphans(directory)
-    claimed = (_claim(directory, name, cap) for name in _records(directory, "result-*.json"))
+    claimed = (_claim(directory, name, cap, key) for name in _records(directory, "result-*.json"))
     return [data for data in claimed if data is not None]
 
 
-def pending(state_dir: Path) -> list[dict[str, Any]]:
+def pending(state_dir: Path, deferred: set[str] | None = None) -> list[dict[str, Any]]:
     """Finished deferred results not yet delivered, read without claiming them (for
     ``supervise status``); each is the result record (name, status, seconds, finished, ...).
+    Only genuine results (:func:`_genuine`) of stages in ``deferred`` (names the effective
+    config marks deferred; None: any) are listed; others are refused (set aside, named once).
     Never raises."""
     found = []
-    for _name, directory in _stage_dirs(state_dir):
+    key = result_key(create=False)
+    for name, directory in _stage_dirs(state_dir):
         with directory:
             for result in _records(directory, "result-*.json"):
+                if deferred is not None and name not in deferred:
+                    _refuse(directory, name, result, "no stage of that name is configured "
+                            "deferred")
+                    continue
                 data = _read(directory, result, result_cap(None))
-                if data is not None:
-                    found.append(data)
+                if data is None:
+                    continue
+                if not _genuine(data, name, result[len("result-"):], key):
+                    _refuse(directory, name, result, "it carries no valid signature of this "
+                            "machine's runner (planted or copied)")
+                    continue
+                found.append(data)
     return found
 
 
@@ -527,7 +648,8 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
         claimed: list[dict[str, Any]] = []
         if directory is not None:
             with directory:
-                claimed = _claim_all(directory, caps.get(launch.name, result_cap(None)))
+                claimed = _claim_all(directory, caps.get(launch.name, result_cap(None)),
+                                     result_key(create=False))
         ours = [d for d in claimed if d.get("run_id") == launch.run_id]
         if ours:
             out.append(Delivery(launch.name, lost + format_result(ours[-1], late=False), ours[-1]))
@@ -595,7 +717,8 @@ def _runner(argv: list[str] | None = None) -> int:
             stage = result.stages[0]
             data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
                                    "seconds": round(stage.seconds, 3), "finished": time.time(),
-                                   "output": stage.output}, result_cap(spec.max_output))
+                                   "output": stage.output}, result_cap(spec.max_output),
+                                  result_key(create=False))
             directory.write(f"result-{args.run_id}.json", data, fsync=True)
         except BaseException as err:  # noqa: BLE001 - disk full, killed by TERM: say so later
             # A small record has the best chance when the big one did not fit; if even this

@@ -95,12 +95,14 @@ def read_payload(cwd: Path, file: str, tool: str = "Read", key: str = "file_path
                     "tool_input": {key: file}, "tool_response": {"content": "y" * response}})
 
 
-def put_result(state: Path, stage: str = "network") -> None:
-    directory = state / "deferred" / stage
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "result-1-abc.json").write_text(json.dumps(
-        {"name": stage, "title": stage, "run_id": "1-abc", "status": "ok", "exit_code": 0,
-         "seconds": 0.1, "started": 1.0, "finished": 2.0, "output": "NETWORK-OK"}))
+def put_result(state: Path, stage: str = "network", project: Path | None = None) -> None:
+    from helpers import configure_deferred, write_result
+
+    if not stage.startswith("."):  # a name no config can hold: never configured
+        configure_deferred(project or state.parent, stage)
+    write_result(state / "deferred" / stage, "1-abc",
+                 {"title": stage, "status": "ok", "exit_code": 0, "seconds": 0.1,
+                  "started": 1.0, "finished": 2.0, "output": "NETWORK-OK"})
 
 
 def check(interpreter: tuple[Path, Path], harness: str, event: str, payload: bytes, cwd: Path,
@@ -139,7 +141,8 @@ def test_prompt_pending_result_is_delivered_once(interpreter: tuple[Path, Path],
 
 def test_prompt_finds_the_state_of_a_subdirectory_and_a_symlinked_cwd(
         interpreter: tuple[Path, Path], project: Path, tmp_path: Path) -> None:
-    put_result(project / ".supervise", ".hidden stage")
+    put_result(project / ".supervise", ".hidden stage")  # no configurable name: refused
+    put_result(project / ".supervise")
     link = tmp_path / "link to deep"
     link.symlink_to(project / "src dir" / "deep")
     answer = check(interpreter, "claude", "prompt", prompt_payload(link), tmp_path,
@@ -152,7 +155,7 @@ def test_prompt_honours_supervise_state_dir(interpreter: tuple[Path, Path], proj
     state = tmp_path / "other state"
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False,
           SUPERVISE_STATE_DIR=str(state))
-    put_result(state)
+    put_result(state, project=project)
     answer = check(interpreter, "claude", "prompt", prompt_payload(project), project,
                    expect_python=True, SUPERVISE_STATE_DIR=str(state))
     assert b"NETWORK-OK" in answer.stdout

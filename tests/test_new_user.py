@@ -368,14 +368,16 @@ def test_prompt_hook_delivers_one_result_per_stage(tmp_path: Path) -> None:
     older one is superseded; both are claimed (never delivered later)."""
     from supervisor._deferred import take_undelivered
 
+    from helpers import write_result
+    from supervisor._deferred import result_cap
+
     folder = tmp_path / "deferred" / "net"
-    folder.mkdir(parents=True)
     for run_id, text in (("1000-a", "OLD"), ("2000-b", "NEW")):
-        (folder / f"result-{run_id}.json").write_text(json.dumps(
-            {"name": "net", "run_id": run_id, "status": "ok", "seconds": 0.1, "output": text}))
-    texts = take_undelivered(tmp_path)
+        write_result(folder, run_id, {"status": "ok", "seconds": 0.1, "output": text})
+    caps = {"net": result_cap(None)}
+    texts = take_undelivered(tmp_path, caps)
     assert len(texts) == 1 and "NEW" in texts[0] and "OLD" not in texts[0]
-    assert take_undelivered(tmp_path) == []
+    assert take_undelivered(tmp_path, caps) == []
 
 
 def test_json_digest_states_a_config_error(tmp_path: Path) -> None:

@@ -67,9 +67,9 @@ def test_status_after_a_start(git_repo: Path, harness: FakeHarness) -> None:
 
 def test_status_lists_pending_deferred_results(git_repo: Path) -> None:
     stage = git_repo / ".supervise" / "deferred" / "net"
-    stage.mkdir(parents=True)
-    (stage / "result-1.json").write_text(json.dumps({"name": "net", "status": "ok", "seconds": 2.0,
-                                                     "finished": 1_700_000_000}))
+    from helpers import write_result
+
+    write_result(stage, "1", {"status": "ok", "seconds": 2.0, "finished": 1_700_000_000})
     (stage / "delivered-0.json").write_text("{}")
     doc = json.loads(status(git_repo, "--format", "json")[1])
     assert [p["stage"] for p in doc["pending"]] == ["net"]

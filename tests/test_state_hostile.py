@@ -68,6 +68,8 @@ def test_prompt_hook_is_bounded_by_a_planted_result(tmp_path: Path, kind: str) -
     6.3 GB of RSS. Now each is set aside, named once, and the hook exits 0 at once."""
     project = tmp_path / "p"
     project.mkdir()
+    (project / "supervise.toml").write_text('[[stages]]\nname = "net"\nrun = ["true"]\n'
+                                            'deferred = true\n')  # read, not refused unread
     victim = tmp_path / "victim.json"
     victim.write_text('{"name": "net", "output": "VICTIM"}')
     plant(project / ".supervise" / "deferred" / "net" / "result-1-x.json", kind, victim)

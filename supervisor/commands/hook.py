@@ -283,7 +283,9 @@ def _run(args: HookArgs) -> int:
             from .._deferred import result_cap, take_undelivered
         except ImportError:
             return EXIT_OK
-        caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages}
+        # only stages the effective config marks deferred: a result for any other is refused
+        caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
+                if s.deferred}
         from .._delivery import open_delivery
 
         # two-phase: deferred claims and the refresh baseline commit only once the envelope
