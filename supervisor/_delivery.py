@@ -56,6 +56,16 @@ class WriteFailed(Exception):
     """The envelope could not be written whole; ``str()`` says why, in one line."""
 
 
+_closed_at_start: set[int] = set()
+
+
+def mark_closed_at_start(fd: int) -> None:
+    """Record that ``fd`` was closed when the process started (``supervise hook ... >&-``);
+    it now points at ``/dev/null`` (so no file we open takes its number), and
+    :func:`write_whole` to it fails: a write nobody can read is no delivery."""
+    _closed_at_start.add(fd)
+
+
 def write_whole(fd: int, data: bytes, deadline: float = WRITE_DEADLINE) -> None:
     """Write all of ``data`` to ``fd``, then flush it (``fsync`` is not needed for a pipe).
 
@@ -65,12 +75,16 @@ def write_whole(fd: int, data: bytes, deadline: float = WRITE_DEADLINE) -> None:
     is not changed.
 
     Raises:
-        WriteFailed: the reader left (``EPIPE``), the device is full (``ENOSPC``, e.g.
+        WriteFailed: ``fd`` was closed when the process started (:func:`mark_closed_at_start`),
+            the reader left (``EPIPE``), the device is full (``ENOSPC``, e.g.
             ``/dev/full``), the descriptor is unusable, or the deadline passed; the message
             names the error and how many bytes of how many went out.
     """
     import select
 
+    if fd in _closed_at_start:
+        raise WriteFailed(f"fd {fd} (stdout) was closed when supervise started; 0 of "
+                          f"{len(data)} bytes went out")
     view = memoryview(data)
     end = time.monotonic() + deadline
     sent = 0

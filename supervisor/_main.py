@@ -85,6 +85,10 @@ def _standard_fds() -> None:
                 os.dup2(got, fd)
                 os.close(got)
             setattr(sys, name, open(fd, mode, closefd=False))
+            if fd == 1:  # a delivery to it is a failed delivery, never "written"
+                from ._delivery import mark_closed_at_start
+
+                mark_closed_at_start(1)
 
 
 def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
