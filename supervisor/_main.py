@@ -108,5 +108,7 @@ def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
     except SystemExit:
         raise
     except BaseException as err:  # the one top-level handler: one line, no traceback spew
+        while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
+            err = err.exceptions[0]  # name the real error, not "unhandled errors in a TaskGroup"
         print(f"supervise: internal error: {type(err).__name__}: {err}", file=sys.stderr)
         sys.exit(EXIT_UNEXPECTED)

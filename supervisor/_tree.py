@@ -286,6 +286,8 @@ class Watch:
         self._release_detached(owner, rows, children)
         found: dict[str, dict[int, Row]] = {token: {} for token in known}
         for pid, token in owner.items():
+            if token not in found:  # sticky from a stage no longer watched (discarded)
+                continue
             found[token][pid] = rows[pid]
             self._ever[pid] = token  # its children outlive it: they are members too
             self._sticky[(pid, rows[pid].start)] = token  # once a member, always (re-parented)
@@ -307,7 +309,10 @@ class Watch:
         a scan that lands between the detaching child's fork and its ``setsid``/``exec`` sees it
         in the stage's session with the stage's environment (and makes it a sticky member), so
         only a positive answer is cached."""
-        marked = {t.token: t for t in self.stages.values() if t.detach_mark is not None}
+        # This runs in the scan's worker thread while the event loop adds and discards
+        # stages: copy the dict in one C-level step (no bytecode runs in between, so the loop
+        # cannot mutate it mid-copy), and iterate the copy.
+        marked = {t.token: t for t in list(self.stages.values()) if t.detach_mark is not None}
         if not marked:
             return
         for pid, token in list(owner.items()):
