@@ -48,10 +48,12 @@ def _reject_bool(value: object) -> object:
     """
     items: Any = (value.values() if isinstance(value, dict)
                   else value if isinstance(value, (list, tuple)) else (value,))
-    if any(isinstance(v, bool) for v in items):
-        raise ValueError("must be a number, not true or false")
-    if any(isinstance(v, str) for v in items):
-        raise ValueError("must be a number, not text in quotes")
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"must be a number, not true or false (it is {str(item).lower()})")
+        if isinstance(item, str):
+            shown = repr(item) if len(repr(item)) <= 60 else repr(item)[:57] + "..."
+            raise ValueError(f"must be a number (it is {shown})")
     return value
 
 

@@ -54,7 +54,7 @@ def test_inline_cap_below_the_pointer_room_is_an_error(value: int) -> None:
 @pytest.mark.parametrize("value", [True, False, "9000", 9000.5])
 def test_inline_cap_takes_only_whole_numbers(value: object) -> None:
     message = _error({"inline_cap": {"claude": value}, "stages": []})
-    assert "inline_cap" in message
+    assert "inline_cap" in message and "number" in message
 
 
 def test_inline_cap_unknown_harness_is_an_error() -> None:
