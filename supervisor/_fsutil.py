@@ -69,6 +69,16 @@ def flocked(path: Path, timeout: float, *, poll: float = 0.005) -> Iterator[bool
         OSError: ``path`` cannot be opened (ELOOP for a symlink).
     """
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with flock_fd(fd, timeout, poll=poll) as held:
+        yield held
+
+
+@contextmanager
+def flock_fd(fd: int, timeout: float, *, poll: float = 0.005) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on the open descriptor ``fd`` for the ``with`` body, trying
+    every ``poll`` seconds for up to ``timeout`` seconds; yields whether it was had. Takes
+    ownership of ``fd``: it is closed on exit, which releases the lock. Never raises for a
+    busy lock."""
     try:
         deadline = time.monotonic() + timeout
         while True:

@@ -496,23 +496,11 @@ class StateDir:
         Raises:
             StateError: the lock file cannot be opened.
         """
-        import fcntl
+        from ._fsutil import flock_fd
 
         fd = self.open_file(name, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        yield False
-                        return
-                    time.sleep(poll)
-            yield True
-        finally:
-            os.close(fd)
+        with flock_fd(fd, timeout, poll=poll) as held:
+            yield held
 
     # -- corrupt files ------------------------------------------------------------------------
     def set_aside(self, name: str, why: str) -> None:
