@@ -26,7 +26,9 @@ summarisation/compaction prompt, else --reply. Anthropic only: a user prompt con
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
 that path, so tests can drive a harness's PostToolUse hook. Chat Completions only (streamed): a
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
-`bash` tool call running that command, so a turn makes a second model request after it.
+`bash` tool call running that command, so a turn makes a second model request after it (a
+prompt OpenCode's `run` wrapped in quotes, as it does every argument holding a space, is
+unwrapped first).
 """
 import argparse
 import itertools
@@ -119,7 +121,12 @@ def wanted_bash(body):
     parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
     for part in parts:
         if isinstance(part, dict) and part.get("type") == "text":
-            m = re.search(r"FAKE_BASH ([^\n]+)", part.get("text") or "")
+            text = part.get("text") or ""
+            # `opencode run "a b"` sends the argument quoted ("a b", inner quotes \-escaped):
+            # the command must not end in that closing quote (`sleep 4"` fails at once)
+            if len(text) >= 2 and text[0] == text[-1] == '"':
+                text = text[1:-1].replace('\\"', '"')
+            m = re.search(r"FAKE_BASH ([^\n]+)", text)
             if m:
                 return m.group(1).strip()
     return None

@@ -108,6 +108,9 @@ def test_a_deferred_result_reaches_a_later_request_of_the_turn_once(
     main = [b for b in fake_model.bodies() if TITLE not in b]
     result = f"{project.mark}-DEFERRED-RESULT"
     assert len(main) >= 2, "the bash tool call made no second request"
+    # the premise: the tool call really waited (a malformed command ends at once, and the next
+    # request then comes before the stage ends, within the per-turn throttle)
+    assert "unexpected EOF" not in main[1] and "syntax error" not in main[1], main[1][-400:]
     assert main[0].count(f"{project.mark}-startup-full") == 1
     assert "IN PROGRESS: deferred stage 'late'" in main[0] and result not in main[0]
     assert main[-1].count(result) == 1  # arrived, once
