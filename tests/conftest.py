@@ -18,6 +18,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from fake_harness import FakeHarness, Harnesses
+
 TOKEN_VAR = "WATCHKEEPER_TEST_TOKEN"
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -113,3 +115,18 @@ def cpu_load(request: pytest.FixtureRequest) -> Iterator[str]:
             p.kill()
         for p in procs:
             p.wait()
+
+
+@pytest.fixture
+def harnesses(tmp_path: Path) -> Iterator[Harnesses]:
+    """Fake harness processes for session-protocol tests; each is closed after the test."""
+    made: list[FakeHarness] = []
+
+    def make(name: str = "claude", **kwargs: object) -> FakeHarness:
+        h = FakeHarness(tmp_path / "harnesses", name, **kwargs)  # type: ignore[arg-type]
+        made.append(h)
+        return h
+
+    yield make
+    for h in made:
+        h.close()

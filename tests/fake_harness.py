@@ -13,6 +13,8 @@ Readiness and completion are handshakes (a ``done <n>`` line), never sleeps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import itertools
 import os
 import shlex
@@ -162,3 +164,8 @@ class FakeHarness:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+Harnesses = Callable[..., FakeHarness]
+"""The ``harnesses`` fixture (tests/conftest.py): ``make(name="claude", **options)`` starts one
+fake harness process, closed after the test."""

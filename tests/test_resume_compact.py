@@ -13,12 +13,11 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fake_harness import FakeHarness, HookRun
+from fake_harness import FakeHarness, Harnesses, HookRun
 from supervisor._nudge import NUDGE_TEXT
 from supervisor import _transcript
 
@@ -38,27 +37,12 @@ name = "context"
 run = ["sh", "-c", "if [ -f slow ]; then sleep 30; fi; echo CONTEXT-FULL-ONLY"]
 """
 
-Harnesses = Callable[..., FakeHarness]
 
 
 @pytest.fixture
 def project(git_repo: Path) -> Path:
     (git_repo / "supervise.toml").write_text(CONFIG)
     return git_repo
-
-
-@pytest.fixture
-def harnesses(tmp_path: Path) -> Iterator[Harnesses]:
-    made: list[FakeHarness] = []
-
-    def make(name: str = "claude", **kwargs: object) -> FakeHarness:
-        h = FakeHarness(tmp_path / "harnesses", name, **kwargs)  # type: ignore[arg-type]
-        made.append(h)
-        return h
-
-    yield make
-    for h in made:
-        h.close()
 
 
 def hook(h: FakeHarness, project: Path, source: str, *args: str, sid: str = "s1",

@@ -10,12 +10,11 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fake_harness import FakeHarness, HookRun
+from fake_harness import FakeHarness, Harnesses, HookRun
 from supervisor._nudge import NUDGE_TEXT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +38,6 @@ run = ["sh", "-c", "echo FLEET-EXCLUSIVE; echo x >> \\"$SUPERVISE_STATE_DIR/flee
 exclusive = true
 """
 
-Harnesses = Callable[..., FakeHarness]
 
 
 @pytest.fixture
@@ -49,20 +47,6 @@ def project(git_repo: Path) -> Path:
     (git_repo / "pkg").mkdir()
     (git_repo / "pkg" / "AGENTS.md").write_text("PKG-RULES\n")
     return git_repo
-
-
-@pytest.fixture
-def harnesses(tmp_path: Path) -> Iterator[Harnesses]:
-    made: list[FakeHarness] = []
-
-    def make(name: str = "claude", **kwargs: object) -> FakeHarness:
-        h = FakeHarness(tmp_path / "harnesses", name, **kwargs)  # type: ignore[arg-type]
-        made.append(h)
-        return h
-
-    yield make
-    for h in made:
-        h.close()
 
 
 def payload(source: str | None, cwd: Path, sid: str = "s1") -> bytes:

@@ -12,12 +12,11 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from fake_harness import FakeHarness, HookRun
+from fake_harness import FakeHarness, Harnesses, HookRun
 from supervisor._nudge import NUDGE_TEXT
 from supervisor._payload import SOURCES
 
@@ -37,27 +36,12 @@ name = "context"
 run = ["sh", "-c", "if [ -f slow ]; then sleep 30; fi; echo CONTEXT-FULL-ONLY"]
 """
 
-Harnesses = Callable[..., FakeHarness]
 
 
 @pytest.fixture
 def project(git_repo: Path) -> Path:
     (git_repo / "supervise.toml").write_text(CONFIG)
     return git_repo
-
-
-@pytest.fixture
-def harnesses(tmp_path: Path) -> Iterator[Harnesses]:
-    made: list[FakeHarness] = []
-
-    def make(name: str = "claude", **kwargs: object) -> FakeHarness:
-        h = FakeHarness(tmp_path / "harnesses", name, **kwargs)  # type: ignore[arg-type]
-        made.append(h)
-        return h
-
-    yield make
-    for h in made:
-        h.close()
 
 
 def payload(source: str | None, project: Path, sid: str = "s1", **extra: object) -> bytes:
