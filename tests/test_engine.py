@@ -255,8 +255,11 @@ def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path,
     from supervisor._tree import enable_subreaper
 
     enable_subreaper()  # as the CLI does: orphans of the chain come to us
+    # The leader exits only once the chain's first generation has written its pid (a chain
+    # that never ran proves nothing: under load CI once swept it before its first write).
     result = digest(tmp_path, [hostile("chain", "fork-chain", timeout=0.5)], grace=0.1)
     assert result.stages[0].status in ("timed_out", "ok")
+    assert (piddir / "chain.pid").exists(), "the chain never started: no generation to kill"
     last = (piddir / "chain.pid").read_text()
     assert pid_dead(piddir / "chain.pid")
     time.sleep(0.3)  # a live chain would have written ~30 new generations by now

@@ -60,6 +60,10 @@ def main() -> None:
     elif kind == "fork-chain":  # each generation forks, the child setsids, the parent exits
         ignore_term()
         end = time.monotonic() + 20
+        r, w = os.pipe()  # handshake: the leader exits only once the chain has started
+        if os.fork() != 0:
+            os.read(r, 1); os._exit(0)
+        os.setsid(); note("chain"); os.write(w, b"k")
         while time.monotonic() < end:
             if os.fork() != 0:
                 os._exit(0)
