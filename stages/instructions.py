@@ -21,6 +21,7 @@ from _instr_common import (  # noqa: E402
 )
 from _instr_discover import NATIVE, globals_for, supply_chain  # noqa: E402
 from _instr_imports import Entry, Skipped, Walk  # noqa: E402
+from supervisor._nested import listing_note, subtree_file  # noqa: E402
 from supervisor._sanitize import removed_note  # noqa: E402
 
 DEFAULT_MAX_BYTES = 32 * 1024
@@ -61,20 +62,34 @@ def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
 
 
 def nested_listing(place: Place) -> list[str]:
-    """Paths of AGENTS.md files below cwd (git-tracked or untracked, not ignored), sorted."""
+    """Instruction files of the directories below cwd that hold a git-tracked or untracked (not
+    ignored) file, sorted, each with the reason it cannot be used when there is one. The file
+    of a directory is the one the post-tool injection picks (``supervisor._nested``:
+    ``AGENTS.override.md`` before ``AGENTS.md``; a FIFO or a link to ``/dev/zero`` is named
+    with why it is not read, not skipped), so the listing and the injection agree."""
     try:
         proc = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
-             ":(glob)**/AGENTS.md", ":(glob)**/AGENTS.override.md"],
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
             cwd=place.cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
             capture_output=True, timeout=5, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return []
     if proc.returncode != 0:
         return []
-    found = sorted({(place.cwd / p).parent for p in proc.stdout.decode("utf-8", "replace").split("\0") if p})
-    return [place.show(d / "AGENTS.md") if (d / "AGENTS.md").is_file() else place.show(d / "AGENTS.override.md")
-            for d in found if d != place.cwd]
+    dirs: set[Path] = set()
+    for rel in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        parent = Path(rel).parent
+        while rel and parent != Path(".") and parent not in dirs:
+            dirs.add(parent)  # every folder on the way: a folder may hold only folders
+            parent = parent.parent
+    roots = {real(place.cwd), real(place.root)}
+    out = []
+    for d in sorted(dirs):
+        found = subtree_file(place.cwd / d)
+        if found is not None:
+            why = listing_note(found, roots)
+            out.append(place.show(found) + (f": {why}" if why else ""))
+    return out
 
 
 def main() -> int:

@@ -156,6 +156,47 @@ def _examine(path: Path) -> tuple[str, int, bool] | str:
         return data.decode("utf-8", errors="replace"), len(data), True
 
 
+def subtree_file(directory: Path) -> Path | None:
+    """The instruction file of ``directory``: the first of :data:`NAMES` present there (a link,
+    dangling or not, and a FIFO count as present, so they are named rather than skipped for
+    the next name), else None. One rule for the post-tool injection and the digest's listing of
+    nested files (stages/instructions.py), so both name the same file."""
+    for name in NAMES:
+        candidate = directory / name
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
+def listing_note(path: Path, roots: set[str]) -> str | None:
+    """Why :func:`handle_post_tool` would not inject ``path``, told without reading it (a link
+    out of ``roots``, real paths of the project and cwd, or into ``/proc``, ``/sys``, ``/dev``;
+    not a regular file; over 4 MiB), else None. For the digest's listing of nested files."""
+    where = os.path.realpath(path)
+    refused = _refusal(where, roots)
+    if refused:
+        return refused
+    try:
+        st = os.stat(where)
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, socket or device); not read"
+    if st.st_size > _MAX_READ:
+        return f"too large ({st.st_size} bytes); not read"
+    return None
+
+
+def _refusal(where: str, roots: set[str]) -> str | None:
+    """Why the real path ``where`` is refused (in ``/proc``, ``/sys``, ``/dev``, or outside
+    ``roots``), else None."""
+    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
+        return f"refused: it resolves to {where} (a kernel or device file system)"
+    if not _inside(where, roots):
+        return f"refused: it resolves to {where}, outside the project"
+    return None
+
+
 def _inside(real_path: str, roots: set[str]) -> bool:
     return any(real_path == r or real_path.startswith(r.rstrip("/") + "/") for r in roots)
 
@@ -190,12 +231,9 @@ def nested_files(file_path: Path, cwd: Path, harness: str = "claude") -> list[Pa
     directory = cwd
     for part in rel.parts:
         directory = directory / part
-        for name in NAMES:
-            candidate = directory / name
-            if os.path.lexists(candidate):
-                if not (harness == "claude" and _claude_loads(directory, candidate)):
-                    out.append(candidate)
-                break
+        candidate = subtree_file(directory)
+        if candidate is not None and not (harness == "claude" and _claude_loads(directory, candidate)):
+            out.append(candidate)
     return out
 
 
@@ -265,10 +303,10 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             wait_until = retry_at.get(key)
             if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
                 continue
-            if not _inside(key, roots):
+            refused = _refusal(key, roots)
+            if refused:
                 delivered.append(key)  # said once per epoch, like an injection
-                blocks.append(f"Instructions at {path} not injected: refused: it resolves to "
-                              f"{key}, outside the project.")
+                blocks.append(f"Instructions at {path} not injected: {refused}.")
                 continue
             got = _examine(path)
             if isinstance(got, str):

@@ -156,6 +156,45 @@ def test_nested_binary_is_named(git_repo: Path, content: bytes, reason: str) -> 
         f"Instructions at {sub / 'AGENTS.md'} not injected: {reason}.\n")
 
 
+def test_digest_listing_and_post_tool_name_the_same_nested_file(git_repo: Path) -> None:
+    """The digest's list of nested files (harnesses without a read hook) names, per folder, the
+    file the post-tool injection picks, with the same reason when it cannot be used: an
+    AGENTS.override.md beside an AGENTS.md, a link to /dev/zero, a FIFO, a link out of the
+    project, and an override that is a dangling link (it still shadows AGENTS.md)."""
+    plant = {
+        "ovr": lambda d: ((d / "AGENTS.md").write_text("plain\n"),
+                          (d / "AGENTS.override.md").write_text("override\n")),
+        "zero": lambda d: (d / "AGENTS.md").symlink_to("/dev/zero"),
+        "fifo": lambda d: os.mkfifo(d / "AGENTS.md"),
+        "out": lambda d: (d / "AGENTS.md").symlink_to("/etc/passwd"),
+        "deep/er": lambda d: (d / "AGENTS.md").write_text("deep\n"),
+    }
+    for folder, make in plant.items():
+        (git_repo / folder).mkdir(parents=True)
+        make(git_repo / folder)
+        (git_repo / folder / "m.py").write_text("")
+    (git_repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')
+    run = run_cli("digest", "--harness", "codex", cwd=git_repo)
+    assert run.returncode == 0, run.stderr
+    listed = run.stdout.decode().split("before working in it):\n", 1)[1].splitlines()
+    expected = {
+        "ovr": ("ovr/AGENTS.override.md", None),
+        "zero": ("zero/AGENTS.md", "refused: it resolves to /dev/zero (a kernel or device file system)"),
+        "fifo": ("fifo/AGENTS.md", "not a regular file (a FIFO, socket or device); not read"),
+        "out": ("out/AGENTS.md", "refused: it resolves to /etc/passwd, outside the project"),
+        "deep/er": ("deep/er/AGENTS.md", None),
+    }
+    assert listed == [f"- {rel}" + (f": {why}" if why else "")
+                      for rel, why in sorted(expected.values())]
+    for folder, (rel, why) in expected.items():
+        text = _post_tool(git_repo, git_repo / folder / "m.py")
+        if why is None:
+            assert text.startswith(f"Instructions from: {git_repo / rel}\n"), text
+        else:
+            assert text == f"Instructions at {git_repo / rel} not injected: {why}.\n"
+
+
 # -- memory files ------------------------------------------------------------------------------
 
 def _memory(project: Path) -> str:
