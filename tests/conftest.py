@@ -71,11 +71,16 @@ def no_leaked_processes(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Tests never touch the real $HOME or the user's git config."""
+    """Tests never touch the real $HOME, the user's git config, or a repository named by an
+    inherited ``GIT_*`` variable (every one is removed)."""
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    for var in [v for v in os.environ if v.startswith("GIT_")]:
+        # a test run from a git hook (or `git rebase --exec`) inherits GIT_DIR, GIT_INDEX_FILE,
+        # GIT_WORK_TREE...: a test's `git init` would then act on the outer repository
+        monkeypatch.delenv(var)
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
     monkeypatch.setenv("GIT_AUTHOR_NAME", "Test")
     monkeypatch.setenv("GIT_AUTHOR_EMAIL", "test@example.invalid")
