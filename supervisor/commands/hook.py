@@ -21,7 +21,6 @@ scope says stand down, else 0.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from dataclasses import dataclass
@@ -29,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
-from ._cli import ArgumentProblem, TolerantParser
 
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Mapping
 
     from .._context import SessionContext
@@ -69,8 +68,13 @@ harness session already ran the digest. Always exits 0."""
 
 
 def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
-    """The ``hook`` (or ``nudge``) parser: it never exits (:class:`TolerantParser`), and no
-    option fails to parse (a missing value is None, checked by :func:`parse_hook_args`)."""
+    """The ``hook`` (or ``nudge``) parser, for ``--help`` only: the arguments themselves are
+    read by :func:`parse_hook_args` (argparse, its help formatter and gettext cost the hook
+    several milliseconds of imports per event). It never exits (:class:`TolerantParser`)."""
+    import argparse
+
+    from ._cli import TolerantParser
+
     p = TolerantParser(prog=f"supervise {verb}", add_help=False, allow_abbrev=False,
                        description=HOOK_DESCRIPTION if verb == "hook" else NUDGE_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -80,58 +84,111 @@ def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     if verb == "nudge":
         return p
-    p.add_argument("--source", nargs="?", metavar="SOURCE",
-                   help="the session source when the payload does not carry it (startup, "
-                   "clear, compact, resume, ...)")
-    p.add_argument("--event", nargs="?", metavar="EVENT",
-                   help=f"which hook this is: {', '.join(EVENTS)} (default session-start)")
+    for name, metavar, text in _VALUED_HELP:
+        p.add_argument(name, nargs="?", metavar=metavar, help=text)
     p.add_argument("--take-lock", action="store_true",
                    help="when no harness process is among our ancestors (a terminal), let the "
                    "calling shell take the session lock instead of running read-only")
-    p.add_argument("--registered-timeout", nargs="?", metavar="SECONDS",
-                   help="the hook timeout registered with the harness (install writes it): "
-                   "the budget is clamped to fit inside it")
     p.add_argument("--prerequisite", action="store_true",
                    help="for bridges: print nothing, exit 3 when a gate or the scope says "
                    "stand down, else 0")
     return p
 
 
+_VALUED_HELP = (
+    ("--source", "SOURCE", "the session source when the payload does not carry it (startup, "
+     "clear, compact, resume, ...)"),
+    ("--event", "EVENT", f"which hook this is: {', '.join(EVENTS)} (default session-start)"),
+    ("--registered-timeout", "SECONDS", "the hook timeout registered with the harness (install "
+     "writes it): the budget is clamped to fit inside it"),
+)
+_VALUED = ("--source", "--event", "--registered-timeout")
+"""The hook's options that take a value (``--opt VALUE`` or ``--opt=VALUE``)."""
+_FLAGS = ("--take-lock", "--prerequisite")
+
+
+def _is_option(arg: str) -> bool:
+    """``arg`` reads as an option (``-x``, ``--x``), not a value: a lone ``-`` and a negative
+    number are values, as argparse has them."""
+    if not arg.startswith("-") or arg == "-":
+        return False
+    try:
+        float(arg)
+    except ValueError:
+        return True
+    return False
+
+
 def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
-    """Tolerant parse (argparse, :func:`build_parser`): never exits; unknown or malformed
-    arguments become ``problems`` (one line each)."""
+    """Tolerant parse of the ``hook`` (or ``nudge``) arguments: never exits, never raises;
+    unknown or malformed arguments become ``problems`` (one line each) and are ignored.
+
+    Grammar (argparse's, without its import on the per-event path): an optional positional
+    ``HARNESS``; ``-h``/``--help``; for ``hook`` also ``--source [SOURCE]``, ``--event
+    [EVENT]``, ``--registered-timeout [SECONDS]`` (``--opt VALUE`` or ``--opt=VALUE``; a
+    following option is not taken as the value; the last one given wins) and the flags
+    ``--take-lock``, ``--prerequisite``. After ``--`` every argument is positional. No
+    abbreviations."""
     args = HookArgs()
     problems: list[str] = []
-    try:
-        ns, extra = build_parser(verb).parse_known_args(argv)
-    except ArgumentProblem as err:
-        return HookArgs(problems=(str(err),))
-    args.harness, args.help = ns.harness or "", ns.help
-    problems += [f"unexpected argument {item!r}" for item in extra]
-    if verb == "hook":
-        args.take_lock, args.prerequisite = ns.take_lock, ns.prerequisite
-        if "--source" in argv or any(a.startswith("--source=") for a in argv):
-            if ns.source is None:
-                problems.append("--source needs a value")
+    values: dict[str, str | None] = {}
+    harness: str | None = None
+    rest = list(argv)
+    only_positional = False
+    while rest:
+        arg = rest.pop(0)
+        if not only_positional and arg == "--":
+            only_positional = True
+            continue
+        if only_positional or not _is_option(arg):
+            if harness is None:
+                harness = arg
             else:
-                args.source = ns.source
-        if ns.registered_timeout is not None or "--registered-timeout" in argv:
-            try:
-                value = float(ns.registered_timeout)
-            except (TypeError, ValueError):
-                value = float("nan")
-            if 0 < value < float("inf"):
-                args.registered_timeout = value
+                problems.append(f"unexpected argument {arg!r}")
+            continue
+        name, eq, value = arg.partition("=")
+        if name in ("-h", "--help") and not eq:
+            args.help = True
+        elif verb == "hook" and name in _FLAGS:
+            if eq:
+                problems.append(f"argument {name}: ignored explicit argument {value!r}")
+            elif name == "--take-lock":
+                args.take_lock = True
             else:
-                problems.append(f"--registered-timeout needs a positive number of seconds "
-                                f"(got {ns.registered_timeout!r})")
-        if ns.event is not None:
-            if ns.event in EVENTS:
-                args.event = ns.event
+                args.prerequisite = True
+        elif verb == "hook" and name in _VALUED:
+            if eq:
+                values[name] = value
             else:
-                problems.append(f"unknown --event {ns.event!r} (known: {', '.join(EVENTS)})")
-        elif "--event" in argv:
+                values[name] = rest.pop(0) if rest and not _is_option(rest[0]) else None
+        else:
+            problems.append(f"unexpected argument {arg!r}")
+    args.harness = harness or ""
+    if "--source" in values:
+        source = values["--source"]
+        if source is None:
+            problems.append("--source needs a value")
+        else:
+            args.source = source
+    if "--registered-timeout" in values:
+        raw = values["--registered-timeout"]
+        try:
+            seconds = float(raw) if raw is not None else float("nan")
+        except ValueError:
+            seconds = float("nan")
+        if 0 < seconds < float("inf"):
+            args.registered_timeout = seconds
+        else:
+            problems.append(f"--registered-timeout needs a positive number of seconds "
+                            f"(got {raw!r})")
+    if "--event" in values:
+        event = values["--event"]
+        if event is None:
             problems.append("--event needs a value")
+        elif event in EVENTS:
+            args.event = event
+        else:
+            problems.append(f"unknown --event {event!r} (known: {', '.join(EVENTS)})")
     args.problems = tuple(problems)
     return args
 
