@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ._errors import ConfigError
 from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
-                    MIN_MEMORY, find_config)
+                    MIN_MEMORY, find_config, read_config_bytes)
 
 DEFAULT_BUDGET = 120.0
 """Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
@@ -138,8 +138,9 @@ class StageSpec(_Frozen):
     @model_validator(mode="before")
     @classmethod
     def _deferred_by_default(cls, data: object) -> object:
-        if (isinstance(data, dict) and data.get("builtin") in cls.DEFERRED_BUILTINS
-                and "deferred" not in data):
+        if (isinstance(data, dict) and isinstance(data.get("builtin"), str)
+                and data["builtin"] in cls.DEFERRED_BUILTINS and "deferred" not in data):
+            # a list or table as builtin is a config error (string_type), not a TypeError here
             return {**data, "deferred": True}
         return data
 
@@ -271,6 +272,7 @@ _PLAIN: dict[str, str] = {
     "int_type": "must be a whole number",
     "int_parsing": "must be a whole number",
     "int_from_float": "must be a whole number",
+    "int_parsing_size": "is too large for a whole number",
     "float_type": "must be a number",
     "float_parsing": "must be a number",
     "finite_number": "must be a finite number",
@@ -382,14 +384,19 @@ def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
         raise ConfigError(_format_error(where, err, data)) from None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
+def _read_toml(path: Path, *, special_ok: bool = False) -> dict[str, Any]:
+    """The TOML table of ``path``, read capped and never blocking
+    (:func:`supervisor._plan.read_config_bytes`). Raises ConfigError (one line) for a file that
+    cannot be read or parsed, including nesting too deep for the parser (``RecursionError``)."""
+    data = read_config_bytes(path, special_ok=special_ok)
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {err.start})") from None
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"{path}: not valid TOML: {err}") from None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply to parse") from None
 
 
 def default_config_text() -> str:
@@ -411,11 +418,14 @@ def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestCo
     if path is None:
         return embedded_default()
     if path.name == "pyproject.toml" and explicit is None:
-        table = _read_toml(path).get("tool", {}).get("supervise")
+        tool = _read_toml(path).get("tool")
+        table = tool.get("supervise") if isinstance(tool, dict) else None
+        if table is None:  # "[tool.supervise" only in a comment or a string
+            return embedded_default()
         if not isinstance(table, dict):
             raise ConfigError(f"{path}: key 'tool.supervise': expected a table")
         return parse_config(table, f"{path} [tool.supervise]")
-    return parse_config(_read_toml(path), str(path))
+    return parse_config(_read_toml(path, special_ok=explicit is not None), str(path))
 
 
 def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:

@@ -146,23 +146,76 @@ class DigestPlan:
         raise KeyError(name)
 
 
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Bytes read of a config file (``supervise.toml``, ``pyproject.toml``, ``--config``): a larger
+file is a config error, never read whole (a planted 3 GiB file cost the hook its deadline)."""
+
+
+def read_config_bytes(path: Path, *, special_ok: bool = False) -> bytes:
+    """The bytes of config file ``path``, at most :data:`MAX_CONFIG_BYTES`, never blocking on a
+    planted FIFO: opened with ``O_NONBLOCK`` and ``fstat``-ed; only a regular file is read
+    (``special_ok``: also a pipe, for ``--config <(...)``, which the user named themselves).
+
+    Raises:
+        ConfigError: one line naming the file and the true reason: not a regular file (a FIFO,
+            socket, device or folder), too large (its size), or cannot be read (the OS error).
+    """
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if special_ok else os.O_NONBLOCK))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) or not (stat.S_ISREG(st.st_mode)
+                                            or (special_ok and stat.S_ISFIFO(st.st_mode))):
+            raise ConfigError(f"{path}: not a regular file (a folder, FIFO, socket or device); "
+                              "not read")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: too large ({st.st_size} bytes; a config file is at most "
+                              f"{MAX_CONFIG_BYTES} bytes); not read")
+        chunks: list[bytes] = []
+        got = 0
+        while got <= MAX_CONFIG_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if got > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: too large (over {MAX_CONFIG_BYTES} bytes); not read")
+    return b"".join(chunks)
+
+
 def find_config(project_dir: Path) -> Path | None:
     """Return the file that configures ``project_dir``, or None for the embedded default.
 
-    ``supervise.toml`` wins; else ``pyproject.toml`` when it has a ``[tool.supervise]`` table.
+    ``supervise.toml`` wins whenever it exists, even as a FIFO, folder or dangling link (the
+    load then names why it cannot be used rather than silently running the default); else
+    ``pyproject.toml`` when it is a regular file with a ``[tool.supervise]`` table in its first
+    :data:`MAX_CONFIG_BYTES` bytes (a pyproject that cannot be read is not ours to judge).
     """
     candidate = project_dir / CONFIG_FILE
-    if candidate.is_file():
+    if os.path.lexists(candidate):
         return candidate
     pyproject = project_dir / "pyproject.toml"
-    if pyproject.is_file():
-        try:
-            text = pyproject.read_text("utf-8", errors="replace")
-        except OSError:
+    try:
+        fd = os.open(pyproject, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        if "[tool.supervise" in text:
-            return pyproject
-    return None
+        head = os.read(fd, MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return pyproject if b"[tool.supervise" in head else None
 
 
 def _identity(path: Path | None) -> list[Any]:

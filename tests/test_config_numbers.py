@@ -80,3 +80,18 @@ def test_inline_cap_smallest_accepted_value_keeps_the_pointer(tmp_path: Path) ->
 def test_max_memory_bound_is_printed_in_readable_bytes() -> None:
     message = _error({"stages": [{"name": "m", "run": ["true"], "max_memory": 5}]})
     assert "at least 1 MiB (1048576 bytes)" in message and "e+" not in message
+
+
+@pytest.mark.parametrize("where", ["top", "stage", "inline_cap", "ok_exit"])
+@pytest.mark.parametrize("value", [1e30, -1e30, 1e19])
+def test_number_too_large_for_a_whole_number_reads_plainly(where: str, value: float) -> None:
+    """A float beyond 64 bits where a whole number belongs gave pydantic's "Unable to parse
+    input string as an integer, exceeded maximum size"."""
+    data: dict[str, Any] = {
+        "top": {"max_output": value, "stages": []},
+        "stage": {"stages": [{"name": "a", "run": ["true"], "max_tasks": value}]},
+        "inline_cap": {"inline_cap": {"claude": value}, "stages": []},
+        "ok_exit": {"stages": [{"name": "a", "run": ["true"], "ok_exit": [value]}]},
+    }[where]
+    message = _error(data)
+    assert "is too large for a whole number" in message and "Unable" not in message
