@@ -156,7 +156,7 @@ def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
     """Re-write the fast path's watch list with every baseline's files, unless (without
     ``force``) a baseline is stale: then the list stays old, so the next prompt hook of the
     stale session still runs Python and sees its change."""
-    from ._fastpath import fastpath_dir, set_watch
+    from ._fastpath import fastpath_dir, has_links, set_watch
 
     paths: dict[str, None] = {}
     stale = False
@@ -169,7 +169,9 @@ def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
                 stale = (found[0] if found else None) != entry.get("sha")
     if stale:
         return
-    if not force:  # re-stamp only when a watched file is newer than the list (else no write)
+    if not force and has_links(state_dir):  # re-stamp only when a watched file is newer than
+        # the list (else no write); a list without its links (written before they existed)
+        # would make every prompt run Python: re-written now
         try:
             listed = os.lstat(fastpath_dir(state_dir) / "watch").st_mtime
         except OSError:

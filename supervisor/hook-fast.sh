@@ -14,8 +14,9 @@
 # - "nothing to do" is answered only when the Python path would print nothing:
 #   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) nor
 #              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
-#              wake file or watched file changed (mtime or ctime) in <state>/fastpath/ (features that need the
-#              prompt hook to run Python register there);
+#              wake file in <state>/fastpath/ and no file watched there (watch, watch.d/)
+#              changed, mtime or ctime (features that need the prompt hook to run Python
+#              register there);
 #   post-tool: the tool is not a file tool, or no directory strictly below the payload's cwd
 #              down to the file's own directory holds AGENTS.override.md or AGENTS.md.
 
@@ -110,24 +111,17 @@ json_str() {
   return 0
 }
 
-# watch_changed FIND LIST: status 0 (Python must run) when a path in LIST is missing, not
-# absolute, or its mtime OR ctime is newer than LIST's mtime (set MTIME_SLACK seconds back
-# by Python), or when find fails; 1 when every listed file is untouched. ctime catches the
-# edits that keep an old mtime (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`,
-# `touch -r`, clock skew): every write, rename, chmod or utime sets it to now and no user
-# tool can set it back. One find for the whole list; -H follows a listed link as Python does.
+# watch_changed FIND LIST LINKS: status 0 (Python must run) when a file LINKS (a folder of
+# symlinks, one per watched path, written with LIST) points to is missing, or its mtime OR
+# ctime is newer than LIST's mtime (set MTIME_SLACK seconds back by Python), or when find
+# fails; 1 when every watched file is untouched. ctime catches the edits that keep an old
+# mtime (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`, `touch -r`, clock skew): every
+# write, rename, chmod or utime sets it to now and no user tool can set it back. One find, and
+# the list itself is never read here: -L stats each link's target (a dangling link is still of
+# type l), `! -name . -prune` stays in LINKS, nothing is opened.
 watch_changed() {
-  wc_find=$1
-  wc_list=$2
-  set --
-  while IFS= read -r path || [ -n "$path" ]; do
-    case $path in /*) ;; *) return 0 ;; esac
-    if [ ! -e "$path" ]; then return 0; fi
-    set -- "$@" "$path"
-  done <"$wc_list" || return 0
-  if [ "$#" -eq 0 ]; then return 1; fi
-  wc_out=$("$wc_find" -H "$@" -prune \( -newer "$wc_list" -o -cnewer "$wc_list" \) -print \
-           2>/dev/null) || return 0
+  wc_out=$("$1" -L "$3/." ! -name . -prune \( -type l -o -newer "$2" -o -cnewer "$2" \) \
+           -print 2>/dev/null) || return 0
   case $wc_out in "") return 1 ;; esac
   return 0
 }
@@ -196,19 +190,20 @@ for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.jso
              "$state"/fastpath/wake*; do
   if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
 done
-# The state dir is untrusted input (issue 11): a linked state dir or fastpath folder, or a watch
-# list that is a link, a FIFO (opening it would block), not a regular file or over 64 KiB is
-# never read here; Python's state door deals with it.
+# The state dir is untrusted input (issue 11): with a linked state dir or fastpath folder, a
+# watch list that is a link or not a regular file (a FIFO), or a watch.d that is a link or not
+# a folder, Python's state door decides. Nothing there is opened here (find only stats).
 if [ -L "$state" ] || [ -L "$state/fastpath" ]; then slow "$@"; fi
 watch=$state/fastpath/watch
+links=$state/fastpath/watch.d
 if [ -e "$watch" ] || [ -L "$watch" ]; then
   if [ -L "$watch" ] || [ ! -f "$watch" ]; then slow "$@"; fi
+  if [ -L "$links" ] || [ ! -d "$links" ]; then slow "$@"; fi  # a list without its links
   fd=
   for tool in /usr/bin/find /bin/find; do
     if [ -x "$tool" ]; then fd=$tool; break; fi
   done
-  if [ -z "$fd" ]; then slow "$@"; fi  # no find by absolute path: the size is unknown, doubt
-  case $("$fd" "$watch" -prune -size +64k 2>/dev/null) in "") ;; *) slow "$@" ;; esac
-  watch_changed "$fd" "$watch" && slow "$@"  # slow() outside: the loop's stdin is the list
+  if [ -z "$fd" ]; then slow "$@"; fi  # no find by absolute path: doubt
+  if watch_changed "$fd" "$watch" "$links"; then slow "$@"; fi
 fi
 nothing

@@ -368,8 +368,9 @@ def test_fast_path_is_posix_sh() -> None:
 
 
 def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project: Path) -> None:
-    """The watch list's size check uses find by absolute path: a PATH without it (or none)
-    changes nothing, and an oversized list is never read (Python decides)."""
+    """The watch check runs find by absolute path: a PATH without it (or none) changes nothing.
+    The list itself is never read by the shell (only stat calls through watch.d's links), so
+    an oversized list costs nothing and decides nothing; a changed file is still seen."""
     from supervisor._fastpath import set_watch
 
     rules = project / "AGENTS.md"
@@ -384,9 +385,68 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
     stamp = watch.stat().st_mtime
     watch.write_text((str(rules) + "\n") * (70_000 // len(str(rules)) + 1))  # > 64 KiB
     os.utime(watch, (stamp, stamp))
-    answer = shim(interpreter, "claude", "prompt", prompt_payload(project), project,
-                  PATH="/nonexistent")
-    assert answer.ran_python
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False,
+          PATH="/nonexistent")
+    os.utime(rules)  # changed after the baseline
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True,
+          PATH="/nonexistent")
+
+
+@pytest.mark.parametrize("damage", ["no links", "links is a symlink", "links is a file",
+                                    "dangling link", "relinked to a newer file"])
+def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project: Path,
+                                         tmp_path: Path, damage: str) -> None:
+    """A watch list whose watch.d is missing (a list written before the links existed), a
+    link or a file, a watched file that is gone, or a link moved to a changed file: the
+    prompt runs Python (and Python's answer stands)."""
+    from supervisor._fastpath import set_watch
+
+    rules = project / "AGENTS.md"
+    rules.write_text("rules\n")
+    os.utime(rules, (1.0, 1.0))
+    settle(rules)
+    state = project / ".supervise"
+    set_watch(state, [rules])
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
+    links = state / "fastpath" / "watch.d"
+    assert os.readlink(links / "0") == str(rules)
+    (links / "0").unlink()
+    if damage == "no links":
+        links.rmdir()
+    elif damage == "links is a symlink":
+        links.rmdir()
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "0").symlink_to(rules)
+        links.symlink_to(elsewhere)
+    elif damage == "links is a file":
+        links.rmdir()
+        links.write_text(str(rules) + "\n")
+    elif damage == "dangling link":
+        (links / "0").symlink_to(project / "gone.md")
+    else:
+        newer = tmp_path / "newer.md"
+        newer.write_text("new\n")
+        (links / "0").symlink_to(newer)
+    check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
+
+
+def test_watch_links_follow_the_list(project: Path) -> None:
+    """set_watch writes watch.d anew each time (no stale link, no temporary folder left), in
+    step with the list; an empty list leaves an empty folder."""
+    from supervisor._fastpath import has_links, set_watch
+
+    state = project / ".supervise"
+    one, two = project / "AGENTS.md", project / "sub dir" / "CLAUDE.md"
+    assert not has_links(state)
+    set_watch(state, [one, two])
+    folder = state / "fastpath"
+    assert sorted(os.readlink(p) for p in (folder / "watch.d").iterdir()) == sorted([str(one), str(two)])
+    set_watch(state, [two])
+    assert [os.readlink(p) for p in (folder / "watch.d").iterdir()] == [str(two)]
+    set_watch(state, [])
+    assert has_links(state) and list((folder / "watch.d").iterdir()) == []
+    assert sorted(p.name for p in folder.iterdir()) == ["watch", "watch.d"]
 
 
 def test_exit_status_is_zero_when_stdin_cannot_be_read(interpreter: tuple[Path, Path],
@@ -532,3 +592,24 @@ def test_checkout_shim_resolves_a_bare_interpreter_name(interpreter: tuple[Path,
                           env=env, timeout=30)
     assert proc.returncode == 0 and proc.stdout == b""
     assert b"SUPERVISE_PYTHON=no-such-python-here is not a command on PATH" in proc.stderr
+
+
+def test_a_list_without_links_is_rewritten_by_the_next_prompt(interpreter: tuple[Path, Path],
+                                                             project: Path) -> None:
+    """A state dir from before watch.d (a list alone): the first prompt runs Python, which
+    writes the links; the prompts after it stay in sh again."""
+    rules = project / "AGENTS.md"
+    rules.write_text("rule one\n")
+    os.utime(rules, (1.0, 1.0))
+    settle(rules)
+    start = compact({"session_id": "sessU", "cwd": str(project), "source": "startup"})
+    python_path("claude", "session-start", start, project)
+    links = project / ".supervise" / "fastpath" / "watch.d"
+    assert [os.readlink(p) for p in links.iterdir()] == [str(rules)]
+    for link in links.iterdir():
+        link.unlink()
+    links.rmdir()
+    prompt = compact({"session_id": "sessU", "cwd": str(project), "prompt": "hi"})
+    check(interpreter, "claude", "prompt", prompt, project, expect_python=True)
+    assert [os.readlink(p) for p in links.iterdir()] == [str(rules)]
+    check(interpreter, "claude", "prompt", prompt, project, expect_python=False)
