@@ -174,14 +174,18 @@ def _settings_names(paths: list[Path], default: tuple[str, ...]) -> tuple[str, .
     """Context file names from Gemini-style ``settings.json`` files (later files win).
 
     ``context.fileName`` (string or list of strings) or the legacy top-level
-    ``contextFileName``; an unreadable, non-JSON or oddly typed file is ignored.
+    ``contextFileName``; an unreadable, non-JSON or oddly typed file is ignored, and so is a
+    FIFO, device or oversized file (read through :func:`examine`: never blocking, capped; a
+    planted ``.gemini/settings.json`` FIFO used to hold the stage until the budget killed it).
     """
     names = default
     for path in paths:
+        content = examine(path)[0]
+        if content is None:
+            continue
         try:
-            with open(path, "rb") as fh:
-                data = json.loads(fh.read(1024 * 1024))
-        except (OSError, ValueError, RecursionError):
+            data = json.loads(content.text)
+        except (ValueError, RecursionError, MemoryError):
             continue
         if not isinstance(data, dict):
             continue

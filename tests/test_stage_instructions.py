@@ -157,6 +157,28 @@ def test_gemini_settings_that_do_not_parse_keep_the_default(tree: Path) -> None:
     assert headings(out)[0] == "AGENTS.md"
 
 
+@pytest.mark.parametrize("harness", ["gemini", "qwen"])
+@pytest.mark.parametrize("plant", ["fifo", "dev-zero", "deep", "huge"])
+def test_hostile_workspace_settings_never_block_the_stage(tree: Path, harness: str,
+                                                          plant: str) -> None:
+    """A planted ``.gemini/settings.json`` (``.qwen/``) FIFO held the stage until the budget
+    killed it and every instruction was lost; a link to /dev/zero, a 60,000-deep JSON and a
+    3 GiB file are the same kind. Each is ignored: the default names apply."""
+    settings = tree / f".{harness}" / "settings.json"
+    settings.parent.mkdir()
+    if plant == "fifo":
+        os.mkfifo(settings)
+    elif plant == "dev-zero":
+        settings.symlink_to("/dev/zero")
+    elif plant == "deep":
+        settings.write_text('{"context": ' + "[" * 60000 + "]" * 60000 + "}")
+    else:
+        with settings.open("wb") as f:
+            f.truncate(3 << 30)
+    proc = run_stage(tree / "sub", harness, project=tree, options={"list_nested": False})
+    assert headings(proc.stdout)[0] == ("CLAUDE.md" if harness == "qwen" else "AGENTS.md")
+
+
 def test_qwen_loads_qwen_md_and_agents_md_by_default(tree: Path) -> None:
     write(tree / "QWEN.md", "root qwen\n")
     out = run_stage(tree / "sub", "qwen", project=tree, options={"list_nested": False}).stdout
