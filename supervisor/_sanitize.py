@@ -46,6 +46,7 @@ hook already), imported by the stage programs too.
 from __future__ import annotations
 
 import re
+from functools import cache
 
 _C1_STRING = "\x90\x98\x9d\x9e\x9f"  # DCS, SOS, OSC, PM, APC as C1 characters
 _SEQUENCE = (
@@ -66,20 +67,34 @@ _KEPT_SELECTOR = f"(?<=[^{_CHARS}\\s])[\ufe0e\ufe0f](?![{_SELECTORS}\U000e0100-\
 """One text (U+FE0E) or emoji (U+FE0F) presentation selector right after a visible character
 and not followed by another selector: ``❤️`` keeps its colour. Every other selector goes (a run
 of them carries 4 bits per character of smuggled data)."""
-_HIDDEN = re.compile(f"(?=[{_CHARS}])(?!{_KEPT_SELECTOR})(?:{_SEQUENCE}|[{_CHARS}])")
-_ANY = re.compile(f"[{_CHARS}]")
-_ANY_ASCII = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
-"""The same for ASCII text (``str.isascii`` is O(1)): a short class, a faster scan."""
-_BASE = re.compile(f"[^{_CHARS}\\s]")
-"""A character a presentation selector may follow."""
-_PENDING = re.compile(f"(?<![{_SELECTORS}\U000e0100-\U000e01ef])[\ufe0e\ufe0f]\\Z")
-"""A lone selector at the end of a chunk: kept or not depends on what follows."""
-"""Every removal starts with one of these characters."""
-_PARTIAL = re.compile(
-    "(?:\x1b(?:\\[[\x30-\x3f]*[\x20-\x2f]*|[\\]PX^_][^\x07\x1b\x9c]*\x1b?|[\x20-\x2f]*)"
-    "|\x9b[\x30-\x3f]*[\x20-\x2f]*"
-    f"|[{_C1_STRING}][^\x07\x1b\x9c]*\x1b?|\r)\\Z")
-_STARTS = re.compile(f"[\x1b\x9b{_C1_STRING}\r]")
+_PATTERNS = {
+    "hidden": f"(?=[{_CHARS}])(?!{_KEPT_SELECTOR})(?:{_SEQUENCE}|[{_CHARS}])",
+    "any": f"[{_CHARS}]",
+    # the same for ASCII text (``str.isascii`` is O(1)): a short class, a faster scan
+    "any_ascii": "[\x00-\x08\x0b-\x1f\x7f]",
+    # a character a presentation selector may follow
+    "base": f"[^{_CHARS}\\s]",
+    # a lone selector at the end of a chunk: kept or not depends on what follows
+    "pending": f"(?<![{_SELECTORS}\U000e0100-\U000e01ef])[\ufe0e\ufe0f]\\Z",
+    # an escape sequence (or a CR) still open at the end of a chunk
+    "partial": ("(?:\x1b(?:\\[[\x30-\x3f]*[\x20-\x2f]*|[\\]PX^_][^\x07\x1b\x9c]*\x1b?|[\x20-\x2f]*)"
+                "|\x9b[\x30-\x3f]*[\x20-\x2f]*"
+                f"|[{_C1_STRING}][^\x07\x1b\x9c]*\x1b?|\r)\\Z"),
+    # every removal starts with one of these characters
+    "starts": f"[\x1b\x9b{_C1_STRING}\r]",
+    # what :func:`escape` writes as an escape
+    "shown": f"[{_CHARS}\u2028\u2029]",
+}
+"""The sanitiser's regular expressions, compiled on first use (:func:`_rx`): their large
+character classes cost about 2.5 ms to compile, which plain ASCII text (the common case, see
+:func:`_plain`) never needs; the hook paths that only may clean text skip it."""
+
+
+@cache
+def _rx(name: str) -> re.Pattern[str]:
+    """The compiled :data:`_PATTERNS` entry ``name`` (once per process)."""
+    return re.compile(_PATTERNS[name])
+
 
 _CONTROL_BYTES = bytes([*range(0, 9), *range(11, 32), 127])
 
@@ -114,20 +129,17 @@ def _clean(text: str, start: bool, before: str) -> tuple[str, int]:
         text = text.replace("\r\n", "\n")
     if "\u2028" in text or "\u2029" in text:  # line and paragraph separators: a line break
         text = text.replace("\u2028", "\n").replace("\u2029", "\n")
-    first = (_ANY_ASCII if text.isascii() else _ANY).search(text)
+    first = _rx("any_ascii" if text.isascii() else "any").search(text)
     if first is None:
         return text, 0
     # From one character earlier: it is not removed, and a selector's look-behind sees it.
     at = first.start() - 1
-    if at < 0 and before and _BASE.match(before):
-        out = _HIDDEN.sub("", before + text)[1:]
+    if at < 0 and before and _rx("base").match(before):
+        out = _rx("hidden").sub("", before + text)[1:]
     else:
         at = max(at, 0)
-        out = text[:at] + _HIDDEN.sub("", text[at:])
+        out = text[:at] + _rx("hidden").sub("", text[at:])
     return out, len(text) - len(out)
-
-
-_SHOWN = re.compile(f"[{_CHARS}\u2028\u2029]")
 
 
 def escape(text: str) -> str:
@@ -137,7 +149,7 @@ def escape(text: str) -> str:
     is wrong rather than lose it. Selectors after emoji are escaped too. Never raises."""
     if _plain(text):
         return text
-    return _SHOWN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
+    return _rx("shown").sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
 def _plain(text: str) -> bool:
@@ -199,14 +211,14 @@ class StreamCleaner:
         tail = max(0, len(text) - MAX_HOLD)
         # The earliest of the last few introducers whose sequence is still open at the end
         # (an OSC's own ESC may be the start of its terminator, so not simply the last one).
-        starts = [m.start() for m in _STARTS.finditer(text, tail)][-8:]
+        starts = [m.start() for m in _rx("starts").finditer(text, tail)][-8:]
         for cut in starts:
-            if _PARTIAL.match(text, cut):
+            if _rx("partial").match(text, cut):
                 self._held = text[cut:]
                 text = text[:cut]
                 break
         else:
-            if _PENDING.search(text):
+            if _rx("pending").search(text):
                 self._held = text[-1]
                 text = text[:-1]
         out, removed = _clean(text, not self._started, self._last)
