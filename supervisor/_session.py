@@ -20,7 +20,6 @@ completed writes the completion record that a later re-emit needs.
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,6 +161,8 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
     sink = BufferSink()
     if notice:
         sink.write(notice.encode("utf-8"))
+    import shlex
+
     hint = shlex.join(["supervise", "digest", "-C", str(context.project_dir)])
 
     async def body(aborter: Aborter) -> DigestResult:
@@ -268,6 +269,8 @@ def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionCon
             block += f"{'' if not block or block.endswith(chr(10)) else chr(10)}({name}: {stage.status})\n"
         size = len(block.encode())
         if used + size > limit:
+            import shlex
+
             block = (f"RE-EMIT BUDGET: {name} omitted ({size} bytes would exceed the {budget}-byte "
                      f"re-emit budget). Read it directly: "
                      f"{shlex.join(_read_directly(config, context, name))}\n")
