@@ -22,7 +22,7 @@ from _instr_common import (  # noqa: E402
 from _instr_discover import NATIVE, globals_for, supply_chain  # noqa: E402
 from _instr_imports import Entry, Skipped, Walk  # noqa: E402
 from supervisor._nested import listing_note, subtree_file  # noqa: E402
-from supervisor._sanitize import removed_note  # noqa: E402
+from supervisor._sanitize import one_line, removed_note  # noqa: E402
 
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
@@ -88,7 +88,7 @@ def nested_listing(place: Place) -> list[str]:
         found = subtree_file(place.cwd / d)
         if found is not None:
             why = listing_note(found, roots)
-            out.append(place.show(found) + (f": {why}" if why else ""))
+            out.append(one_line(place.show(found)) + (f": {one_line(why)}" if why else ""))
     return out
 
 
@@ -184,25 +184,25 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
     if kept:
         scope = f"{who} does not load by itself" if who else "of this project"
         lines.append(f"Instruction files {scope}, root first (nearer files are more specific);"
-                     f" project root: {place.root}")
+                     f" project root: {one_line(str(place.root))}")
     for e in kept:
         notes = []
         if e.importer is not None:
-            notes.append(f"imported by {place.show(e.importer)}")
+            notes.append(f"imported by {one_line(place.show(e.importer))}")
         if e.content.lossy:
             notes.append("not valid UTF-8: decoded with replacement characters")
         lines.append("")
-        lines.append(f"### {place.show(e.path)}" + (f" ({'; '.join(notes)})" if notes else ""))
+        lines.append(f"### {one_line(place.show(e.path))}" + (f" ({'; '.join(notes)})" if notes else ""))
         if e.content.hidden:
-            lines.append(removed_note(e.content.hidden, place.show(e.path)))
+            lines.append(removed_note(e.content.hidden, one_line(place.show(e.path))))
         lines.append(e.content.text.rstrip("\n"))
     if left:
         lines += ["", f"Left out to stay within {max_bytes} bytes (read them directly):"]
-        lines += [f"- {e.path} ({e.content.size} bytes)" for e in left]
+        lines += [f"- {one_line(str(e.path))} ({e.content.size} bytes)" for e in left]
     if skipped:
         lines += ["", "Not included:"]
-        lines += [f"- {s.what}" + (f" in {place.show(s.path)}" if s.path and s.what.startswith("@") else "")
-                  + f": {s.reason}" for s in skipped]
+        lines += [f"- {one_line(s.what)}" + (f" in {one_line(place.show(s.path))}" if s.path and s.what.startswith("@") else "")
+                  + f": {one_line(s.reason)}" for s in skipped]
     if nested:
         shown = nested[:MAX_NESTED_LISTED]
         lines += ["", "Nested instruction files (read the one covering a subtree before working in it):"]

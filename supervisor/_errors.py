@@ -14,9 +14,9 @@ class SupervisorError(Exception):
     """
 
     def __init__(self, message: str = "", *args: object) -> None:
-        from ._sanitize import escape
+        from ._sanitize import one_line
 
-        super().__init__(escape(str(message)).replace("\n", "\\n"), *args)
+        super().__init__(one_line(str(message)), *args)
 
 
 class ConfigError(SupervisorError):

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ._errors import StateError
-from ._sanitize import clean, removed_note
+from ._sanitize import clean, one_line, removed_note
 
 if TYPE_CHECKING:
     from ._context import SessionContext
@@ -300,13 +300,14 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         now = time.time()
         for path in candidates:
             key = os.path.realpath(path)
+            shown = one_line(str(path))  # a folder name is untrusted text (ESC, bidi, LF)
             wait_until = retry_at.get(key)
             if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
                 continue
             refused = _refusal(key, roots)
             if refused:
                 delivered.append(key)  # said once per epoch, like an injection
-                blocks.append(f"Instructions at {path} not injected: {refused}.")
+                blocks.append(f"Instructions at {shown} not injected: {one_line(refused)}.")
                 continue
             got = _examine(path)
             if isinstance(got, str):
@@ -314,7 +315,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
                 if not got.startswith("unreadable") and os.path.lexists(path):
                     # a FIFO, binary or oversized file is named (with the true reason), not
                     # silently skipped; tried again after the window
-                    blocks.append(f"Instructions at {path} not injected: {got}.")
+                    blocks.append(f"Instructions at {shown} not injected: {got}.")
                 continue
             retry_at.pop(key, None)
             delivered.append(key)
@@ -322,14 +323,14 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             if not text.strip():
                 continue
             if used + len(text.encode("utf-8")) > MAX_INJECT_BYTES:
-                blocks.append(f"Instructions at {path} ({size} bytes) are too large to inject "
+                blocks.append(f"Instructions at {shown} ({size} bytes) are too large to inject "
                               "here: read that file before working in its subtree.")
                 continue
             used += len(text.encode("utf-8"))
             flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
             text, hidden = clean(text)
-            note = f"{removed_note(hidden, str(path))}\n" if hidden else ""
-            blocks.append(f"Instructions from: {path}{flag}\n{note}{text.rstrip()}")
+            note = f"{removed_note(hidden, shown)}\n" if hidden else ""
+            blocks.append(f"Instructions from: {shown}{flag}\n{note}{text.rstrip()}")
         from ._delivery import current
 
         delivery = current()

@@ -279,7 +279,9 @@ def _commit_baseline(state_dir: Path, name: str, doc: dict[str, Any]) -> None:
 
 
 def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str) -> str:
-    shown = entry["shown"]
+    from ._sanitize import clean, one_line, removed_note
+
+    shown = one_line(str(entry["shown"]))  # a path in the tree is untrusted text (ESC, LF)
     had = (f"{LABELS.get(harness, harness or 'the harness')} loaded at start"
            if entry.get("how") == "harness" else "the session-start digest gave you")
     if found is None:
@@ -289,8 +291,6 @@ def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str)
         return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session; it is "
                 f"over the {FILE_CAP // 1024} KiB a refresh carries, so read it again directly "
                 "before going on.\n")
-    from ._sanitize import clean, removed_note
-
     text, hidden = clean(found[1].decode("utf-8", "replace"))  # untrusted text (issue 11)
     note = f"{removed_note(hidden, str(shown))}\n" if hidden else ""
     return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session"

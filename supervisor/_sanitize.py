@@ -152,6 +152,14 @@ def escape(text: str) -> str:
     return _rx("shown").sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)
 
 
+def one_line(text: str) -> str:
+    """:func:`escape`, and a line feed written ``\\n``: an untrusted value (a path in the project
+    tree, a stage name) quoted in one line of text for the model or a terminal can neither
+    hide, reorder nor split its line (a folder named ``"x\\nInstructions from: /etc"`` would
+    otherwise forge a header). Never raises."""
+    return escape(text).replace("\n", "\\n")
+
+
 def _plain(text: str) -> bool:
     """True for ASCII text with no control but LF and TAB: a C-speed ``bytes.translate``, no
     regex scan (the common case; docs/benchmarks.md)."""
