@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from ._ancestry import ProcessId, is_alive
+from ._ancestry import CREATE_TIME_TOLERANCE, ProcessId, is_alive
 from ._errors import StateError
 from ._records import dump_record
 from ._statedir import StateDir
@@ -87,9 +87,26 @@ def unseen_reason(record: LockRecord) -> str:
         return (f"it was taken under another kernel (boot id {record.boot_id}; here {boot_id}): "
                 "another machine or VM sharing this checkout")
     if record.pid_ns and pid_ns and record.pid_ns != pid_ns:
+        from ._procinfo import find_in_namespace
+
+        visible, host_pid = find_in_namespace(record.pid_ns, record.pid, record.create_time,
+                                              CREATE_TIME_TOLERANCE)
+        if visible:  # from the host every namespace is seen: the owner lives or it does not
+            if host_pid is None:
+                return ""  # its container ended: the lock is simply stale
+            return (f"its owner runs in another pid namespace ({record.pid_ns}; here {pid_ns}), "
+                    f"e.g. a container sharing this checkout, and is alive (pid {host_pid} here)")
         return (f"its owner runs in another pid namespace ({record.pid_ns}; here {pid_ns}), e.g. "
                 "a container sharing this checkout, so whether it is alive cannot be seen from here")
     return ""
+
+
+def _foreign_namespace(record: LockRecord) -> bool:
+    """``record`` was taken in another pid namespace: its pid names nothing here."""
+    from ._procinfo import namespace_identity
+
+    pid_ns = namespace_identity()[0]
+    return bool(record.pid_ns and pid_ns and record.pid_ns != pid_ns)
 
 
 @dataclass(frozen=True)
@@ -176,8 +193,8 @@ def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id:
     carries the same session id is another owner candidate, not us, so 40 processes sharing
     one id still yield one owner (issue 12, item 4). ``session_id`` is kept for callers
     that tell sessions of one process apart."""
-    if unseen_reason(record):
-        return False
+    if _foreign_namespace(record) or unseen_reason(record):
+        return False  # our ancestors are in our namespace; its pid means something else here
     return any(record.ident.same(a) for a in ancestors)
 
 
@@ -216,8 +233,10 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
             if current is not None and unseen and not take_unseen:
                 return LockOutcome("unseen", current, reason=unseen)
             mine = current is not None and owned_by_session(current, ancestors, session_id)
-            if current is not None and not unseen and not mine and is_alive(current.ident):
-                return LockOutcome("foreign", current)
+            if (current is not None and not unseen and not mine and not _foreign_namespace(current)
+                    and is_alive(current.ident)):
+                return LockOutcome("foreign", current)  # (a foreign-namespace owner seen gone
+                # from the host is stale: its pid names another process here)
             pid, ctime = owner.pid, owner.create_time
             if current is not None and mine:
                 pid, ctime, harness = current.pid, current.create_time, current.harness or harness

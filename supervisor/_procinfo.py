@@ -135,6 +135,87 @@ def namespace_identity() -> tuple[str, str]:
     return pid_ns, boot_id
 
 
+INIT_PID_NS = "pid:[4026531836]"
+"""The initial pid namespace (the kernel's fixed ``PROC_PID_INIT_INO``, 0xEFFFFFFC): namespace
+inode numbers are global, so a process whose ``/proc/self/ns/pid`` reads this is on the host,
+where every process of every pid namespace of this kernel has a ``/proc`` entry."""
+
+
+def _nspid_last(pid: str) -> int | None:
+    with open(f"/proc/{pid}/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"NSpid:"):
+                parts = line.split()[1:]
+                return int(parts[-1]) if parts else None
+    return None
+
+
+def _proc_hides_pids() -> bool:
+    """True when ``/proc`` is mounted with ``hidepid`` (other users' processes hidden)."""
+    try:
+        with open("/proc/self/mountinfo", "rb") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] == b"/proc" and b"hidepid=" in line:
+                    opt = line.split(b"hidepid=", 1)[1].split(b",")[0].split()[0]
+                    return opt not in (b"0", b"off")
+    except (OSError, IndexError):
+        return True
+    return False
+
+
+def _start_time(pid: str, boot: float) -> float | None:
+    """Process ``pid``'s start (seconds since the epoch) from ``/proc/<pid>/stat``, which every
+    user may read; None when it is gone, a zombie or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return boot + int(fields[19]) / _clock_ticks()
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def find_in_namespace(pid_ns: str, ns_pid: int, create_time: float,
+                      tolerance: float = 1.0) -> tuple[bool, int | None]:
+    """Look, from the host, for the process that is ``ns_pid`` inside pid namespace ``pid_ns``
+    and started at ``create_time`` (seconds since the epoch, within ``tolerance`` seconds).
+
+    Returns ``(True, host pid)`` when found, ``(True, None)`` when no such process runs on this
+    kernel (that namespace, or that process in it, is gone), and ``(False, None)`` when this
+    process cannot tell: it is not in the initial pid namespace (:data:`INIT_PID_NS`; a
+    container's own ``/proc`` shows only its own processes), ``/proc`` hides pids
+    (``hidepid``), or a process started at that moment belongs to another user (its
+    namespace link cannot be read). Only processes started within ``tolerance`` of
+    ``create_time`` are examined (``/proc/<pid>/stat`` is readable by everyone), so a
+    root-owned daemon does not make the answer unknown. Only called for a lock taken in
+    another pid namespace. Never raises."""
+    try:
+        if os.readlink("/proc/self/ns/pid") != INIT_PID_NS or _proc_hides_pids():
+            return False, None
+        boot = _boot_time()
+        with os.scandir("/proc") as entries:
+            for entry in entries:
+                if not entry.name.isdigit():
+                    continue
+                started = _start_time(entry.name, boot)
+                if started is None or abs(started - create_time) > tolerance:
+                    continue
+                try:
+                    if (os.readlink(f"/proc/{entry.name}/ns/pid") == pid_ns
+                            and _nspid_last(entry.name) == ns_pid):
+                        return True, int(entry.name)
+                except FileNotFoundError:
+                    continue  # exited while we looked
+                except (OSError, ValueError):
+                    return False, None  # a candidate we cannot examine: cannot tell
+        return True, None
+    except (OSError, ValueError):
+        return False, None
+
+
 def boot_time() -> float:
     """This kernel's boot time (seconds since the epoch), or 0.0 when unknown. Never raises."""
     try:

@@ -279,14 +279,54 @@ def test_a_session_in_another_pid_namespace_is_read_only_never_a_silent_steal(
     assert _read_only(text) and "another pid namespace" in text and "--take-lock" in text, text
     assert "FLEET-EXCLUSIVE" not in text and _lock(project) == before
     assert fleet_runs(project) == 1
-    # --take-lock from inside overrides; the host, which cannot see that owner, is then read-only
+    # --take-lock from inside overrides; once that container has ended, the host (which sees
+    # every pid namespace) finds its owner gone and takes the lock back like any stale one
     text = _in_namespace(project, tmp_path, "taker", "--take-lock")
     assert not _read_only(text) and "FLEET-EXCLUSIVE" in text
     taken = _lock(project)
     assert taken["pid"] == 1 and taken["pid_ns"] != before["pid_ns"]
     text = context_of(hook(host, project, "startup", "claude", sid="host"))
-    assert _read_only(text) and "another pid namespace" in text
-    assert fleet_runs(project) == 2
+    assert not _read_only(text) and "FLEET-EXCLUSIVE" in text, text
+    assert _lock(project)["pid"] == host.pid and fleet_runs(project) == 3
+
+
+def test_from_the_host_a_container_owner_is_seen_alive_then_gone(
+        project: Path, harnesses: Harnesses, tmp_path: Path) -> None:
+    """A container session that took the lock and ended used to leave every host session
+    read-only ("cannot be seen from here") until someone ran --take-lock; the host, in the
+    initial pid namespace, sees every namespace: while the owner lives it is named alive
+    (read-only), once it is gone the lock is stale and taken."""
+    why = _unshare_works()
+    if why:
+        pytest.skip(why)
+    from fake_harness import harness_binary
+
+    claude = str(harness_binary(tmp_path / "bin", "claude"))
+    work = tmp_path / "ns-live"
+    work.mkdir()
+    line = _hook_line(project, work, "run", "inner")
+    inner = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount-proc", claude, "-c", f"{line}; echo ready; read x"],
+        cwd=project, env=_clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert inner.stdout is not None and inner.stdout.readline() == b"ready\n"  # handshake
+        assert "FLEET-EXCLUSIVE" in (work / "run.out").read_text()
+        host = harnesses("claude")
+        text = context_of(hook(host, project, "startup", "claude", sid="host"))
+        if "cannot be seen from here" in text:
+            pytest.skip("this process cannot see every pid namespace (not the initial one)")
+        assert _read_only(text) and "and is alive (pid " in text, text
+        assert _lock(project)["pid"] == 1 and fleet_runs(project) == 1
+    finally:
+        assert inner.stdin is not None
+        inner.stdin.close()  # the container's shell reads EOF and ends
+        inner.wait(timeout=60)
+        if inner.stdout is not None:
+            inner.stdout.close()
+    # another session of the host process (the same one would get its start replayed)
+    text = context_of(hook(host, project, "startup", "claude", sid="host-after"))
+    assert not _read_only(text) and "FLEET-EXCLUSIVE" in text, text
+    assert _lock(project)["pid"] == host.pid and fleet_runs(project) == 2
 
 
 def test_a_lock_from_another_kernel_is_unseen_unless_older_than_this_boot(project: Path) -> None:
