@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from . import _banner, _cgroup, _deferred, _tree
+from . import _banner, _cgroup, _deferred, _spawn, _tree
 from ._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ._plan import DigestPlan, StagePlan, as_plan, unmet
@@ -104,7 +104,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
                watch=_tree.Watch(exclude=_deferred.spawned_pids),
-               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent)
+               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent,
+               vfork=_spawn.may_vfork())
     for spec in config.stages:
         if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
@@ -120,6 +121,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             async def watch_abort() -> None:
                 await abort.wait()
                 run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
+                run.abort_all()
             tg.start_soon(watch_abort)
         watchdog = anyio.CancelScope()
 

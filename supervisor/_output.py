@@ -299,6 +299,19 @@ class OrderedOutput:
         else:
             self._keep(index, slot.cleaner.feed(slot.decoder.decode(raw)).encode("utf-8"))
 
+    def full(self, index: int) -> bool:
+        """Whether stage ``index`` has reached its cap: what it prints from now on is only
+        counted (:meth:`skip`)."""
+        slot = self._slots[index]
+        return slot.kept_bytes >= slot.cap
+
+    def skip(self, index: int, count: int) -> None:
+        """Count ``count`` bytes stage ``index`` printed past its cap, never seen (the
+        engine discarded them off the event loop); the cut notice reports them."""
+        slot = self._slots[index]
+        slot.raw_bytes += count
+        slot.dropped += count
+
     def _keep(self, index: int, data: bytes) -> None:
         slot = self._slots[index]
         if not data:

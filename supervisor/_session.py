@@ -170,6 +170,9 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
                                 abort_reason=aborter.reason, rerun_hint=hint)
 
     _tree.enable_subreaper()
+    from . import _spawn
+
+    _spawn.own_descriptors()  # stages never hold what the harness passed us
     try:
         result, _ = anyio.run(with_signals, body)
     finally:

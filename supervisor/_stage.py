@@ -14,12 +14,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from subprocess import DEVNULL, PIPE, STDOUT
 from typing import Literal
 
 import anyio
 
-from . import _cgroup, _stagelog, _tree
+from . import _cgroup, _spawn, _stagelog, _tree
 from ._builtins import builtin_argv
 from ._context import SessionContext
 from ._errors import ConfigError, StateError
@@ -39,6 +38,7 @@ KILL_MARGIN = 0.25
 DRAIN_RESERVE = 0.08
 """Seconds of :data:`KILL_MARGIN` kept after the kill sequence for the drain and the banner."""
 
+_STDERR: dict[str, _spawn.Stderr] = {"context": "stdout", "log": "pipe", "drop": "null"}
 _STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
 
 
@@ -73,6 +73,25 @@ class DigestRun:
     """``supervise run``: the command's own signal death is its exit status, not ours to name."""
     abnormal: dict[str, str] = field(default_factory=dict)
     """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
+    vfork: bool = True
+    """Stages may be started with ``posix_spawn`` (:func:`supervisor._spawn.may_vfork`)."""
+    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    """Each stage's current wait (for its turn, or for its leader), cancelled by an abort or
+    by a cap: one scope per stage instead of a task racing each wait."""
+
+    def interruptible(self, name: str, deadline: float) -> anyio.CancelScope:
+        """A cancel scope for stage ``name`` ending at ``deadline`` (anyio clock) that an
+        abort (:meth:`abort_all`) cancels too."""
+        scope = anyio.CancelScope(deadline=deadline)
+        if self.abort.is_set():
+            scope.cancel()
+        self.scopes[name] = scope
+        return scope
+
+    def abort_all(self) -> None:
+        """The digest is aborted: end every stage's wait (they are then killed whole)."""
+        for scope in list(self.scopes.values()):
+            scope.cancel()
 
     def report(self, name: str, result: StageResult | None) -> None:
         """Tell the observer a stage started (None) or ended (its result)."""
@@ -147,27 +166,6 @@ def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     return cwd if cwd.is_absolute() else context.project_dir / cwd
 
 
-async def _race(abort: anyio.Event, deadline: float, fn: Callable[[], Awaitable[object]]) -> bool:
-    """Run ``fn`` until it returns (True), or until ``abort`` is set or ``deadline`` passes
-    (False)."""
-    finished = False
-    with anyio.move_on_at(deadline):
-        async with anyio.create_task_group() as tg:
-            async def work() -> None:
-                nonlocal finished
-                await fn()
-                finished = True
-                tg.cancel_scope.cancel()
-
-            async def aborted() -> None:
-                await abort.wait()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(work)
-            tg.start_soon(aborted)
-    return finished
-
-
 async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
     """Run stage ``index`` of ``run`` to its end: wait for its needs and a slot, spawn, stream,
     stop it at its deadline, sweep its tree; record its result and mark it done."""
@@ -181,16 +179,19 @@ async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
 
 async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
     acquired = False
-
-    async def wait_turn() -> None:
-        nonlocal acquired
-        for need in spec.needs:  # `needs` orders starts
-            await run.done[need].wait()
-        await run.limiter.acquire_on_behalf_of(spec.name)
-        acquired = True
-
-    # Waiting for needs or a free slot is bounded by the budget and by an abort.
-    await _race(run.abort, run.kill_at, wait_turn)
+    if not spec.needs and not run.abort.is_set():
+        try:  # the common case: a free slot now, nothing to wait for
+            run.limiter.acquire_on_behalf_of_nowait(spec.name)
+            acquired = True
+        except anyio.WouldBlock:
+            pass
+    if not acquired:
+        # Waiting for needs or a free slot is bounded by the budget and by an abort.
+        with run.interruptible(spec.name, run.kill_at):
+            for need in spec.needs:  # `needs` orders starts
+                await run.done[need].wait()
+            await run.limiter.acquire_on_behalf_of(spec.name)
+            acquired = True
     if not acquired or run.abort.is_set() or anyio.current_time() >= run.kill_at:
         if acquired:
             run.limiter.release_on_behalf_of(spec.name)
@@ -213,17 +214,12 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         argv = stage_argv(spec)
         if cgroup is not None:
             argv = _cgroup.wrap(cgroup, argv)
-        if run.inherit_stdio:  # like GNU timeout: stdin, stdout and stderr are the command's own
-            proc = await anyio.open_process(
-                argv, stdin=None, stdout=None, stderr=None, cwd=_stage_cwd(spec, run.context),
-                env=stage_env(spec, run.context, token, run.config), start_new_session=True)
-        else:
-            # stderr: merged into stdout ("context"), its own pipe for the log, or nowhere
-            err_to = {"context": STDOUT, "log": PIPE, "drop": DEVNULL}[spec.stderr]
-            proc = await anyio.open_process(
-                argv, stdin=DEVNULL, stdout=PIPE, stderr=err_to,
-                cwd=_stage_cwd(spec, run.context), env=stage_env(spec, run.context, token, run.config),
-                start_new_session=True)
+        # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's own;
+        # else stderr is merged into stdout ("context"), its own pipe for the log, or nowhere
+        proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context),
+                            env=stage_env(spec, run.context, token, run.config),
+                            capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
+                            vfork=run.vfork)
     except (OSError, ValueError, ConfigError) as err:
         run.watch.spawning -= 1
         reason = getattr(err, "strerror", None) or str(err)
@@ -236,47 +232,65 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
         run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
         return
-    stop = anyio.Event()  # set by an abort or by the watchdog (a cap)
+    deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
+    waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
-                           spec.max_tasks, spec.max_memory, on_cap=stop.set,
+                           spec.max_tasks, spec.max_memory, on_cap=waiting.cancel,
                            detach_mark=spec.name if spec.builtin is not None else None)
     run.watch.add(tree)
     run.watch.spawning -= 1
     run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
-    deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
     eof = anyio.Event()
-    stdout = proc.stdout
     room = run.room
+    drain = _spawn.Discard()
 
     async def reader() -> None:
+        fd = proc.stdout
         try:
-            while stdout is not None:
-                out.feed(index, await stdout.receive(READ_SIZE))
+            while fd is not None:
+                try:  # read first: a quick stage's output (or end) is there already
+                    data = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                out.feed(index, data)
+                if out.full(index):
+                    # Past its cap: the rest is only counted, off the event loop.
+                    proc.stdout = None  # the drain owns the descriptor now
+                    await drain.run(fd, lambda n: out.skip(index, n))
+                    break
+                if len(data) >= _spawn.PIPE_DEFAULT:
+                    _spawn.widen(fd)  # a stage that fills its pipe: fewer, larger reads
                 if room is not None:
                     await room()  # a reader of our stdout that lags: wait, within the deadline
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
         finally:
             eof.set()
 
-    stderr = proc.stderr if not run.inherit_stdio else None
     capture = StderrCapture()
     err_eof = anyio.Event()
 
     async def err_reader() -> None:  # stderr = "log": kept apart, bounded, logged at the end
+        fd = proc.stderr
         try:
-            while stderr is not None:
-                capture.feed(await stderr.receive(65536))
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            pass
+            while fd is not None:
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                capture.feed(data)
         finally:
             err_eof.set()
-
-    async def relay_abort() -> None:
-        await run.abort.wait()
-        stop.set()
 
     def kill_deadline() -> float:
         # The kill sequence ends by the digest's end (budget + 0.25 s at most), whatever the
@@ -289,13 +303,19 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(reader)
-            tg.start_soon(err_reader)
-            tg.start_soon(relay_abort)
-            if await _race(stop, deadline, proc.wait):
-                outcome = "exited"
+            if proc.stdout is not None:
+                tg.start_soon(reader)
             else:
-                outcome = "exited" if proc.returncode is not None else (
+                eof.set()
+            if proc.stderr is not None:
+                tg.start_soon(err_reader)
+            else:
+                err_eof.set()
+            with waiting:
+                await proc.wait()
+                outcome = "exited"
+            if outcome != "exited":
+                outcome = "exited" if proc.poll() is not None else (
                     "cap" if tree.over_cap else "abort" if run.abort.is_set() else "deadline")
             if cgroup is not None and tree.over_cap is None:
                 # pids.max refuses a fork (the stage may then exit on its own) and memory.max
@@ -321,18 +341,21 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                                        now() + run.grace + _tree.HARD_PHASE + DRAIN_RESERVE)
         raise
     finally:
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
-            if proc.returncode is None:
-                # Not proc.kill(): Popen.send_signal polls first and can reap the leader before
-                # asyncio's watcher does ("Unknown child process pid, will report returncode
-                # 255", design rule 9). An unreaped leader's pid cannot be reused.
-                try:
-                    os.kill(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            await proc.aclose()  # closes every transport (anyio#669) and reaps the leader
-            while cgroup is not None and not _cgroup.remove(cgroup):
-                await anyio.sleep(0.005)  # empties within ms of the kill
+        if run.scopes.get(spec.name) is waiting:
+            del run.scopes[spec.name]
+        drain.stop()
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
+                if proc.poll() is None:
+                    try:
+                        os.kill(proc.pid, signal.SIGKILL)  # unreaped: the pid is still ours
+                    except ProcessLookupError:
+                        pass
+                    await proc.wait()  # reaps the leader
+                while cgroup is not None and not _cgroup.remove(cgroup):
+                    await anyio.sleep(0.005)  # empties within ms of the kill
+        finally:
+            proc.close()
         run.watch.discard(tree)
         run.running.pop(spec.name, None)
         run.leaders.discard(proc.pid)

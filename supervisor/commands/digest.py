@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -149,6 +150,15 @@ def main(argv: list[str]) -> int:
     live = _live_progress if sys.stderr.isatty() else None
     from .._delivery import open_delivery
 
+    from .. import _spawn
+
+    _spawn.own_descriptors()  # stages never hold what our parent passed us
+    try:
+        # Stages run in the project directory: from there they start with posix_spawn
+        # (vfork), not fork (supervisor._spawn). Every path above is resolved already.
+        os.chdir(project)
+    except OSError:
+        pass
     with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
         result, aborter = anyio.run(with_signals, body)
         if live is not None:
