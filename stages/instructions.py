@@ -15,10 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _instr_common import (  # noqa: E402
-    Place, clean_git_env, is_within, opt_bool, opt_int, opt_strings, present, real,
-    stage_options, warn,
-)
+from _common import clean_git_env, opt_bool, opt_int, opt_strings, stage_options, warn  # noqa: E402
+from _instr_common import Place, is_within, present, real  # noqa: E402
 from _instr_discover import NATIVE, globals_for, supply_chain  # noqa: E402
 from _instr_imports import Entry, Skipped, Walk  # noqa: E402
 from supervisor._nested import listing_note, subtree_file  # noqa: E402

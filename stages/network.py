@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _instr_common import clean_git_env, finish, opt_float, opt_strings, spawn, stage_options  # noqa: E402
+from _common import clean_git_env, finish, opt_float, opt_strings, spawn, stage_options  # noqa: E402
 
 DEFAULT_TIMEOUT = 10.0
 _USERINFO = re.compile(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", re.IGNORECASE)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _instr_common import finish, opt_float, opt_int, spawn, stage_options, warn  # noqa: E402
+from _common import finish, opt_float, opt_int, spawn, stage_options, warn  # noqa: E402
 
 UNTRACKED = ("normal", "no", "all")
 

@@ -101,7 +101,8 @@ def stand_down(project: Path) -> str:
     """
     from ._errors import ConfigError
     from ._gates import stand_down_reason
-    from ._plan import DigestPlan, load_plan
+    from ._plan import DigestPlan
+    from ._plancache import load_plan
 
     try:
         config = load_plan(project)
@@ -137,7 +138,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         from ._context import SessionContext
         from ._errors import ConfigError
         from ._gates import stand_down_reason
-        from ._plan import load_plan
+        from ._plancache import load_plan
 
         try:
             config = load_plan(project, on_env_error=lambda msg: None)

@@ -431,7 +431,7 @@ def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestCo
 def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
     """:func:`load_config_raw` plus ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds).
 
-    The hook's hot path uses :func:`supervisor._plan.load_plan` instead (cached, no pydantic).
+    The hook's hot path uses :func:`supervisor._plancache.load_plan` instead (cached, no pydantic).
 
     Raises:
         ConfigError: as :func:`load_config_raw`, or a bad environment override.

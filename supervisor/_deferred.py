@@ -1,7 +1,7 @@
 """Deferred stages: detached runners under their own deadline, results delivered exactly once.
 
 A deferred stage (``deferred = true``; network checks and other slow work) never holds up the
-digest. The digest spawns ``python -m supervisor._deferred`` in its own session with all stdio
+digest. The digest spawns ``python -m supervisor._deferred_runner`` in its own session with all stdio
 on ``/dev/null`` (an inherited stdout would make the harness's capture wait for it: brief,
 supervisor.md §2(d), 2.02 s vs 0.02 s), and never waits. The runner is its own child
 subreaper, applies the same kill rules under its own deadline and writes its result
@@ -264,7 +264,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
                 inner = replace(spec, deferred=False, timeout=None,
                                 max_output=spec.max_output or config.max_output)
-                runner = [sys.executable, "-m", "supervisor._deferred",
+                runner = [sys.executable, "-m", "supervisor._deferred_runner",
                           "--dir", str(stage_dir(context.state_dir, spec.name)),
                           "--run-id", run_id, "--deadline", str(deadline),
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
@@ -665,85 +665,3 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
             text += "\n" + format_result(earlier, late=False, earlier=True)
         out.append(Delivery(launch.name, lost + text, earlier))
     return out
-
-
-# -- the runner -------------------------------------------------------------------------------
-def _runner(argv: list[str] | None = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m supervisor._deferred")
-    parser.add_argument("--dir", required=True, type=Path)
-    parser.add_argument("--run-id", required=True)
-    parser.add_argument("--spec", required=True, help="the stage, as JSON (StagePlan fields)")
-    parser.add_argument("--deadline", required=True, type=float)
-    parser.add_argument("--grace", type=float, default=1.0)
-    parser.add_argument("--cwd", type=Path, default=Path.cwd())
-    args = parser.parse_args(argv)
-
-    import anyio
-
-    from . import _tree
-    from ._context import SessionContext
-    from ._plan import DigestPlan
-    from ._engine import run_digest
-
-    _tree.enable_subreaper()
-    # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
-    # environment already carries the stage env, and run_digest rebuilds it from the spec.
-    spec = DigestPlan.from_mapping({"stages": [json.loads(args.spec)]}).stages[0]
-    # The stage gets its whole deadline as its own timeout (status timed_out, no digest
-    # banner); the runner's budget leaves room for the kill sequence after it.
-    spec = replace(spec, timeout=args.deadline)
-    config = DigestPlan(budget=args.deadline + args.grace + 1.0, grace=args.grace,
-                        max_output=spec.max_output or 1 << 20, stages=(spec,))
-    context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
-                             source=os.environ.get("SUPERVISE_SOURCE", ""),
-                             mode=os.environ.get("SUPERVISE_MODE", "full"),  # type: ignore[arg-type]
-                             harness=os.environ.get("SUPERVISE_HARNESS", ""),
-                             session_id=os.environ.get("SUPERVISE_SESSION_ID", ""))
-    started = time.time()
-    title = spec.title or spec.name
-    record: dict[str, Any] = {"name": spec.name, "title": title, "run_id": args.run_id,
-                              "started": started}
-    try:  # every folder from the state dir down is opened again without following links
-        directory = open_stage_dir(args.dir.parent.parent, args.dir.name)
-    except StateError:
-        directory = None
-    if directory is None:
-        return 1  # the folder was replaced by a link meanwhile: nothing is written anywhere
-    with directory:
-        try:
-            result = anyio.run(run_digest, config, context)
-            stage = result.stages[0]
-            data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
-                                   "seconds": round(stage.seconds, 3), "finished": time.time(),
-                                   "output": stage.output}, result_cap(spec.max_output),
-                                  result_key(create=False))
-            directory.write(f"result-{args.run_id}.json", data, fsync=True)
-        except BaseException as err:  # noqa: BLE001 - disk full, killed by TERM: say so later
-            # A small record has the best chance when the big one did not fit; if even this
-            # fails, running.json stays behind and the next digest reports the run as lost.
-            why = (f"{type(err).__name__}: {err}" if not isinstance(err, StateError)
-                   else str(err))
-            try:
-                directory.write_json(f"lost-{args.run_id}.json",
-                                     {**record, "finished": time.time(), "error": why[:500]},
-                                     fsync=True)
-            except (StateError, OSError):
-                pass
-            if not isinstance(err, Exception):
-                raise
-            return 1
-        finally:
-            _tree.reap_zombie_children()
-        try:
-            with directory.flock(".lock", timeout=10.0) as held:
-                if held and (_read(directory, "running.json") or {}).get("run_id") == args.run_id:
-                    directory.remove("running.json")
-        except StateError:
-            pass
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_runner())

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Literal
 
 from . import _ancestry, _lock
 from ._context import SessionContext
+from ._outcome import SessionOutcome
 
 if TYPE_CHECKING:
     from ._plan import DigestPlan
@@ -75,22 +76,6 @@ class LastDigest:
     truncated: bool
     complete: bool
     stages: tuple[StageSummary, ...] = ()
-
-
-@dataclass(frozen=True)
-class SessionOutcome:
-    """What the hook prints (``text``, rendered per harness by the adapters) and how."""
-
-    text: str
-    kind: str  # "digest", "reemit" or "nudge"
-    mode: str = "full"
-    truncation: str | None = None
-    """Why the digest was cut short: ``"budget"``, a signal name (``"SIGTERM"``), or None."""
-    parts: tuple[tuple[str, str], ...] | None = None
-    """``(stage name, stage output)`` in declared order, for an adapter that must cut the text
-    at stage boundaries (inline caps); None when the text is not made of stage blocks."""
-    notices: str = ""
-    """The notices of ``text`` (READ-ONLY first, then trailing notices and banners)."""
 
 
 def _structured(text: str, result: DigestResult, front: str, tail: str = "",

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._ancestry import ProcessId
-    from ._session import SessionOutcome
+    from ._outcome import SessionOutcome
 
 WINDOW = 10.0
 """Seconds after a start finished during which the same start is a repeat."""
@@ -60,7 +60,7 @@ def _fingerprint(top: object) -> str:
 
 
 def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | None:
-    from ._session import SessionOutcome
+    from ._outcome import SessionOutcome
 
     if not data:
         return None

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from supervisor import _exposure
+from supervisor._builtins import builtin_argv
 from supervisor._exposure import append_exposure, estimate_tokens, summarize_exposure
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +102,7 @@ def run_stage(name: str, project: Path, state: Path, source: str) -> None:
     env.update({"SUPERVISE_SOURCE": source, "SUPERVISE_PROJECT_DIR": str(project),
                 "SUPERVISE_STATE_DIR": str(state), "SUPERVISE_STAGE_NAME": name,
                 "SUPERVISE_SESSION_ID": "sess", "SUPERVISE_STAGE_OPTIONS": "{}"})
-    subprocess.run([sys.executable, str(ROOT / "stages" / f"{name}.py")], env=env, cwd=project,
+    subprocess.run(builtin_argv(name), env=env, cwd=project,
                    stdin=subprocess.DEVNULL, capture_output=True, check=True, timeout=30)
 
 

@@ -108,7 +108,7 @@ def test_config_cache_keeps_an_entry_per_installation(tmp_path: Path, git_repo: 
                         ignore=shutil.ignore_patterns("__pycache__"))
         roots.append(root)
     (git_repo / "supervise.toml").write_text("budget = 33\n")
-    code = ("import sys\nfrom pathlib import Path\nfrom supervisor._plan import load_plan\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom supervisor._plancache import load_plan\n"
             f"plan = load_plan(Path({str(git_repo)!r}))\n"
             "print(plan.budget, 'pydantic' in sys.modules)")
     cache = tmp_path / "cache"

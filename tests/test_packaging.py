@@ -22,7 +22,8 @@ def test_wheel_ships_stages_default_and_bridges(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     wheel = next(tmp_path.glob("watchkeeper-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    stages = {p.name for p in (ROOT / "stages").glob("*.py")}
+    stages = {p.relative_to(ROOT / "stages").as_posix() for p in (ROOT / "stages").rglob("*.py")
+              if "__pycache__" not in p.parts}
     assert stages and all(f"supervisor/_stages/{name}" in names for name in stages)
     for needed in ("supervisor/default.toml", "supervisor/py.typed", "supervisor/bridges/core.mjs",
                    "supervisor/bridges/pi/index.ts", "supervisor/bridges/opencode/watchkeeper.ts"):

@@ -17,8 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from supervisor._builtins import builtin_argv
+
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = ROOT / "stages" / "memory.py"
+STAGE = Path(builtin_argv("memory")[1])  # stages/memory.py or stages/memory/__main__.py
 TODAY = dt.date.today().isoformat()
 
 BODIES = {

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-STAGE = Path(__file__).resolve().parent.parent / "stages" / "network.py"
+from supervisor._builtins import builtin_argv
+
+STAGE = Path(builtin_argv("network")[1])  # stages/network.py or stages/network/__main__.py
 
 
 def run_stage(cwd: Path, options: dict[str, object] | None = None,

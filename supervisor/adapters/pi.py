@@ -13,7 +13,7 @@
 
 from __future__ import annotations
 
-from ..bridges._install import Bridge
+from ._extension import Bridge
 
 BRIDGE = Bridge(
     name="pi",

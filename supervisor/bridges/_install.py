@@ -20,62 +20,14 @@ import os
 import shlex
 import subprocess
 import sys
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from .._fsutil import atomic_write
+from ..adapters._extension import CORE, Bridge
 
 MARK = "watchkeeper-bridge"
 """Substring of every entry file we write: how uninstall and doctor recognise ours."""
-CORE = "core.mjs"
-SETTINGS = "watchkeeper.json"
-
-
-@dataclass(frozen=True)
-class Bridge:
-    """Where one harness's bridge lives.
-
-    Attributes:
-        name: ``pi`` or ``opencode``.
-        title: human name.
-        package_entry: the entry file inside ``supervisor/bridges/`` (``pi/index.ts``).
-        project_entry: entry path relative to the project root.
-        user_entry: entry path relative to the user's harness config dir (:meth:`user_root`).
-        core_dir: folder of ``core.mjs`` and ``watchkeeper.json``, relative to the entry's folder.
-        next_steps: what the user must know beyond the files.
-        caveats: known limits, for ``doctor``.
-    """
-
-    name: str
-    title: str
-    package_entry: str
-    project_entry: str
-    user_entry: str
-    core_dir: str
-    user_env: str
-    user_default: str
-    next_steps: tuple[str, ...] = ()
-    caveats: tuple[str, ...] = ()
-
-    def user_root(self, home: Path) -> Path:
-        """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
-        raw = os.environ.get(self.user_env)
-        return Path(raw).expanduser() if raw else home / self.user_default
-
-    def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
-        """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""
-        if scope == "project":
-            return project_dir / self.project_entry
-        if scope == "user":
-            return self.user_root(home) / self.user_entry
-        raise ValueError(f"unknown scope {scope!r} (project or user)")
-
-    def files(self, scope: str, project_dir: Path, home: Path) -> tuple[Path, Path, Path]:
-        """``(entry, core.mjs, watchkeeper.json)`` for ``scope``."""
-        entry = self.entry(scope, project_dir, home)
-        folder = entry.parent / self.core_dir
-        return entry, folder / CORE, folder / SETTINGS
 
 
 def packaged(relative: str) -> str:
@@ -263,14 +215,11 @@ def split(names: list[str]) -> tuple[list[str], list[str]]:
     return [n for n in names if n not in NAMES], bridged
 
 
-def run_verb(verb: str, names: list[str], scope: str, project_dir: Path) -> bool:
+def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
+             budget: float = 120.0) -> bool:
     """``install`` or ``uninstall`` the bridges ``names``, printing one line each (errors on
-    stderr); return True when one failed."""
-    budget = 120.0
-    if verb == "install":
-        from ..commands.install import project_budget
-
-        budget, _ = project_budget(project_dir)
+    stderr); return True when one failed. ``budget`` (seconds, the project's digest budget)
+    is written to ``watchkeeper.json`` on install."""
     failed = False
     for name in names:
         bridge = get(name)

@@ -83,7 +83,8 @@ def main(argv: list[str]) -> int:
     import anyio
 
     from .. import _tree
-    from .._plan import as_plan, load_plan
+    from .._plan import as_plan
+    from .._plancache import load_plan
     from .._context import SessionContext
     from .._engine import run_digest
     from .._errors import ConfigError

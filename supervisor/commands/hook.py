@@ -272,7 +272,8 @@ def _run(args: HookArgs) -> int:
     from .._context import SessionContext
     from .._errors import ConfigError
     from .._gates import stand_down_reason
-    from .._plan import DigestPlan, load_plan
+    from .._plan import DigestPlan
+    from .._plancache import load_plan
 
     try:
         config: DigestPlan | None = load_plan(  # cached: no pydantic on the hot path

@@ -189,7 +189,7 @@ def main(argv: list[str]) -> int:
     budget, warning = project_budget(project_dir)
     if warning:
         print(warning, file=sys.stderr)
-    failed = run_verb("install", bridged, args.scope, project_dir)
+    failed = run_verb("install", bridged, args.scope, project_dir, budget)
     steps: list[str] = []
     notes: list[str] = []
     for adapter in adapters:

@@ -19,7 +19,8 @@ from .hook import HookArgs, build_parser, emit, parse_hook_args, quiet_exit_on_s
 def _run(args: HookArgs) -> None:
     from .. import _payload
     from .._ancestry import NUDGE_HOPS, ancestry
-    from .._plan import DigestPlan, load_plan
+    from .._plan import DigestPlan
+    from .._plancache import load_plan
     from .._context import state_dir_for
     from .._errors import ConfigError
     from .._gates import stand_down_reason

@@ -1,0 +1,123 @@
+"""Helpers every built-in stage may use: options, warnings, git's environment, child processes.
+
+Stdlib only: a stage must start fast, so nothing here imports anyio or pydantic. A stage
+program runs as ``[python, <program file>]``; the single-file stages (``stages/<name>.py``)
+have this folder first on ``sys.path``, a stage package (``stages/<name>/__main__.py``) puts it
+there before its imports, and each imports this module as ``_common``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+#: Variables a hook inherits from a running git command that would point our own git calls at
+#: the wrong repository (pre-commit's ``no_git_env`` has the same list, for the same reason).
+GIT_ENV_STRIP = (
+    "GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_COMMON_DIR", "GIT_PREFIX", "GIT_NAMESPACE",
+    "GIT_QUARANTINE_PATH", "GIT_EXEC_PATH_OVERRIDE",
+)
+
+
+def warn(message: str) -> None:
+    """One line to stderr (the stage log by default, ``supervise status`` shows it; merged into
+    the stage output with ``stderr = "context"``; keep it rare)."""
+    sys.stderr.write(f"{os.environ.get('SUPERVISE_STAGE_NAME', 'stage')}: {message}\n")
+
+
+def stage_options() -> dict[str, object]:
+    """``SUPERVISE_STAGE_OPTIONS`` as a dict; invalid JSON warns and yields ``{}``."""
+    raw = os.environ.get("SUPERVISE_STAGE_OPTIONS", "").strip()
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        warn("SUPERVISE_STAGE_OPTIONS is not valid JSON; using the defaults")
+        return {}
+    if not isinstance(value, dict):
+        warn("SUPERVISE_STAGE_OPTIONS is not a JSON object; using the defaults")
+        return {}
+    return value
+
+
+def opt_int(options: dict[str, object], key: str, default: int, minimum: int = 0) -> int:
+    """An integer option; a wrong type or a value below ``minimum`` warns and gives ``default``."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        warn(f"option {key} must be an integer >= {minimum} (got {value!r}); using {default}")
+        return default
+    return value
+
+
+def opt_float(options: dict[str, object], key: str, default: float, minimum: float = 0.0) -> float:
+    """A number option in seconds; a wrong type warns and gives ``default``."""
+    value = options.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum:
+        warn(f"option {key} must be a number >= {minimum} (got {value!r}); using {default}")
+        return float(default)
+    return float(value)
+
+
+def opt_bool(options: dict[str, object], key: str, default: bool) -> bool:
+    """A boolean option; anything but ``true``/``false`` warns and gives ``default``."""
+    value = options.get(key, default)
+    if not isinstance(value, bool):
+        warn(f"option {key} must be true or false (got {value!r}); using {default}")
+        return default
+    return value
+
+
+def opt_strings(options: dict[str, object], key: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A list-of-strings option; anything else warns and gives ``default``."""
+    value = options.get(key, list(default))
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        warn(f"option {key} must be a list of strings (got {value!r}); using the default")
+        return default
+    return tuple(value)
+
+
+def clean_git_env() -> dict[str, str]:
+    """This process's environment without the ``GIT_*`` variables that redirect git, no prompts."""
+    env = {k: v for k, v in os.environ.items() if k not in GIT_ENV_STRIP}
+    env["GIT_TERMINAL_PROMPT"] = "0"
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # never take index.lock behind the user's back
+    env.setdefault("LC_ALL", "C")
+    return env
+
+
+def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in its own session (so :func:`finish` can kill its whole group), stdin
+    from /dev/null, stdout and stderr piped. Raises OSError when it cannot start."""
+    return subprocess.Popen(argv, cwd=cwd, env=env if env is not None else clean_git_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, bytes, bytes]:
+    """Wait up to ``timeout`` seconds: ``(returncode, stdout, stderr)``, returncode None when the
+    deadline passed and the process group was killed (SIGKILL; grandchildren such as ssh or a
+    git-remote helper go with it, so no pipe is left open to hang on)."""
+    try:
+        out, err = proc.communicate(timeout=max(timeout, 0.0))
+        return proc.returncode, out, err
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        out, err = proc.communicate(timeout=2.0)
+    except subprocess.TimeoutExpired:  # a descendant left our group and holds the pipe
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+        out, err = b"", b""
+    return None, out or b"", err or b""

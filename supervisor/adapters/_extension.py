@@ -1,0 +1,62 @@
+"""Where an extension bridge lives: Pi and OpenCode load extension files, not hook commands.
+
+A :class:`Bridge` is pure data, declared by ``adapters/pi.py`` and ``adapters/opencode.py``;
+placing, removing and checking the files is :mod:`supervisor.bridges._install`'s work.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CORE = "core.mjs"
+"""The shared extension logic (generations, cap, delivery), copied beside the entry."""
+SETTINGS = "watchkeeper.json"
+"""Beside ``core.mjs``: the absolute interpreter path and the digest budget in seconds."""
+
+
+@dataclass(frozen=True)
+class Bridge:
+    """Where one harness's bridge lives.
+
+    Attributes:
+        name: ``pi`` or ``opencode``.
+        title: human name.
+        package_entry: the entry file inside ``supervisor/bridges/`` (``pi/index.ts``).
+        project_entry: entry path relative to the project root.
+        user_entry: entry path relative to the user's harness config dir (:meth:`user_root`).
+        core_dir: folder of ``core.mjs`` and ``watchkeeper.json``, relative to the entry's folder.
+        next_steps: what the user must know beyond the files.
+        caveats: known limits, for ``doctor``.
+    """
+
+    name: str
+    title: str
+    package_entry: str
+    project_entry: str
+    user_entry: str
+    core_dir: str
+    user_env: str
+    user_default: str
+    next_steps: tuple[str, ...] = ()
+    caveats: tuple[str, ...] = ()
+
+    def user_root(self, home: Path) -> Path:
+        """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
+        raw = os.environ.get(self.user_env)
+        return Path(raw).expanduser() if raw else home / self.user_default
+
+    def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
+        """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""
+        if scope == "project":
+            return project_dir / self.project_entry
+        if scope == "user":
+            return self.user_root(home) / self.user_entry
+        raise ValueError(f"unknown scope {scope!r} (project or user)")
+
+    def files(self, scope: str, project_dir: Path, home: Path) -> tuple[Path, Path, Path]:
+        """``(entry, core.mjs, watchkeeper.json)`` for ``scope``."""
+        entry = self.entry(scope, project_dir, home)
+        folder = entry.parent / self.core_dir
+        return entry, folder / CORE, folder / SETTINGS
