@@ -44,7 +44,7 @@ def run_stage(project: Path, state: Path | None, source: str = "startup", option
         "SUPERVISE_HARNESS": "claude",
         "SUPERVISE_SESSION_ID": "sess-1",
         "SUPERVISE_PROJECT_DIR": str(project),
-        "SUPERVISE_STAGE_NAME": stage.stem,
+        "SUPERVISE_STAGE_NAME": stage.parent.name if stage.name == "__main__.py" else stage.stem,
         # `today` pinned to the date the fixtures were written for: a run across midnight
         # must not turn today's staging file into a past day's.
         "SUPERVISE_STAGE_OPTIONS": json.dumps({"today": TODAY, **(options or {})}),
