@@ -305,5 +305,40 @@ def test_no_traceback_or_warning_at_any_moment_of_an_early_signal(tmp_path: Path
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert b"Traceback" not in err and b"Warning" not in err and b"never awaited" not in err, err
+        assert b"internal error" not in err, err
         if verb[0] == "hook":
             assert proc.returncode in (0, -signal.SIGTERM), err
+
+
+def test_a_signal_while_a_module_is_half_imported_exits_quietly(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGTERM/SIGINT landing while ``asyncio`` (or our ``commands._common``) was still being
+    imported made the quiet-exit handler raise AttributeError ("partially initialized module
+    'asyncio' has no attribute 'events'"), which the hook reported as an internal error on
+    stderr (1-2 of 120 runs). The handler must exit quietly whatever is half imported."""
+    import types
+
+    from supervisor.commands import _common
+    from supervisor.commands.hook import quiet_exit_on_signals
+
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
+    try:
+        quiet_exit_on_signals()
+        handler = signal.getsignal(signal.SIGTERM)
+        assert callable(handler)
+        # asyncio half imported: "asyncio" is in sys.modules, "asyncio.events" not yet
+        monkeypatch.setitem(sys.modules, "asyncio", types.ModuleType("asyncio"))
+        monkeypatch.delitem(sys.modules, "asyncio.events", raising=False)
+        assert _common.note_early_signal(signal.SIGTERM) is False
+        with pytest.raises(SystemExit) as info:
+            handler(signal.SIGTERM, None)
+        assert info.value.code == 0
+        # asyncio.events half imported, and our own module half imported
+        monkeypatch.setitem(sys.modules, "asyncio.events", types.ModuleType("asyncio.events"))
+        monkeypatch.setitem(sys.modules, "supervisor.commands._common",
+                            types.ModuleType("supervisor.commands._common"))
+        with pytest.raises(SystemExit) as info:
+            handler(signal.SIGINT, None)
+        assert info.value.code == 0
+    finally:
+        for sig, old in saved.items():
+            signal.signal(sig, old)

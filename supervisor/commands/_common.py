@@ -76,8 +76,12 @@ def note_early_signal(signum: int) -> bool:
     it starts listening. Returns True when it was remembered (the caller must not raise)."""
     import sys
 
-    asyncio = sys.modules.get("asyncio")
-    if asyncio is None or asyncio.events._get_running_loop() is None:
+    # asyncio may be half imported when the signal lands (``asyncio.events`` not yet set: an
+    # AttributeError here became "internal error" on stderr): only a finished import can run
+    # a loop, and then ``asyncio.events`` is in sys.modules
+    events = sys.modules.get("asyncio.events")
+    running = getattr(events, "_get_running_loop", None)
+    if running is None or running() is None:
         return False
     if not _early:
         _early.append(signum)

@@ -524,8 +524,9 @@ def quiet_exit_on_signals() -> None:
     import signal
 
     def leave(signum: int, frame: object) -> None:
-        common = sys.modules.get("supervisor.commands._common")
-        if common is not None and common.note_early_signal(signum):
+        # a module may still be importing when the signal lands: its attributes may be missing
+        note = getattr(sys.modules.get("supervisor.commands._common"), "note_early_signal", None)
+        if note is not None and note(signum):
             return  # inside the event loop: the digest ends through its abort path instead
         raise SystemExit(0)
 
