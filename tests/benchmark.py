@@ -625,9 +625,10 @@ def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost", "hooks", "stress", "state"),
+    parser.add_argument("--only", choices=("cost", "hooks", "engine", "stress", "state"),
                         help="only the rows of issue 13 (cost; hooks: its per-event and "
-                        "session-start hook rows alone), issue 10 (stress) or issue 11 (state)")
+                        "session-start hook rows alone; engine: its 1 GiB and many-stage rows "
+                        "alone), issue 10 (stress) or issue 11 (state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -641,6 +642,11 @@ def main() -> int:
         if args.only == "stress":
             rows += bench_stress(tmp, max(3, runs // 3))
             _print(rows, max(3, runs // 3), load)
+            return 0
+        if args.only == "engine":
+            rows += bench_gib(tmp, 3, args.gib)
+            rows += bench_many_stages(tmp, runs)
+            _print(rows, runs, load)
             return 0
         rows += bench_event_hooks(tmp, runs)
         if args.only == "hooks":
