@@ -133,9 +133,13 @@ def spawn(argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str,
             if stderr == "pipe":
                 err_r, err_w = os.pipe()
                 fds += (err_r, err_w)
+        pid = None
         if vfork and _same_directory(cwd):
-            pid = _posix_spawn(argv, env, out_w, err_w, capture, stderr)
-        else:
+            try:
+                pid = _posix_spawn(argv, env, out_w, err_w, capture, stderr)
+            except NotImplementedError:  # no POSIX_SPAWN_SETSID here (macOS < 10.15)
+                pid = None
+        if pid is None:
             pid = _popen(argv, cwd, env, out_w, err_w, capture, stderr)
     except BaseException:
         for fd in fds:
@@ -238,7 +242,7 @@ def _posix_spawn(argv: Sequence[str], env: Mapping[str, str], out_w: int | None,
     try:
         # Python ignores SIGPIPE and SIGXFSZ; an ignored signal stays ignored across exec, so
         # reset them as subprocess.Popen does (restore_signals): `yes | head` must end.
-        return os.posix_spawn(path, list(argv), dict(env), file_actions=actions, setsid=True,
+        return os.posix_spawn(path, list(argv), env, file_actions=actions, setsid=True,
                               setsigdef=_RESTORE)
     except OSError as err:
         if err.filename is None:

@@ -11,7 +11,7 @@ issue 10 ("the watchdog holds under stress"):
   event loop.
 - **Reaping**: with the child subreaper, orphans adopted from stages are reaped while the
   digest runs (:meth:`Watch.reap`), never with ``waitpid(-1)`` and never a pid we spawned
-  ourselves (asyncio reaps those).
+  ourselves (the engine reaps those, :mod:`supervisor._spawn`).
 - **The kill** (:func:`kill_stage`) has a hard wall-clock bound: TERM + CONT, grace, then
   freeze (cgroup ``cgroup.freeze``, else SIGSTOP to the process group and to each member
   outside it, repeated on fresh scans until nothing new appears), then SIGKILL per process
@@ -154,7 +154,7 @@ class StageTree:
     """One running stage as the watchdog knows it.
 
     ``leader`` is the leader's pid (= its process group and session id: stages run with
-    ``setsid``); ``leader_unreaped()`` is True until asyncio has reaped it; ``token`` is its
+    ``setsid``); ``leader_unreaped()`` is True until the engine has reaped it; ``token`` is its
     ``SUPERVISE_STAGE_TOKEN``; ``cgroup`` its cgroup, if any; ``max_tasks`` and ``max_memory``
     (bytes) its caps, None for none.
     """
@@ -200,7 +200,7 @@ class Watch:
     def __init__(self, exclude: Callable[[], set[int]] = set) -> None:
         self.stages: dict[str, StageTree] = {}
         self.protected: set[int] = set()
-        """Pids this process spawned itself (stage leaders): asyncio reaps them, never us."""
+        """Pids this process spawned itself (stage leaders): the engine reaps them, never us."""
         self.spawning = 0
         """Spawns in flight: until they return, a new leader's pid is not yet protected."""
         self.exclude = exclude
@@ -411,7 +411,7 @@ class Watch:
     def reap(self) -> int:
         """Reap zombie children adopted from stages (subreaper only); return how many.
 
-        A child is reaped only when it is not a pid we spawned (asyncio reaps those: reaping
+        A child is reaped only when it is not a pid we spawned (the engine reaps those: reaping
         one here would yield "returncode 255"). ``waitid(WNOWAIT)`` peeks at one zombie
         without reaping it; when the first zombie is one of ours, the last table names the
         others. Bounded: at most :data:`REAP_BATCH` per call. Never raises.

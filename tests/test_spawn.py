@@ -147,3 +147,25 @@ def test_drain_stops_when_a_leftover_holds_the_pipe(tmp_path: Path, start: str,
     stage = result.stages[0]
     assert stage.status == "ok"
     assert stage.bytes == 200000 and stage.truncated
+
+
+def test_abort_ends_running_and_waiting_stages(tmp_path: Path) -> None:
+    """An abort cancels each stage's one wait: the running stage is killed whole, the stage
+    waiting for it (`needs`) never starts, and the banner names the abort."""
+    config = DigestConfig(budget=30, grace=0.3, stages=(
+        StageSpec(name="long", run=["sleep", "60"]),
+        StageSpec(name="after", run=["echo", "late"], needs=("long",))))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+
+    async def main() -> DigestResult:
+        abort = anyio.Event()
+
+        def started(name: str, result: object) -> None:
+            if name == "long" and result is None:  # spawned: abort now
+                abort.set()
+        return await run_digest(config, ctx, abort=abort, abort_reason="SIGTERM",
+                                on_stage=started)
+    result = anyio.run(main)
+    long, after = result.stages
+    assert long.status == "killed" and after.status == "not_started"
+    assert result.truncated and result.reason == "SIGTERM"
