@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
+from typing import Any
 
 PORTABLE_VAR = "SUPERVISE_PORTABLE"
 """Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
@@ -33,7 +34,8 @@ exit chain's generations (a caller compares the count before and after a scan)."
 class Row:
     """One process: ``pid``, ``ppid``, process group ``pgid``, session ``sid``, ``zombie``
     (exited, not yet reaped), ``start`` (an opaque start stamp: equal stamps = same process,
-    the pid-reuse check) and ``rss`` (resident bytes; 0 when unknown)."""
+    the pid-reuse check), ``rss`` (resident bytes; 0 when unknown) and ``threads`` (its tasks,
+    1 for a single-threaded process: what cgroup ``pids.max`` counts)."""
 
     pid: int
     ppid: int
@@ -44,6 +46,9 @@ class Row:
     rss: int
     stopped: bool = False
     """Stopped by a signal (``T``): it cannot fork until continued."""
+    threads: int = 1
+    """Threads (kernel tasks) of the process: ``max_tasks`` counts these, like ``pids.max``,
+    so a thread bomb is capped like a fork bomb (both spend the kernel's pids)."""
 
 
 def _parse_stat(pid: int, raw: bytes) -> Row | None:
@@ -53,7 +58,8 @@ def _parse_stat(pid: int, raw: bytes) -> Row | None:
         return None
     state = fields[0]
     return Row(pid, int(fields[1]), int(fields[2]), int(fields[3]), state in (b"Z", b"X"),
-               float(fields[19]), int(fields[21]) * _PAGE, state in (b"T", b"t"))
+               float(fields[19]), int(fields[21]) * _PAGE, state in (b"T", b"t"),
+               max(int(fields[17]), 1))
 
 
 def stat(pid: int) -> Row | None:
@@ -67,6 +73,19 @@ def stat(pid: int) -> Row | None:
     return _psutil_row(pid)
 
 
+def _threads(proc: Any) -> int:
+    """Threads of a psutil process where that is free inside ``oneshot()`` (macOS: the same
+    task-info call as its memory); 1 elsewhere, where the psutil path is only the forced
+    portable test mode on Linux and an extra ``/proc/<pid>/status`` read per process would
+    slow the scans that must keep up with fork-and-exit chains."""
+    if sys.platform != "darwin":
+        return 1
+    try:
+        return max(int(proc.num_threads()), 1)
+    except Exception:  # noqa: BLE001 - unknown: count the process once
+        return 1
+
+
 def _psutil_row(pid: int) -> Row | None:
     import psutil
 
@@ -76,7 +95,8 @@ def _psutil_row(pid: int) -> Row | None:
             zombie = proc.status() == psutil.STATUS_ZOMBIE
             rss = 0 if zombie else proc.memory_info().rss
             return Row(pid, proc.ppid(), os.getpgid(pid), os.getsid(pid), zombie,
-                       proc.create_time(), rss, proc.status() == psutil.STATUS_STOPPED)
+                       proc.create_time(), rss, proc.status() == psutil.STATUS_STOPPED,
+                       _threads(proc) if not zombie else 1)
     except (psutil.Error, OSError):
         return None
 

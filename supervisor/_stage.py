@@ -377,7 +377,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         what = ("its output above is incomplete" if out.stage_bytes(index)[0]
                 else "it printed nothing before that")
         if tree.over_cap == "max_tasks":
-            why = f"went over max_tasks = {spec.max_tasks} processes and was killed whole"
+            why = (f"went over max_tasks = {spec.max_tasks} tasks (processes and their threads) "
+                   "and was killed whole")
         elif tree.over_cap == "max_memory":
             why = f"went over max_memory = {spec.max_memory} bytes and was killed whole"
         else:

@@ -495,7 +495,7 @@ class Watch:
             which = _cgroup.over_cap(tree.cgroup)
         if which is None:
             live = [r for r in tree.members.values() if not r.zombie]
-            if tree.max_tasks is not None and len(live) > tree.max_tasks:
+            if tree.max_tasks is not None and sum(r.threads for r in live) > tree.max_tasks:
                 which = "max_tasks"
             elif tree.max_memory is not None and sum(r.rss for r in live) > tree.max_memory:
                 which = "max_memory"

@@ -118,5 +118,5 @@ def test_a_cap_is_enforced_inside_a_cgroup_too(cgroup_root: Path, tmp_path: Path
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
     result = anyio.run(partial(run_digest, config, ctx))
     assert result.stages[0].status == "killed"
-    assert "went over max_tasks = 20 processes and was killed whole" in result.stages[0].output
+    assert "went over max_tasks = 20 tasks (processes and their threads) and was killed whole" in result.stages[0].output
     assert [p for p in cgroup_root.iterdir() if p.is_dir()] == []

@@ -166,6 +166,25 @@ def test_signal_death_makes_the_start_incomplete_so_compact_runs_the_full_digest
     assert b"died of SIGKILL" in second.stdout  # the full digest ran again, not a re-emit
 
 
+def test_max_tasks_counts_threads_so_a_thread_bomb_is_killed_whole(tmp_path: Path,
+                                                                  cpu_load: str) -> None:
+    """Without a cgroup the watchdog counted processes only: one process starting 200 threads
+    under ``max_tasks = 20`` ran until the budget, although threads spend the kernel's pids
+    like a fork bomb and cgroup ``pids.max`` (the other enforcement path) counts them."""
+    bomb = ("import threading, time\n"
+            "print('threading', flush=True)\n"
+            "for _ in range(200):\n"
+            "    threading.Thread(target=time.sleep, args=(30,), daemon=True).start()\n"
+            "time.sleep(30)\n")
+    result = digest(tmp_path, [{"name": "bomb", "run": [sys.executable, "-c", bomb],
+                                "max_tasks": 20}], budget=20)
+    stage = result.stages[0]
+    assert stage.status == "killed"
+    assert [ln for ln in stage.output.splitlines() if "max_tasks" in ln] == [
+        "[supervise] stage 'bomb' went over max_tasks = 20 tasks (processes and their threads) "
+        "and was killed whole; its output above is incomplete"]
+
+
 def test_max_tasks_kills_a_fork_bomb_whole(tmp_path: Path, cpu_load: str) -> None:
     """A stage over max_tasks is killed whole, with one line naming the cap."""
     bomb = ("import os, time\n"
@@ -178,8 +197,8 @@ def test_max_tasks_kills_a_fork_bomb_whole(tmp_path: Path, cpu_load: str) -> Non
     stage = result.stages[0]
     assert stage.status == "killed"
     lines = [ln for ln in stage.output.splitlines() if "max_tasks" in ln]
-    assert lines == ["[supervise] stage 'bomb' went over max_tasks = 20 processes and was "
-                     "killed whole; its output above is incomplete"]
+    assert lines == ["[supervise] stage 'bomb' went over max_tasks = 20 tasks (processes and "
+                     "their threads) and was killed whole; its output above is incomplete"]
     assert "'bomb' (over its max_tasks cap" in result.text
     assert result.seconds < 15  # killed at the cap, not at the budget
 
