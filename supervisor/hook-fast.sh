@@ -8,7 +8,7 @@
 #
 # Rules (docs/session-protocol.md, "The per-event fast path"):
 # - prints nothing itself (only Python prints envelopes) and always exits 0;
-# - needs no PATH (head and cat by absolute path) and quotes every path (spaces are fine);
+# - needs no PATH (head, cat and find by absolute path) and quotes every path (spaces are fine);
 # - reads the payload to its end before leaving (a PostToolUse payload carries a whole file:
 #   the harness's write must never fail because the hook left early);
 # - "nothing to do" is answered only when the Python path would print nothing:
