@@ -20,6 +20,7 @@ import os
 import select
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
@@ -290,32 +291,38 @@ class Discard:
     ``/dev/null`` (never copied into this process); elsewhere they are read in 1 MiB pieces.
 
     :meth:`run` hands the descriptor to the thread (which closes it) and returns at end of
-    file; :meth:`stop` (idempotent, from the event loop) makes the thread close it and return
-    at once, whether or not :meth:`run` was cancelled.
+    file; :meth:`stop` (idempotent) makes the thread take what the pipe holds now, close it
+    and return, whether or not :meth:`run` was cancelled. The count is reported once, by
+    whichever of the two ends it.
     """
+
+    STOP_WAIT = 0.05
+    """Seconds :meth:`stop` waits for the thread's last gulp before reporting the count."""
 
     def __init__(self) -> None:
         self._wake: int | None = None
+        self._done = threading.Event()
+        self._counted = [0]
+        self._count: Callable[[int], None] | None = None
 
     async def run(self, fd: int, count: Callable[[int], None]) -> None:
-        """Drain ``fd`` (non-blocking, now owned by the drain) to its end of file, calling
-        ``count(n)`` on the event loop with the bytes discarded, at the end (cancelled or
-        not)."""
+        """Drain ``fd`` (non-blocking, now owned by the drain) to its end of file; ``count(n)``
+        gets the bytes discarded, on the event loop, once (here at end of file, or from
+        :meth:`stop`)."""
         try:
             wake_r, self._wake = os.pipe()
         except OSError:
             os.close(fd)
             raise
-        counted = [0]
-        try:
-            await anyio.to_thread.run_sync(_discard, fd, wake_r, counted,
-                                           abandon_on_cancel=True,
-                                           limiter=anyio.CapacityLimiter(1))
-        finally:
-            count(counted[0])
+        self._count = count
+        await anyio.to_thread.run_sync(_discard, fd, wake_r, self._counted, self._done,
+                                       abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1))
+        self._settle()
 
-    def stop(self) -> None:
-        """End the drain (it closes its descriptors); a no-op when none runs."""
+    async def stop(self) -> None:
+        """End the drain: the thread takes what the pipe holds now (never waiting for more:
+        design rule 6), closes its descriptors and returns; the count is reported after it
+        did, or after :data:`STOP_WAIT` seconds. A no-op when no drain runs."""
         if self._wake is not None:
             wake, self._wake = self._wake, None
             try:
@@ -323,21 +330,31 @@ class Discard:
             except OSError:  # the drain already returned and closed its end
                 pass
             os.close(wake)
+            with anyio.move_on_after(self.STOP_WAIT):
+                while not self._done.is_set():
+                    await anyio.sleep(0.002)
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._count is not None:
+            count, self._count = self._count, None
+            count(self._counted[0])
 
 
-def _discard(fd: int, wake: int, counted: list[int]) -> None:
-    """The drain itself (worker thread): until end of file or a byte on ``wake``. The pipe
-    is widened first and a small gulp is followed by a 1 ms pause, so the bytes are moved in
-    few large pieces: each piece needs the GIL, which the watchdog's scans hold for
-    milliseconds at a time."""
-    widen(fd)
+def _discard(fd: int, wake: int, counted: list[int], done: threading.Event) -> None:
+    """The drain itself (worker thread): until end of file, or a byte on ``wake`` (then what
+    the pipe holds at that moment is taken too). The pipe is widened first and a small gulp
+    is followed by a 1 ms pause, so the bytes are moved in few large pieces: each piece needs
+    the GIL, which the watchdog's scans hold for milliseconds at a time."""
     sink: int | None = None
     try:
+        widen(fd)
         if hasattr(os, "splice"):
             sink = os.open(os.devnull, os.O_WRONLY)
         poller = select.poll()
         poller.register(fd, select.POLLIN)
         poller.register(wake, select.POLLIN)
+        last = 0  # gulps left once stopped: what the pipe holds now, never more than that
         while True:
             try:
                 if sink is not None:
@@ -345,8 +362,10 @@ def _discard(fd: int, wake: int, counted: list[int]) -> None:
                 else:
                     n = len(os.read(fd, PIPE_WIDE))
             except BlockingIOError:
-                if wake in {got for got, _ in poller.poll()}:
-                    return
+                if last or wake in {got for got, _ in poller.poll()}:
+                    if last:
+                        return
+                    last = 4
                 continue
             except OSError as err:
                 if sink is not None and err.errno == errno.EINVAL:  # no splice here: read
@@ -357,10 +376,16 @@ def _discard(fd: int, wake: int, counted: list[int]) -> None:
             if not n:
                 return
             counted[0] += n
-            if n < PIPE_DEFAULT:
-                if wake in {got for got, _ in poller.poll(1)}:  # let the pipe fill a while
+            if last:
+                last -= 1
+                if not last:
                     return
+                continue
+            # After a small gulp let the pipe fill a while (1 ms); stopped: take what it holds
+            if wake in {got for got, _ in poller.poll(1 if n < PIPE_DEFAULT else 0)}:
+                last = 4
     finally:
         for held in (fd, wake, sink):
             if held is not None:
                 os.close(held)
+        done.set()

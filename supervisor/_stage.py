@@ -343,9 +343,9 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     finally:
         if run.scopes.get(spec.name) is waiting:
             del run.scopes[spec.name]
-        drain.stop()
         try:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
+                await drain.stop()  # counts what was drained past the cap
                 if proc.poll() is None:
                     try:
                         os.kill(proc.pid, signal.SIGKILL)  # unreaped: the pid is still ours
