@@ -15,12 +15,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ._errors import ConfigError
+from ._limits import MAX_GRACE as MAX_GRACE
+from ._limits import MAX_SECONDS as MAX_SECONDS
 
-MAX_SECONDS = 86400.0
-"""Largest ``budget``, ``timeout`` or ``SUPERVISE_TIMEOUT`` accepted (a day): more is a typo,
-and ``inf`` or ``nan`` would break the deadline arithmetic (a crash at the first signal)."""
-MAX_GRACE = 600.0
-"""Largest ``grace`` accepted, in seconds."""
 DEFAULT_MAX_TASKS = 512
 """Processes a stage's tree may hold at once (``max_tasks``); a fork bomb stops here."""
 MAX_TASKS_LIMIT = 4_194_304

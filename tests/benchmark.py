@@ -537,16 +537,31 @@ def bench_many_stages(tmp: Path, runs: int, n: int = 500) -> list[tuple[str, str
     ]
 
 
-def bench_run_vs_python(runs: int) -> tuple[str, str, str]:
+def bench_run_vs_python(runs: int) -> list[tuple[str, str, str]]:
+    """`supervise run -- true` (the lean path: posix_spawn and one wait, no engine) against a
+    bare interpreter and GNU timeout, in the same rounds; and a command that leaves a
+    background process behind (the sweep starts the watchdog) for what that path costs."""
     true = shutil.which("true") or "/bin/true"
     env = {**NO_BYTECODE_ENV}
-    got = interleaved({
+    cases: dict[str, Callable[[], float]] = {
         "python": lambda: timed([sys.executable, "-c", "pass"], env=env),
         "run": lambda: timed([*SUPERVISE, "run", "--", true], env=env),
-    }, runs)
-    return ("`supervise run -- true` vs `python -c pass` (target <= 5x)",
-            f"{got['run'] * 1000:.1f} ms vs {got['python'] * 1000:.1f} ms",
-            f"{got['run'] / got['python']:.1f}x")
+        "sweep": lambda: timed([*SUPERVISE, "run", "--", "sh", "-c", "sleep 30 & exit 0"], env=env),
+    }
+    if shutil.which("timeout"):
+        cases["timeout"] = lambda: timed(["timeout", "10", true], env=env)
+    got = interleaved(cases, runs)
+    rows = [("`supervise run -- true` vs `python -c pass` (target <= 5x)",
+             f"{got['run'] * 1000:.1f} ms vs {got['python'] * 1000:.1f} ms",
+             f"{got['run'] / got['python']:.1f}x")]
+    if "timeout" in got:
+        rows.append(("`supervise run -- true` vs `timeout 10 true`",
+                     f"{got['run'] * 1000:.1f} ms vs {got['timeout'] * 1000:.1f} ms",
+                     f"{got['run'] / got['timeout']:.1f}x"))
+    rows.append(("`supervise run -- sh -c 'sleep 30 & exit 0'` (leftover swept) vs `python -c pass`",
+                 f"{got['sweep'] * 1000:.1f} ms vs {got['python'] * 1000:.1f} ms",
+                 f"{got['sweep'] / got['python']:.1f}x"))
+    return rows
 
 
 def bench_sanitize(runs: int) -> list[tuple[str, str, str]]:
@@ -625,10 +640,11 @@ def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost", "hooks", "engine", "stress", "state"),
+    parser.add_argument("--only", choices=("cost", "hooks", "engine", "run", "stress", "state"),
                         help="only the rows of issue 13 (cost; hooks: its per-event and "
                         "session-start hook rows alone; engine: its 1 GiB and many-stage rows "
-                        "alone), issue 10 (stress) or issue 11 (state)")
+                        "alone; run: its `supervise run` rows), issue 10 (stress) or issue 11 "
+                        "(state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -638,6 +654,9 @@ def main() -> int:
         tmp = Path(d)
         if args.only == "state":
             _print(bench_planted_state(tmp, runs), runs, load)
+            return 0
+        if args.only == "run":
+            _print(bench_run_vs_python(runs), runs, load)
             return 0
         if args.only == "stress":
             rows += bench_stress(tmp, max(3, runs // 3))
@@ -655,7 +674,7 @@ def main() -> int:
         rows += bench_large_repo_digest(tmp, runs)
         rows += bench_gib(tmp, 3, args.gib)
         rows += bench_many_stages(tmp, runs)
-        rows.append(bench_run_vs_python(runs))
+        rows += bench_run_vs_python(runs)
         if args.only == "cost":
             _print(rows, runs, load)
             return 0

@@ -9,13 +9,13 @@ for our own usage errors; 126 when CMD cannot be executed; 127 when it is not fo
 from __future__ import annotations
 
 import argparse
-import json
+import errno
 import os
-import shutil
 import sys
-from pathlib import Path
 
+from .. import _runwait
 from .._exitcodes import EXIT_TIMEOUT
+from .._limits import MAX_GRACE, MAX_SECONDS
 
 EXIT_RUN_USAGE = 125
 EXIT_CANNOT_EXEC = 126
@@ -39,12 +39,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_program(program: str) -> int | None:
+    """127 when ``program`` is not found, 126 when it is not an executable file, else None
+    (``shutil.which``'s rule, without importing ``shutil``)."""
     if "/" in program:
-        path = Path(program)
-        if not path.exists():
+        try:
+            if not os.path.exists(program):
+                return EXIT_NOT_FOUND
+            return None if os.path.isfile(program) and os.access(program, os.X_OK) else EXIT_CANNOT_EXEC
+        except (OSError, ValueError):  # a NUL in the name
             return EXIT_NOT_FOUND
-        return None if os.access(path, os.X_OK) and path.is_file() else EXIT_CANNOT_EXEC
-    return None if shutil.which(program) else EXIT_NOT_FOUND
+    if not program or "\0" in program:
+        return EXIT_NOT_FOUND
+    for folder in os.get_exec_path():
+        path = os.path.join(folder, program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return None
+    return EXIT_NOT_FOUND
 
 
 def main(argv: list[str]) -> int:
@@ -59,8 +69,6 @@ def main(argv: list[str]) -> int:
         print("supervise run: no command given (usage: supervise run [--budget S] -- CMD ARGS)",
               file=sys.stderr)
         return EXIT_RUN_USAGE
-    from .._plan import MAX_GRACE, MAX_SECONDS
-
     if not 0 < args.budget <= MAX_SECONDS or not 0 <= args.grace <= MAX_GRACE:
         print(f"supervise run: --budget must be > 0 and --grace >= 0 seconds (finite; at most "
               f"{MAX_SECONDS:g} and {MAX_GRACE:g})", file=sys.stderr)
@@ -70,41 +78,71 @@ def main(argv: list[str]) -> int:
         why = "not found" if bad == EXIT_NOT_FOUND else "not executable"
         print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
         return bad
+    capture = args.format == "json"
+    if not _runwait.available():
+        return _run_with_engine(command, args.budget, args.grace, capture)
+    try:
+        outcome = _runwait.run(command, budget=args.budget, grace=args.grace, capture=capture)
+    except NotImplementedError:  # posix_spawn cannot start a session here: the engine can
+        return _run_with_engine(command, args.budget, args.grace, capture)
+    except OSError as err:  # it vanished or changed since the check above
+        code = EXIT_NOT_FOUND if err.errno in (errno.ENOENT, errno.ENOTDIR) else EXIT_CANNOT_EXEC
+        why = ("not found" if code == EXIT_NOT_FOUND else "not executable"
+               if err.errno in (errno.EACCES, errno.EPERM, errno.EISDIR)
+               else f"could not start ({err.strerror})")
+        print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
+        return code
+    return _finish(command, args.budget, capture, outcome.status, outcome.exit_code,
+                   outcome.signum, outcome.seconds, outcome.output)
 
+
+def _finish(command: list[str], budget: float, capture: bool, status: str,
+            exit_code: int | None, signum: int | None, seconds: float, output: bytes) -> int:
+    """Map how CMD ended to our exit status (the module docstring), print the budget notice
+    and, with ``--format json``, the document."""
+    if status == "killed" and signum is not None:
+        code = 128 + signum
+    elif status == "killed":
+        code = EXIT_TIMEOUT
+        print(f"supervise run: {command[0]} killed after its {budget:g}s budget "
+              f"(the whole process tree)", file=sys.stderr)
+    elif exit_code is None:
+        code = EXIT_CANNOT_EXEC
+        print(f"supervise run: {command[0]}: could not start", file=sys.stderr)
+    elif exit_code < 0:
+        code = 128 - exit_code
+    else:
+        code = exit_code
+    if capture:
+        import json
+
+        doc = {"command": command, "status": status, "exit_code": exit_code,
+               "seconds": round(seconds, 3), "bytes": len(output), "budget": budget,
+               "timed_out": code == EXIT_TIMEOUT,
+               "output": output.decode("utf-8", "replace")}
+        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
+    return code
+
+
+def _run_with_engine(command: list[str], budget: float, grace: float, capture: bool) -> int:
+    """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor._runwait`
+    cannot run (no ``posix_spawn`` with a new session)."""
     import anyio
 
     from .. import _tree
     from .._engine import run_command
-    from .._results import StageResult
     from .._output import BufferSink
+    from .._results import StageResult
     from ._common import Aborter, with_signals
 
     _tree.enable_subreaper()
-    sink = None if args.format == "text" else BufferSink()  # text: the command's own stdio
+    sink = BufferSink() if capture else None  # text: the command's own stdio
 
     async def body(aborter: Aborter) -> StageResult:
-        return await run_command(command, budget=args.budget, grace=args.grace, sink=sink,
+        return await run_command(command, budget=budget, grace=grace, sink=sink,
                                  abort=aborter.event)
 
     result, aborter = anyio.run(with_signals, body)
     _tree.reap_zombie_children()
-    if result.status == "killed" and aborter.signum is not None:
-        code = 128 + aborter.signum
-    elif result.status == "killed":
-        code = EXIT_TIMEOUT
-        print(f"supervise run: {command[0]} killed after its {args.budget:g}s budget "
-              f"(the whole process tree)", file=sys.stderr)
-    elif result.exit_code is None:
-        code = EXIT_CANNOT_EXEC
-        print(f"supervise run: {command[0]}: could not start", file=sys.stderr)
-    elif result.exit_code < 0:
-        code = 128 - result.exit_code
-    else:
-        code = result.exit_code
-    if args.format == "json":
-        doc = {"command": command, "status": result.status, "exit_code": result.exit_code,
-               "seconds": round(result.seconds, 3), "bytes": result.bytes,
-               "budget": args.budget, "timed_out": code == EXIT_TIMEOUT,
-               "output": sink.getvalue().decode("utf-8", "replace") if sink is not None else ""}
-        sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
-    return code
+    return _finish(command, budget, capture, result.status, result.exit_code, aborter.signum,
+                   result.seconds, sink.getvalue() if sink is not None else b"")

@@ -1,0 +1,423 @@
+"""``supervise run``'s lean path: spawn, wait under the budget, hand the kill to the watchdog.
+
+GNU ``timeout`` costs a fork and an exec; ``supervise run`` used to start the whole anyio
+engine (asyncio with ``ssl``, the watchdog's dataclasses) before the command even started.
+Here the command starts with ``os.posix_spawnp`` (``setsid=True``: its own session and
+process group, like a stage) and this process waits in one ``select`` on a self-pipe that
+``SIGCHLD``, ``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``; the
+same wait on Linux and macOS). The watchdog (:mod:`supervisor._tree`, anyio) is imported and
+started only when there is something to kill:
+
+- at the deadline, or on a signal to us: :meth:`supervisor._tree.Watch.kill_stage` (TERM,
+  grace, freeze, KILL, the whole tree: group, ``setsid`` escapees, double forks);
+- after a normal exit, when something may be left behind (the process group is not empty,
+  the command's cgroup is not empty, one of our children is alive: with the child subreaper
+  every orphan of the tree becomes our child, so this check is complete; without the
+  subreaper (macOS, ``SUPERVISE_PORTABLE``) the token scan always runs):
+  :meth:`~supervisor._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
+  stage (systemd control-group semantics, design rule 8).
+
+No second kill sequence lives here. Imports at module level are stdlib only and cheap
+(``os``, ``select``, ``signal``, ``sys``, ``time``): the hot-path import guard in
+``tests/test_overheads.py`` keeps anyio, asyncio, psutil, pydantic and dataclasses out.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from pathlib import Path
+
+TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
+"""The watchdog's token variable (the same name as :data:`supervisor._tree.TOKEN_VAR`)."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals to us that kill the command's whole tree (with grace) instead of killing us."""
+KILL_MARGIN = 0.25
+"""Seconds after budget + grace by which :func:`run` returns after a kill (as
+:data:`supervisor._stage.KILL_MARGIN`)."""
+DRAIN_RESERVE = 0.08
+"""Seconds of :data:`KILL_MARGIN` kept for the drain (as :data:`supervisor._stage.DRAIN_RESERVE`)."""
+DRAIN = 0.2
+"""Seconds the captured output is still read after the command's end (as
+:data:`supervisor._stage.DRAIN`): never read to EOF, a leftover may hold the pipe (rule 6)."""
+READ_SIZE = 1 << 20
+"""Bytes asked for per read of the captured output."""
+PREFETCH = 1.0
+"""Seconds before the deadline at which the watchdog's modules are imported (about 0.1 s of
+imports, more on a loaded host), so that its kill sequence starts at the deadline, not after
+them. A signal to us pays them after the signal."""
+REAP_BATCH = 4096
+"""Most adopted orphans reaped per wakeup (the wakeup stays bounded)."""
+_PORTABLE_OFF = ("", "0", "no", "false", "off")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class Outcome:
+    """How the command ended.
+
+    Attributes:
+        status: ``"ok"`` (exit status 0), ``"failed"`` (another status or a signal death the
+            supervisor did not cause), or ``"killed"`` (the budget ran out or a signal to us:
+            the whole tree was killed).
+        exit_code: the command's status; negative ``-n`` for a death by signal ``n``; None
+            when it could not be reaped within the kill's bound.
+        seconds: wall seconds from the spawn to the end of the sweep.
+        signum: the first of :data:`FORWARDED` we received while it ran, or None.
+        output: what the command printed (stdout and stderr merged), when captured; else b"".
+        swept: whether the watchdog ran (a kill, or leftovers looked for after an exit).
+    """
+
+    __slots__ = ("status", "exit_code", "seconds", "signum", "output", "swept")
+
+    def __init__(self, status: str, exit_code: int | None, seconds: float, signum: int | None,
+                 output: bytes, swept: bool) -> None:
+        self.status, self.exit_code, self.seconds = status, exit_code, seconds
+        self.signum, self.output, self.swept = signum, output, swept
+
+
+def portable_forced() -> bool:
+    """Whether ``SUPERVISE_PORTABLE`` forces the portable path (the same reading as
+    :data:`supervisor._proctable.PORTABLE`, without importing the process table)."""
+    return os.environ.get("SUPERVISE_PORTABLE", "").strip().lower() not in _PORTABLE_OFF
+
+
+def available() -> bool:
+    """Whether this path can run here: POSIX with ``posix_spawnp`` (its ``setsid`` support is
+    checked at the spawn: :class:`NotImplementedError` then)."""
+    return hasattr(os, "posix_spawnp") and hasattr(signal, "SIGCHLD") and os.name == "posix"
+
+
+def _enable_subreaper() -> bool:
+    """Become a child subreaper (Linux), as :func:`supervisor._tree.enable_subreaper` does
+    (which the kill path calls too, so the watchdog knows). False where unsupported."""
+    if not sys.platform.startswith("linux") or portable_forced():
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _cgroup_root() -> Path | None:
+    """The cgroup root the command's cgroup goes under (:func:`supervisor._cgroup.cgroup_root`),
+    without importing it where none can exist: portable, ``SUPERVISE_CGROUP_ROOT=off``, or
+    our cgroup is the hierarchy's root (never used implicitly)."""
+    if portable_forced():
+        return None
+    raw = os.environ.get("SUPERVISE_CGROUP_ROOT")
+    if raw is None:
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            with open("/proc/self/cgroup", "rb") as f:
+                own = f.read()
+        except OSError:
+            return None
+        if b"0::" not in own or any(line.strip() == b"0::/" for line in own.splitlines()):
+            return None
+    elif raw.strip().lower() in ("off", "none", "0", "no", "false"):
+        return None
+    from . import _cgroup
+
+    return _cgroup.cgroup_root()
+
+
+def _our_children() -> list[int] | None:
+    """Pids of our direct children from ``/proc/self/task/*/children``; None when unknown."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            continue  # a thread that ended
+        except (OSError, ValueError):
+            return None
+    return pids
+
+
+def _reap_adopted(leader: int) -> None:
+    """Reap zombie children other than ``leader`` (adopted orphans), at most
+    :data:`REAP_BATCH`. Never raises."""
+    for _ in range(REAP_BATCH):
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            return
+        if info is None or info.si_pid in (0, leader):
+            return
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return
+
+
+def _wait_readable(fds: list[int], seconds: float) -> list[int]:
+    """The fds of ``fds`` readable (or at EOF) within ``seconds``; [] on timeout. ``poll``,
+    not ``select``: an fd number above 1023 (many inherited files) is fine."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(0.0, seconds) * 1000)]
+
+
+def _status(raw: int) -> int:
+    return os.waitstatus_to_exitcode(raw)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError, OSError):
+        pass
+
+
+def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) -> Outcome:
+    """Run ``argv`` (no shell) in its own session until it ends, ``budget`` seconds pass, or
+    we get one of :data:`FORWARDED`; kill its whole tree at the deadline or on the signal,
+    sweep its leftovers after a normal exit.
+
+    Args:
+        argv: the command; ``argv[0]`` is looked up in ``PATH`` when it has no ``/``.
+        budget: seconds the command gets (GNU ``timeout`` semantics: the kill comes after).
+        grace: seconds between TERM and KILL.
+        capture: False: the command uses our stdin, stdout and stderr. True: stdin is
+            ``/dev/null`` and stdout and stderr go, merged, to :attr:`Outcome.output`.
+
+    Returns:
+        An :class:`Outcome`; the call returns by ``budget + grace + 0.25`` seconds.
+
+    Raises:
+        OSError: the command could not be started (``FileNotFoundError`` when not found,
+            ``PermissionError`` when not executable, ...): nothing was started.
+        NotImplementedError: ``posix_spawn`` cannot start a new session on this platform.
+    """
+    token = os.urandom(16).hex()
+    env = dict(os.environ)
+    env[TOKEN_VAR] = token
+    subreaper = _enable_subreaper()
+    root = _cgroup_root()
+    cgroup: Path | None = None
+    spawn_argv = argv
+    if root is not None:
+        from . import _cgroup
+
+        cgroup = _cgroup.create(root)
+        if cgroup is not None:
+            spawn_argv = _cgroup.wrap(cgroup, argv)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    out_r = out_w = -1
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    if capture:
+        out_r, out_w = os.pipe()
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
+    got: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not got:
+            got.append(signum)
+
+    before = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    chunks: list[bytes] = []
+    try:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
+        for sig in FORWARDED:
+            signal.signal(sig, on_signal)
+        restore = tuple(s for s in (getattr(signal, "SIGPIPE", None),
+                                    getattr(signal, "SIGXFSZ", None)) if s is not None)
+        started = time.monotonic()
+        try:
+            pid = os.posix_spawnp(spawn_argv[0], spawn_argv, env, file_actions=actions,
+                                  setsid=True, setsigdef=restore)
+        except BaseException:
+            if cgroup is not None:
+                from . import _cgroup
+
+                _cgroup.remove(cgroup)
+            raise
+        finally:
+            if out_w >= 0:
+                os.close(out_w)
+        kill_at = started + budget
+        end_at = kill_at + grace + KILL_MARGIN
+        raw: int | None = None
+        reason = "exited"
+        warm = False
+        try:
+            while True:
+                try:
+                    done, wait_status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # pragma: no cover - someone else reaped it
+                    done, wait_status = pid, 0
+                if done:
+                    raw = wait_status
+                    break
+                if subreaper:
+                    _reap_adopted(pid)
+                if got:
+                    reason = "signal"
+                    break
+                left = kill_at - time.monotonic()
+                if left <= 0:
+                    reason = "deadline"
+                    break
+                if left <= PREFETCH and not warm:
+                    warm = True
+                    _load_watchdog()  # now, so that the kill starts at the deadline
+                    continue
+                ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r],
+                                       left if warm else left - PREFETCH)
+                if wake_r in ready:
+                    _drain(wake_r)
+                if out_r >= 0 and out_r in ready:
+                    data = os.read(out_r, READ_SIZE)
+                    if data:
+                        chunks.append(data)
+                    else:
+                        os.close(out_r)
+                        out_r = -1
+        except BaseException:
+            # An error of ours while it runs: the whole tree still dies (bounded), then the
+            # error propagates.
+            _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=False)
+            raise
+        swept = False
+        if reason != "exited":
+            swept = True
+            raw = _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=False)
+        elif _may_have_leftovers(pid, cgroup, subreaper):
+            swept = True
+            _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=True)
+        if out_r >= 0:
+            until = min(time.monotonic() + DRAIN, end_at)
+            while (left := until - time.monotonic()) > 0:
+                if not _wait_readable([out_r], left):
+                    break
+                data = os.read(out_r, READ_SIZE)
+                if not data:
+                    break
+                chunks.append(data)
+        if cgroup is not None:
+            from . import _cgroup
+
+            give_up = time.monotonic() + 1.0
+            while not _cgroup.remove(cgroup) and time.monotonic() < give_up:
+                time.sleep(0.005)  # empties within ms of the kill
+        if subreaper:
+            _reap_adopted(0)
+        seconds = time.monotonic() - started
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        for sig, handler in before.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                pass
+        for fd in (wake_r, wake_w, out_r):
+            if fd >= 0:
+                os.close(fd)
+    code = None if raw is None else _status(raw)
+    if reason != "exited":
+        ended = "killed"
+    else:
+        ended = "ok" if code == 0 else "failed"
+    return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept)
+
+
+def _load_watchdog() -> None:
+    """Import the watchdog (anyio, :mod:`supervisor._tree`) ahead of a kill."""
+    import anyio._backends._asyncio  # noqa: F401  (anyio.run imports it at its first call)
+
+    from . import _tree  # noqa: F401
+
+
+def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bool:
+    """After the leader exited and was reaped: whether anything of its tree may be alive.
+    Cheap and complete with the subreaper (its group, its cgroup, our children); without it
+    only a scan of the process table can tell (True)."""
+    if cgroup is not None:
+        from . import _cgroup
+
+        if _cgroup.pids(cgroup):
+            return True
+    try:
+        os.killpg(leader, 0)
+        return True  # its group is not empty (the id stays ours while it is not)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if not subreaper:
+        return True
+    _reap_adopted(0)
+    children = _our_children()
+    return children is None or bool(children)
+
+
+def _kill_tree(leader: int, token: str, cgroup: Path | None, grace: float, end_at: float,
+               *, leader_reaped: bool) -> int | None:
+    """The watchdog's kill sequence on the command's tree (imports anyio here, not before).
+
+    ``leader_reaped`` False (the deadline, a signal): ``kill_stage`` with ``grace``, then the
+    leader is reaped; returns its raw wait status (None when it could not be reaped within
+    :data:`supervisor._tree.KILL_WAIT`). True (a normal exit): ``has_leftovers`` then, if any,
+    ``kill_stage``, as the engine sweeps a stage; returns None. Deadlines are the engine's:
+    ``min(now + grace + KILL_WAIT, end_at - DRAIN_RESERVE)`` (``end_at``: monotonic seconds).
+    """
+    import anyio
+
+    from . import _tree
+
+    _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
+    tree = _tree.StageTree(leader, lambda: not leader_reaped, token, cgroup)
+    watch = _tree.Watch()
+
+    async def body() -> None:
+        offset = anyio.current_time() - time.monotonic()  # asyncio's clock is monotonic
+        limit = end_at + offset - DRAIN_RESERVE
+
+        def kill_deadline() -> float:
+            return min(anyio.current_time() + grace + _tree.KILL_WAIT, limit)
+
+        watch.add(tree)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch.reaper)
+            tg.start_soon(watch.monitor)
+            with anyio.CancelScope(shield=True):
+                if not leader_reaped:
+                    await watch.kill_stage(tree, grace, kill_deadline())
+                elif await watch.has_leftovers(
+                        tree, min(anyio.current_time() + _tree.KILL_WAIT, limit)):
+                    await watch.kill_stage(tree, grace, kill_deadline())
+            tg.cancel_scope.cancel()
+
+    anyio.run(body)
+    if leader_reaped:
+        return None
+    give_up = time.monotonic() + _tree.KILL_WAIT
+    while True:
+        try:
+            done, status = os.waitpid(leader, os.WNOHANG)
+        except ChildProcessError:  # pragma: no cover - someone else reaped it
+            return None
+        if done:
+            return status
+        if time.monotonic() >= give_up:
+            return None
+        time.sleep(0.005)
