@@ -223,6 +223,9 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         cwd: working directory (default: the current one).
         abort: when set, the tree is killed at once (a signal to the supervisor).
 
+    The command gets this process's environment unchanged plus ``SUPERVISE_STAGE_TOKEN``
+    (the watchdog's token), like GNU ``timeout``: none of a stage's ``SUPERVISE_*`` variables.
+
     Returns:
         A :class:`StageResult` named ``run``: ``ok``/``failed`` with the command's exit code,
         or ``killed`` at the budget (the CLI maps that to exit 124).

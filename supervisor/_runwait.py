@@ -2,24 +2,26 @@
 
 GNU ``timeout`` costs a fork and an exec; ``supervise run`` used to start the whole anyio
 engine (asyncio with ``ssl``, the watchdog's dataclasses) before the command even started.
-Here the command starts with ``os.posix_spawnp`` (``setsid=True``: its own session and
-process group, like a stage) and this process waits in one ``select`` on a self-pipe that
-``SIGCHLD``, ``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``; the
-same wait on Linux and macOS). The watchdog (:mod:`supervisor._tree`, anyio) is imported and
-started only when there is something to kill:
+Here (Linux) the command starts with ``os.posix_spawnp`` (``setsid=True``: its own session
+and process group, like a stage; inherited stdio, or a pipe for ``--format json``) and this
+process, a child subreaper, waits in one ``poll`` on a self-pipe that ``SIGCHLD``,
+``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``), reaping adopted
+orphans at each wakeup. The watchdog (:mod:`supervisor._tree`, anyio) is imported ahead of
+the deadline (:data:`PREFETCH`) and started only when there is something to kill:
 
 - at the deadline, or on a signal to us: :meth:`supervisor._tree.Watch.kill_stage` (TERM,
   grace, freeze, KILL, the whole tree: group, ``setsid`` escapees, double forks);
 - after a normal exit, when something may be left behind (the process group is not empty,
-  the command's cgroup is not empty, one of our children is alive: with the child subreaper
-  every orphan of the tree becomes our child, so this check is complete; without the
-  subreaper (macOS, ``SUPERVISE_PORTABLE``) the token scan always runs):
+  the command's cgroup is not empty, or one of our children is alive: with the child
+  subreaper every orphan of the tree becomes our child, so this check is complete):
   :meth:`~supervisor._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
   stage (systemd control-group semantics, design rule 8).
 
 No second kill sequence lives here. Imports at module level are stdlib only and cheap
 (``os``, ``select``, ``signal``, ``sys``, ``time``): the hot-path import guard in
-``tests/test_overheads.py`` keeps anyio, asyncio, psutil, pydantic and dataclasses out.
+``tests/test_run_verb.py`` keeps anyio, asyncio, psutil, pydantic and dataclasses out.
+Without a child subreaper (macOS, ``SUPERVISE_PORTABLE``) :func:`available` is False and
+``supervise run`` uses the engine, whose scans run from the start.
 """
 
 from __future__ import annotations
@@ -88,9 +90,13 @@ def portable_forced() -> bool:
 
 
 def available() -> bool:
-    """Whether this path can run here: POSIX with ``posix_spawnp`` (its ``setsid`` support is
-    checked at the spawn: :class:`NotImplementedError` then)."""
-    return hasattr(os, "posix_spawnp") and hasattr(signal, "SIGCHLD") and os.name == "posix"
+    """Whether this path runs here: Linux with ``/proc`` and ``posix_spawnp`` (its ``setsid``
+    support is checked at the spawn: :class:`NotImplementedError` then), the portable path
+    not forced. Elsewhere (macOS, ``SUPERVISE_PORTABLE``) there is no child subreaper: only
+    the watchdog's scans, running from the start, find a ``setsid`` escapee in time, so
+    ``supervise run`` uses the engine there (:func:`supervisor.run_command`)."""
+    return (hasattr(os, "posix_spawnp") and sys.platform.startswith("linux")
+            and os.path.isdir("/proc/self") and not portable_forced())
 
 
 def _enable_subreaper() -> bool:

@@ -214,10 +214,13 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         argv = stage_argv(spec)
         if cgroup is not None:
             argv = _cgroup.wrap(cgroup, argv)
+        # `supervise run` (transparent): our environment as is, like GNU timeout, plus the
+        # token; a stage gets its curated environment (docs/stage-authors.md).
+        env = ({**os.environ, _tree.TOKEN_VAR: token} if run.transparent
+               else stage_env(spec, run.context, token, run.config))
         # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's own;
         # else stderr is merged into stdout ("context"), its own pipe for the log, or nowhere
-        proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context),
-                            env=stage_env(spec, run.context, token, run.config),
+        proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context), env=env,
                             capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
                             vfork=run.vfork)
     except (OSError, ValueError, ConfigError) as err:

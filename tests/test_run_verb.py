@@ -54,11 +54,13 @@ echo ready
 """
 
 
+@pytest.mark.skipif(not LINUX, reason="the lean path is Linux's (a child subreaper)")
 def test_hot_path_imports_no_engine(tmp_path: Path) -> None:
     """`supervise run -- true` never imports the engine (anyio, asyncio, the watchdog) nor
     psutil, pydantic or dataclasses; a command that leaves a background process behind does
     start the watchdog (the sweep), which shows this check can fail."""
-    off = {"SUPERVISE_CGROUP_ROOT": "off"}  # a delegated cgroup would be created (a cost)
+    # a delegated cgroup would be created (a cost); the portable path uses the engine
+    off = {"SUPERVISE_CGROUP_ROOT": "off", "SUPERVISE_PORTABLE": "0"}
     quick = _loaded(["run", "--", "true"], tmp_path, off)
     assert not quick & HEAVY, sorted(quick & HEAVY)
     swept = _loaded(["run", "--", "sh", "-c", "sleep 30 & exit 0"], tmp_path, off)
@@ -226,3 +228,48 @@ def test_portable_switch_is_read_as_the_process_table_reads_it(value: str) -> No
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "SUPERVISE_PORTABLE": value})
     assert out.stdout.strip() == "True", out.stderr
+
+
+QUICK_CASES = [
+    [], ["--"], ["true"], ["--", "true"], ["--budget", "5", "--", "sleep", "1"],
+    ["--budget=5", "--grace=0.5", "--format=json", "--", "x"], ["--budget", "-1", "--", "x"],
+    ["--budget", "nan", "x"], ["--budget", "1e400", "x"], ["--budget", " 5 ", "x"],
+    ["--budget", "1_000", "x"], ["--budget", "5", "--budget", "6", "x"],
+    ["x", "--budget", "5"], ["--", "--budget", "5"], ["--", "--", "x"], ["-", "x"],
+    ["--format", "json", "--grace", "0", "sh", "-c", "exit 3"],
+    # argparse decides these (quick_parse says None): they must still parse the same way
+    ["--bud", "5", "x"], ["--budget"], ["--budget", "--", "x"], ["--budget=", "x"],
+    ["--format", "xml", "x"], ["-h"], ["--help"], ["-5", "x"], ["--grace", "abc", "x"],
+]
+
+
+@pytest.mark.parametrize("argv", QUICK_CASES)
+def test_quick_parse_answers_as_argparse_or_not_at_all(argv: list[str]) -> None:
+    """`run` parses its usual spellings without importing argparse; whatever it answers is
+    argparse's answer (NaN compared as NaN)."""
+    import math
+
+    from supervisor.commands import run
+
+    quick = run.quick_parse(argv)
+    if quick is None:
+        return
+    args = run.build_parser().parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    expected = (args.budget, args.grace, args.format, command)
+    same = [a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
+            for a, b in zip(quick, expected)]
+    assert all(same), (quick, expected)
+
+
+def test_quick_parse_defers_help_and_mistakes() -> None:
+    from supervisor.commands import run
+
+    for argv in (["-h"], ["--bud", "5", "x"], ["--budget"], ["--format", "xml", "x"]):
+        assert run.quick_parse(argv) is None
+    parser = run.build_parser()
+    assert run.DEFAULTS == tuple(parser.get_default(k) for k in ("budget", "grace", "format"))
+    help_out = run_cli("run", "--help")
+    assert help_out.returncode == 0 and b"--budget" in help_out.stdout
+    bad = run_cli("run", "--format", "xml", "--", "true")
+    assert bad.returncode == 125 and b"invalid choice" in bad.stderr

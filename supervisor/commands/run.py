@@ -8,7 +8,6 @@ for our own usage errors; 126 when CMD cannot be executed; 127 when it is not fo
 
 from __future__ import annotations
 
-import argparse
 import errno
 import os
 import sys
@@ -17,13 +16,19 @@ from .. import _runwait
 from .._exitcodes import EXIT_TIMEOUT
 from .._limits import MAX_GRACE, MAX_SECONDS
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    import argparse
+
 EXIT_RUN_USAGE = 125
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``run`` argument parser."""
+    """The ``run`` argument parser (imported only when :func:`quick_parse` cannot answer)."""
+    import argparse
+
     p = argparse.ArgumentParser(prog="supervise run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=120.0, metavar="S",
@@ -57,19 +62,65 @@ def _check_program(program: str) -> int | None:
     return EXIT_NOT_FOUND
 
 
+DEFAULTS = (120.0, 1.0, "text")
+"""``--budget``, ``--grace`` and ``--format`` when not given (as in :func:`build_parser`)."""
+
+
+def quick_parse(argv: list[str]) -> tuple[float, float, str, list[str]] | None:
+    """``(budget, grace, format, command)`` for the common spellings, without argparse (whose
+    import costs about what the interpreter's start does): ``--budget S``, ``--budget=S``,
+    ``--grace``, ``--format``, then ``--`` or the first word that is not an option. None for
+    anything else (``--help``, an abbreviation, a value argparse would refuse): argparse then
+    decides, with its own messages. Where it answers, it answers as :func:`build_parser`."""
+    budget, grace, fmt = DEFAULTS
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == "--":
+            return budget, grace, fmt, argv[i + 1:]
+        if not arg.startswith("-") or arg == "-":
+            return budget, grace, fmt, argv[i:]
+        name, eq, value = arg.partition("=")
+        if name not in ("--budget", "--grace", "--format"):
+            return None
+        if not eq:
+            if i + 1 >= len(argv):
+                return None
+            value = argv[i + 1]
+        i += 1 if eq else 2
+        if name == "--format":
+            if value not in ("text", "json"):
+                return None
+            fmt = value
+            continue
+        try:
+            number = float(value)
+        except ValueError:
+            return None
+        if name == "--budget":
+            budget = number
+        else:
+            grace = number
+    return budget, grace, fmt, []
+
+
 def main(argv: list[str]) -> int:
     """Run CMD under the budget; see the module docstring for exit statuses."""
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:
-        return EXIT_RUN_USAGE if exc.code else 0
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    quick = quick_parse(argv)
+    if quick is not None:
+        budget, grace, fmt, command = quick
+    else:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as exc:
+            return EXIT_RUN_USAGE if exc.code else 0
+        budget, grace, fmt = args.budget, args.grace, args.format
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         print("supervise run: no command given (usage: supervise run [--budget S] -- CMD ARGS)",
               file=sys.stderr)
         return EXIT_RUN_USAGE
-    if not 0 < args.budget <= MAX_SECONDS or not 0 <= args.grace <= MAX_GRACE:
+    if not 0 < budget <= MAX_SECONDS or not 0 <= grace <= MAX_GRACE:
         print(f"supervise run: --budget must be > 0 and --grace >= 0 seconds (finite; at most "
               f"{MAX_SECONDS:g} and {MAX_GRACE:g})", file=sys.stderr)
         return EXIT_RUN_USAGE
@@ -78,13 +129,13 @@ def main(argv: list[str]) -> int:
         why = "not found" if bad == EXIT_NOT_FOUND else "not executable"
         print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
         return bad
-    capture = args.format == "json"
+    capture = fmt == "json"
     if not _runwait.available():
-        return _run_with_engine(command, args.budget, args.grace, capture)
+        return _run_with_engine(command, budget, grace, capture)
     try:
-        outcome = _runwait.run(command, budget=args.budget, grace=args.grace, capture=capture)
+        outcome = _runwait.run(command, budget=budget, grace=grace, capture=capture)
     except NotImplementedError:  # posix_spawn cannot start a session here: the engine can
-        return _run_with_engine(command, args.budget, args.grace, capture)
+        return _run_with_engine(command, budget, grace, capture)
     except OSError as err:  # it vanished or changed since the check above
         code = EXIT_NOT_FOUND if err.errno in (errno.ENOENT, errno.ENOTDIR) else EXIT_CANNOT_EXEC
         why = ("not found" if code == EXIT_NOT_FOUND else "not executable"
@@ -92,7 +143,7 @@ def main(argv: list[str]) -> int:
                else f"could not start ({err.strerror})")
         print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
         return code
-    return _finish(command, args.budget, capture, outcome.status, outcome.exit_code,
+    return _finish(command, budget, capture, outcome.status, outcome.exit_code,
                    outcome.signum, outcome.seconds, outcome.output)
 
 
