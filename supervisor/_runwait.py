@@ -6,8 +6,10 @@ Here (Linux) the command starts with ``os.posix_spawnp`` (``setsid=True``: its o
 and process group, like a stage; inherited stdio, or a pipe for ``--format json``) and this
 process, a child subreaper, waits in one ``poll`` on a self-pipe that ``SIGCHLD``,
 ``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``), reaping adopted
-orphans at each wakeup. The watchdog (:mod:`supervisor._tree`, anyio) is imported ahead of
-the deadline (:data:`PREFETCH`) and started only when there is something to kill:
+orphans at each wakeup. The watchdog (:mod:`supervisor._tree`, anyio) is loaded only when
+the command has run :data:`WATCH_AFTER` seconds or is within :data:`PREFETCH` seconds of its
+deadline (it then scans, as the engine's monitor, so that a kill knows the tree), or when
+there is something to kill:
 
 - at the deadline, or on a signal to us: :meth:`supervisor._tree.Watch.kill_stage` (TERM,
   grace, freeze, KILL, the whole tree: group, ``setsid`` escapees, double forks);
@@ -50,10 +52,16 @@ DRAIN = 0.2
 :data:`supervisor._stage.DRAIN`): never read to EOF, a leftover may hold the pipe (rule 6)."""
 READ_SIZE = 1 << 20
 """Bytes asked for per read of the captured output."""
-PREFETCH = 1.0
-"""Seconds before the deadline at which the watchdog's modules are imported (about 0.1 s of
-imports, more on a loaded host), so that its kill sequence starts at the deadline, not after
-them. A signal to us pays them after the signal."""
+PREFETCH = 3.0
+"""Seconds before the deadline from which the watchdog is loaded and scans the process
+table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
+the deadline knowing the tree's members: the kill has only grace + 0.17 s, too short to find
+a ``setsid`` escapee from nothing on a starved host, and loading the watchdog (about 0.1 s of
+imports) took up to 1.8 s on a 2-core host at load average 30."""
+WATCH_AFTER = 1.0
+"""Seconds of the command's life after which the watchdog is loaded and scans anyway: a
+command that runs this long gets the engine's watch (a signal to us, or its exit, then finds
+a tree already known), and one that ends sooner never pays for it."""
 REAP_BATCH = 4096
 """Most adopted orphans reaped per wakeup (the wakeup stays bounded)."""
 _PORTABLE_OFF = ("", "0", "no", "false", "off")
@@ -266,7 +274,7 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         end_at = kill_at + grace + KILL_MARGIN
         raw: int | None = None
         reason = "exited"
-        warm = False
+        dog: _Watchdog | None = None
         try:
             while True:
                 try:
@@ -285,12 +293,17 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                 if left <= 0:
                     reason = "deadline"
                     break
-                if left <= PREFETCH and not warm:
-                    warm = True
-                    _load_watchdog()  # now, so that the kill starts at the deadline
-                    continue
-                ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r],
-                                       left if warm else left - PREFETCH)
+                watch_at = min(kill_at - PREFETCH, started + WATCH_AFTER)
+                if time.monotonic() >= watch_at:
+                    if dog is None:  # now, so that a kill starts on time, knowing the tree
+                        dog = _Watchdog(pid, token, cgroup)
+                    if time.monotonic() >= dog.next_scan:
+                        dog.scan(kill_at)  # who the kill must reach, as the monitor knows
+                        continue
+                    timeout = min(left, dog.next_scan - time.monotonic())
+                else:
+                    timeout = watch_at - time.monotonic()
+                ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r], timeout)
                 if wake_r in ready:
                     _drain(wake_r)
                 if out_r >= 0 and out_r in ready:
@@ -303,15 +316,15 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         except BaseException:
             # An error of ours while it runs: the whole tree still dies (bounded), then the
             # error propagates.
-            _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=False)
+            (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
             raise
         swept = False
         if reason != "exited":
             swept = True
-            raw = _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=False)
+            raw = (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
         elif _may_have_leftovers(pid, cgroup, subreaper):
             swept = True
-            _kill_tree(pid, token, cgroup, grace, end_at, leader_reaped=True)
+            (dog or _Watchdog(pid, token, cgroup)).sweep(grace, end_at)
         if out_r >= 0:
             until = min(time.monotonic() + DRAIN, end_at)
             while (left := until - time.monotonic()) > 0:
@@ -348,13 +361,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
     return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept)
 
 
-def _load_watchdog() -> None:
-    """Import the watchdog (anyio, :mod:`supervisor._tree`) ahead of a kill."""
-    import anyio._backends._asyncio  # noqa: F401  (anyio.run imports it at its first call)
-
-    from . import _tree  # noqa: F401
-
-
 def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bool:
     """After the leader exited and was reaped: whether anything of its tree may be alive.
     Cheap and complete with the subreaper (its group, its cgroup, our children); without it
@@ -376,54 +382,95 @@ def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bo
     return children is None or bool(children)
 
 
-def _kill_tree(leader: int, token: str, cgroup: Path | None, grace: float, end_at: float,
-               *, leader_reaped: bool) -> int | None:
-    """The watchdog's kill sequence on the command's tree (imports anyio here, not before).
+class _Watchdog:
+    """The watchdog (:class:`supervisor._tree.Watch`) of the command's tree, loaded only
+    when it may be needed: after :data:`WATCH_AFTER` seconds or :data:`PREFETCH` seconds
+    before the deadline (then it scans, as the engine's monitor does, so that a kill knows
+    the tree's members), or at a signal, or for a sweep. Its kill and sweep are the watchdog's own (``kill_stage``,
+    ``has_leftovers``); nothing here signals a process."""
 
-    ``leader_reaped`` False (the deadline, a signal): ``kill_stage`` with ``grace``, then the
-    leader is reaped; returns its raw wait status (None when it could not be reaped within
-    :data:`supervisor._tree.KILL_WAIT`). True (a normal exit): ``has_leftovers`` then, if any,
-    ``kill_stage``, as the engine sweeps a stage; returns None. Deadlines are the engine's:
-    ``min(now + grace + KILL_WAIT, end_at - DRAIN_RESERVE)`` (``end_at``: monotonic seconds).
-    """
-    import anyio
+    def __init__(self, leader: int, token: str, cgroup: Path | None) -> None:
+        import anyio._backends._asyncio  # noqa: F401  (anyio.run imports it at its first call)
 
-    from . import _tree
+        from . import _tree
 
-    _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
-    tree = _tree.StageTree(leader, lambda: not leader_reaped, token, cgroup)
-    watch = _tree.Watch()
+        _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
+        self.leader = leader
+        self.reaped = False
+        self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup)
+        self.watch = _tree.Watch()
+        self.watch.add(self.tree)
+        self.next_scan = time.monotonic()
+        """When the next scan is due (monotonic seconds)."""
 
-    async def body() -> None:
-        offset = anyio.current_time() - time.monotonic()  # asyncio's clock is monotonic
-        limit = end_at + offset - DRAIN_RESERVE
+    def scan(self, until: float) -> None:
+        """One bounded scan (returns by ``until``, monotonic seconds, and by the watchdog's
+        longest period); the next is due one period later."""
+        import anyio
 
-        def kill_deadline() -> float:
-            return min(anyio.current_time() + grace + _tree.KILL_WAIT, limit)
+        from . import _tree
 
-        watch.add(tree)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch.reaper)
-            tg.start_soon(watch.monitor)
-            with anyio.CancelScope(shield=True):
-                if not leader_reaped:
-                    await watch.kill_stage(tree, grace, kill_deadline())
-                elif await watch.has_leftovers(
-                        tree, min(anyio.current_time() + _tree.KILL_WAIT, limit)):
-                    await watch.kill_stage(tree, grace, kill_deadline())
-            tg.cancel_scope.cancel()
+        period = _tree.MONITOR_MAX_PERIOD
 
-    anyio.run(body)
-    if leader_reaped:
-        return None
-    give_up = time.monotonic() + _tree.KILL_WAIT
-    while True:
-        try:
-            done, status = os.waitpid(leader, os.WNOHANG)
-        except ChildProcessError:  # pragma: no cover - someone else reaped it
-            return None
-        if done:
-            return status
-        if time.monotonic() >= give_up:
-            return None
-        time.sleep(0.005)
+        async def refresh() -> None:
+            offset = anyio.current_time() - time.monotonic()
+            await self.watch.refresh(min(until, time.monotonic() + period) + offset)
+
+        anyio.run(refresh)
+        self.next_scan = time.monotonic() + min(max(0.1, 4 * self.watch.scan_seconds), period)
+
+    def kill(self, grace: float, end_at: float) -> int | None:
+        """The kill sequence (``kill_stage`` with ``grace``; the leader is not yet reaped),
+        then the leader reaped. Returns its raw wait status, None when it could not be
+        reaped within :data:`supervisor._tree.KILL_WAIT`."""
+        from . import _tree
+
+        self._run(grace, end_at, sweep=False)
+        give_up = time.monotonic() + _tree.KILL_WAIT
+        while True:
+            try:
+                done, status = os.waitpid(self.leader, os.WNOHANG)
+            except ChildProcessError:  # pragma: no cover - someone else reaped it
+                return None
+            if done:
+                self.reaped = True
+                return status
+            if time.monotonic() >= give_up:
+                return None
+            time.sleep(0.005)
+
+    def sweep(self, grace: float, end_at: float) -> None:
+        """After a normal exit (the leader reaped): ``has_leftovers`` then, if any,
+        ``kill_stage``, as the engine sweeps a stage."""
+        self.reaped = True
+        self._run(grace, end_at, sweep=True)
+
+    def _run(self, grace: float, end_at: float, *, sweep: bool) -> None:
+        """Deadlines are the engine's: ``min(now + grace + KILL_WAIT, end_at -
+        DRAIN_RESERVE)`` (``end_at``: monotonic seconds); the reaper and the monitor run
+        beside it, as in a digest."""
+        import anyio
+
+        from . import _tree
+
+        watch, tree = self.watch, self.tree
+
+        async def body() -> None:
+            offset = anyio.current_time() - time.monotonic()  # asyncio's clock is monotonic
+            limit = end_at + offset - DRAIN_RESERVE
+
+            def kill_deadline() -> float:
+                return min(anyio.current_time() + grace + _tree.KILL_WAIT, limit)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch.reaper)
+                tg.start_soon(watch.monitor)
+                with anyio.CancelScope(shield=True):
+                    if not sweep:
+                        await watch.kill_stage(tree, grace, kill_deadline())
+                    elif await watch.has_leftovers(
+                            tree, min(anyio.current_time() + _tree.KILL_WAIT, limit)):
+                        await watch.kill_stage(tree, grace, kill_deadline())
+                tg.cancel_scope.cancel()
+
+        anyio.run(body)

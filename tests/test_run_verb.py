@@ -37,6 +37,21 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """End a `supervise run` this test started (by pid): SIGTERM first, so that it kills its
+    tree, then SIGKILL; close its pipes."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for pipe in (proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
+
+
 def _pids(folder: Path) -> list[int]:
     return [int(p.read_text()) for p in sorted(folder.glob("*.pid"))]
 
@@ -103,9 +118,7 @@ def test_a_signal_to_run_kills_the_whole_tree(tmp_path: Path, sig: int, cpu_load
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     assert proc.returncode == 128 + sig and b"budget" not in err, err
     pids = _pids(tmp_path)
     assert len(pids) == 3 and not [p for p in pids if _alive(p)]
@@ -125,11 +138,13 @@ def test_adopted_orphans_are_reaped_while_the_command_runs(tmp_path: Path) -> No
         assert proc.stdout.readline() == b"ready\n"
 
         def zombies() -> int:
-            try:
-                kids = psutil.Process(proc.pid).children()
-            except psutil.NoSuchProcess:
-                return -1
-            return sum(1 for k in kids if k.status() == psutil.STATUS_ZOMBIE)
+            count = 0
+            for kid in psutil.Process(proc.pid).children():
+                try:
+                    count += kid.status() == psutil.STATUS_ZOMBIE
+                except (psutil.Error, OSError):  # reaped while we looked: not a zombie
+                    continue
+            return count
 
         give_up = time.monotonic() + 20
         while zombies() > 0 and time.monotonic() < give_up:
@@ -138,9 +153,7 @@ def test_adopted_orphans_are_reaped_while_the_command_runs(tmp_path: Path) -> No
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     assert proc.returncode == 128 + signal.SIGTERM
 
 
