@@ -286,3 +286,28 @@ def test_quick_parse_defers_help_and_mistakes() -> None:
     assert help_out.returncode == 0 and b"--budget" in help_out.stdout
     bad = run_cli("run", "--format", "xml", "--", "true")
     assert bad.returncode == 125 and b"invalid choice" in bad.stderr
+
+
+from test_cgroup import cgroup_root  # noqa: E402,F401  (the fixture: a writable cgroup v2 root)
+
+RES = Path(__file__).parent / "resources"
+
+
+@pytest.mark.skipif(not LINUX, reason="cgroup v2 is Linux's")
+def test_an_environment_clearing_daemon_dies_with_the_cgroup(cgroup_root: Path,  # noqa: F811
+                                                             tmp_path: Path) -> None:
+    """Where a cgroup is delegated, the lean path runs CMD in a cgroup of its own: a daemon
+    that double-forks, calls setsid, ignores TERM and clears its environment (no token, no
+    group) still dies at the budget, and the cgroup is removed."""
+    piddir = tmp_path / "pids"
+    piddir.mkdir()
+    proc = run_cli("run", "--budget", "3", "--grace", "0.2", "--", sys.executable,
+                   str(RES / "hostile.py"), "env-clearing-daemon", cwd=tmp_path,
+                   env={"PIDDIR": str(piddir)}, timeout=60)
+    daemon = int((piddir / "daemon.pid").read_text())
+    alive = _alive(daemon)
+    if alive:
+        os.kill(daemon, signal.SIGKILL)  # a process this test started (by its pid)
+    assert proc.stdout == b"leader ready\n" and proc.returncode == 124, proc.stderr
+    assert not alive
+    assert not [p for p in cgroup_root.iterdir() if p.is_dir()]  # its cgroup is gone
