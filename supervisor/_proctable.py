@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +23,9 @@ no ``/proc`` (psutil rows), no child subreaper, no cgroup. Read once, at import.
 PORTABLE = os.environ.get(PORTABLE_VAR, "").strip().lower() not in ("", "0", "no", "false", "off")
 """Whether :data:`PORTABLE_VAR` forces the portable path in this process."""
 _LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and not PORTABLE
+PROCFS = _LINUX
+"""Whether rows come from ``/proc`` (about 15 µs each) rather than psutil (the portable
+path: several calls per process, milliseconds each on a starved host)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -87,16 +91,53 @@ def _threads(proc: Any) -> int:
 
 
 def _psutil_row(pid: int) -> Row | None:
+    """The portable row (psutil: ``sysctl(KERN_PROC_PID)`` and ``proc_pidinfo`` on macOS).
+    A fact another user's process withholds (macOS refuses its resident set, its session
+    may be refused) is left unknown (``rss`` 0, ``pgid``/``sid`` -1: no stage's) rather than
+    dropping the row: only a process that is gone has no row, so a scan tells the two apart
+    (an unreadable row would look new, and gone, on every scan)."""
     import psutil
 
     try:
         proc = psutil.Process(pid)
         with proc.oneshot():
-            zombie = proc.status() == psutil.STATUS_ZOMBIE
-            rss = 0 if zombie else proc.memory_info().rss
-            return Row(pid, proc.ppid(), os.getpgid(pid), os.getsid(pid), zombie,
-                       proc.create_time(), rss, proc.status() == psutil.STATUS_STOPPED,
-                       _threads(proc) if not zombie else 1)
+            status: str = "?"
+            try:
+                status = proc.status()
+            except psutil.AccessDenied:
+                pass
+            zombie = status == psutil.STATUS_ZOMBIE
+            try:
+                rss = 0 if zombie else proc.memory_info().rss
+            except psutil.AccessDenied:
+                rss = 0
+            ppid, start = proc.ppid(), proc.create_time()
+            threads = _threads(proc) if not zombie else 1
+    except psutil.ZombieProcess:  # macOS refuses most facts of a zombie
+        return Row(pid, 0, -1, -1, True, 0.0, 0)
+    except (psutil.Error, OSError):
+        return None
+    try:
+        pgid, sid = os.getpgid(pid), os.getsid(pid)
+    except ProcessLookupError:
+        return None
+    except OSError:  # EPERM (macOS may refuse another session's): not ours
+        pgid = sid = -1
+    return Row(pid, ppid, pgid, sid, zombie, start, rss, status == psutil.STATUS_STOPPED,
+               threads)
+
+
+def start_stamp(pid: int) -> float | None:
+    """The start stamp of ``pid`` (:attr:`Row.start`), or None when it is gone: the
+    pid-reuse check before a signal, one read (``/proc/<pid>/stat``; psutil's
+    ``create_time``, cached by its constructor, elsewhere). Never raises."""
+    if _LINUX:
+        row = stat(pid)
+        return None if row is None else row.start
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
     except (psutil.Error, OSError):
         return None
 
@@ -104,19 +145,30 @@ def _psutil_row(pid: int) -> Row | None:
 _PID_SPACE = 1 << 22  # above any pid_max; a modulus that keeps the order of the newest
 
 
-def _last_pid() -> int:
-    """The pid the kernel handed out last (``/proc/loadavg``'s last field), or the largest
-    possible one when unknown (then the order is simply the highest pid first)."""
-    try:
-        with open("/proc/loadavg", "rb") as f:
-            return int(f.read().split()[-1])
-    except (OSError, ValueError, IndexError):
-        return _PID_SPACE - 1
+def _last_pid(pids: list[int], previous: dict[int, Row] | None) -> int:
+    """The pid the kernel handed out last: ``/proc/loadavg``'s last field on Linux; on the
+    portable path (no ``/proc``) the newest of the pids new since ``previous``: pids are
+    handed out in increasing order and wrap around, so new pids below the largest known one
+    mean the allocator wrapped since that one was handed out, and the largest of those is
+    the newest."""
+    if _LINUX:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                return int(f.read().split()[-1])
+        except (OSError, ValueError, IndexError):
+            return _PID_SPACE - 1
+    if previous:
+        top = max(previous)
+        new = [pid for pid in pids if pid not in previous]
+        wrapped = [pid for pid in new if pid < top]
+        return max(wrapped or new or [top])
+    return _PID_SPACE - 1
 
 
 def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
          reread: set[int] | frozenset[int] = frozenset(),
-         first: set[int] | frozenset[int] = frozenset()) -> tuple[dict[int, Row], bool]:
+         first: set[int] | frozenset[int] = frozenset(),
+         classify: Callable[[Row], bool] | None = None) -> tuple[dict[int, Row], bool]:
     """Every process visible now, as ``({pid: Row}, complete)``.
 
     ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
@@ -124,8 +176,12 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
     then and those in ``reread`` are read again (an incremental scan: a fork-and-exit chain's
     new generations are new pids); the others keep their earlier rows. Pids in ``first``
     (the stages' leaders and known members) are read before the others, then the newest pids:
-    a scan cut short by its deadline (a starved host) has read what matters most. Never
-    raises.
+    a scan cut short by its deadline (a starved host) has read what matters most.
+    ``classify`` is called on each row as soon as it is read (before the next pid is read:
+    the watchdog reads the stage token there, and freezes a member at once); it returns
+    False when the process turned out to be gone (a zombie too). A new pid gone by the time
+    it is read or classified counts in :data:`CHURN`: it may have been a chain's generation
+    whose successor this listing missed. Never raises.
     """
     rows: dict[int, Row] = {}
     if _LINUX:
@@ -141,33 +197,52 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
             pids = psutil.pids()
         except (psutil.Error, OSError):
             return rows, False
+    if _LINUX or previous:
+        last = _last_pid(pids, previous)  # pids wrap: the newest are just below the last one
+        order: Callable[[int], int] = lambda pid: (last - pid) % _PID_SPACE  # noqa: E731
+    else:
+        # A first scan without /proc: the pids handed out after the oldest stage leader's
+        # (the stages' processes) come first, before every older process, whatever wrapped.
+        anchor = min(first, default=0)
+        order = lambda pid: (pid - anchor) % _PID_SPACE  # noqa: E731
     if previous is not None:  # incremental on both paths: a chain's new generations are new pids
         for pid in pids:
             old = previous.get(pid)
             if old is not None and pid not in reread:
                 rows[pid] = old
         pids = [pid for pid in pids if pid not in rows]
-    last = _last_pid()  # pids wrap around: the newest are just below the last one handed out
-    pids.sort(key=lambda pid: (pid not in first, (last - pid) % _PID_SPACE))
+    pids.sort(key=lambda pid: (pid not in first, order(pid)))
     read = stat if _LINUX else _psutil_row
     for i, pid in enumerate(pids):
         if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
             return rows, False
         row = read(pid)
+        new = previous is None or pid not in previous
         if row is not None:
             rows[pid] = row
-        elif previous is not None and pid not in previous:
+            if classify is not None and not classify(row) and new:
+                CHURN[0] += 1  # exited between the listing and its classification
+        elif new:
             CHURN[0] += 1  # born after the last scan and gone before this read
     return rows, True
 
 
-def environ_value(pid: int, name: str) -> str | None:
+class Gone(Exception):
+    """The process is gone (or a zombie): raised by :func:`environ_of`."""
+
+
+def environ_of(pid: int, name: str) -> str | None:
     """The value of environment variable ``name`` in process ``pid`` as it was started, or
-    None (absent, gone, a zombie, not ours to read). Never raises."""
+    None (absent, not ours to read: another user's process). ``/proc/<pid>/environ`` on
+    Linux; psutil elsewhere (``sysctl(KERN_PROCARGS2)`` on macOS, readable for this user's
+    processes). Raises :class:`Gone` when the process has exited (a zombie has no
+    environment left to read)."""
     if _LINUX:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 raw = f.read(1 << 20)
+        except (FileNotFoundError, ProcessLookupError):
+            raise Gone(pid) from None
         except OSError:
             return None
         key = name.encode() + b"="
@@ -179,5 +254,15 @@ def environ_value(pid: int, name: str) -> str | None:
 
     try:
         return psutil.Process(pid).environ().get(name)
+    except psutil.NoSuchProcess:  # ZombieProcess too
+        raise Gone(pid) from None
     except (psutil.Error, OSError):
+        return None
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """Like :func:`environ_of`, with None for a process that is gone. Never raises."""
+    try:
+        return environ_of(pid, name)
+    except Gone:
         return None

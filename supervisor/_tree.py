@@ -30,13 +30,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import anyio
 import anyio.abc
 
 from . import _cgroup, _proctable
-from ._proctable import PORTABLE, Row, environ_value, scan, stat
+from ._proctable import PORTABLE, Gone, Row, environ_of, environ_value, scan, start_stamp, stat
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage inherits this variable; the sweep finds escapees by it."""
@@ -52,6 +53,10 @@ KILL_WAIT = 1.0
 """Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
 HARD_PHASE = 0.12
 """Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
+FULL_SCAN_PERIOD = 5.0
+"""On the portable path (psutil rows), the watchdog's periodic scans are incremental (new
+pids, plus every stage's members for the caps) and read the whole table again at most
+this often, in seconds (a pid reused in between keeps its old row until then)."""
 MONITOR_MAX_PERIOD = 0.5
 """Longest pause between two watchdog scans, in seconds (a starved host's slow scans would
 otherwise space them out past a short digest's whole life)."""
@@ -140,8 +145,7 @@ def _killpg(pgid: int, sig: int) -> bool:
 
 def _kill_checked(pid: int, start: float, sig: int) -> None:
     """Signal ``pid`` only while it is still the process we saw (same start stamp)."""
-    row = stat(pid)
-    if row is None or row.start != start:
+    if start_stamp(pid) != start:
         return
     try:
         os.kill(pid, sig)
@@ -209,6 +213,10 @@ class Watch:
         self.scan_seconds = 0.0
         self.reaped = 0
         self.last_complete = False
+        self.last_churn = 0
+        """New processes the last applied scan found gone before it could classify them."""
+        self.full_at = -math.inf
+        """When the last complete full scan began (anyio clock)."""
         self._tokens: dict[tuple[int, float], str | None] = {}
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
@@ -342,7 +350,14 @@ class Watch:
         heavy load a scan can outlast every short wait); a result older than the one already
         applied is dropped."""
         t0 = time.monotonic()
-        rows, complete = scan(limit, previous, reread, first)
+        churn = _proctable.CHURN[0]
+        # Without the subreaper an escapee is found only by its token: read it as soon as
+        # the row is read, newest first, and freeze a member of a stage being killed at once
+        # (a fork-and-exit chain's generation lives a few ms: reading every row first and
+        # the tokens after let it fork and exit in between).
+        classify = None if subreaper_enabled() else partial(self._classify, exclude)
+        rows, complete = scan(limit, previous, reread, first, classify)
+        churn = _proctable.CHURN[0] - churn
         found = self._attribute(rows, limit, sessions, exclude)
         for token in list(self.freezing):
             # Freeze as found, in this thread: a fork-and-exit chain's head lives a few ms,
@@ -358,22 +373,53 @@ class Watch:
             self.scan_seconds = time.monotonic() - t0
         self.scanned_at = began
         self.last_complete = complete
+        self.last_churn = churn
+        if previous is None and complete:
+            self.full_at = began
         for token, members in found.items():
             tree = self.stages.get(token)
             if tree is not None:
+                if not complete:  # cut by its deadline: members it did not read stay members
+                    members = {**{pid: r for pid, r in tree.members.items() if pid not in rows},
+                               **members}
                 tree.members = members
         return complete
 
+    def _classify(self, exclude: set[int], row: Row) -> bool:
+        """Read the token of a freshly read process at once (in the scan's thread, without
+        the subreaper) and SIGSTOP it when it belongs to a stage in its freeze phase.
+        Returns False when the process is gone (a zombie, or exited before its read)."""
+        if row.zombie:
+            return False
+        if row.pid in exclude:
+            return True
+        key = (row.pid, row.start)
+        if key not in self._tokens:
+            try:
+                self._tokens[key] = environ_of(row.pid, TOKEN_VAR)
+            except Gone:
+                now = stat(row.pid)  # a kernel thread has no environment either, yet lives
+                if now is None or now.zombie or now.start != row.start:
+                    return False
+                self._tokens[key] = None
+        token = self._tokens[key]
+        if token is not None and token in self.freezing and not row.stopped:
+            _kill_checked(row.pid, row.start, signal.SIGSTOP)
+        return True
+
     async def refresh(self, deadline: float, max_age: float = 0.0,
-                      started_after: float | None = None, incremental: bool = False) -> bool:
+                      started_after: float | None = None, incremental: bool = False,
+                      every_member: bool = False) -> bool:
         """Scan the process table in a worker thread and update every stage's members.
 
         ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
         returns by then whatever happens (a scan still running is abandoned). Concurrent
         callers share one scan unless it started before ``started_after`` (anyio clock); a
         table younger than ``max_age`` seconds is reused. ``incremental`` reads only new pids
-        and known members (see :func:`supervisor._proctable.scan`). Returns True when a
-        complete scan (or a shared one) updated the members by the deadline.
+        and the members of the stages being killed or checked (of every stage with
+        ``every_member``: the caps need their sizes; see :func:`supervisor._proctable.scan`).
+        Returns True when a complete scan (or a shared one) updated the members by the
+        deadline; a scan cut short keeps the members it did not read.
         """
         if anyio.current_time() - self.scanned_at <= max_age:
             return True
@@ -395,7 +441,7 @@ class Watch:
                 # Re-read only the stages being killed or checked (their members' states
                 # matter); the others keep their rows (a member's group and session
                 # attribution stays right even when stale).
-                focus = [t for t in self.stages.values() if t.token in self.focus]
+                focus = [t for t in self.stages.values() if every_member or t.token in self.focus]
                 reread = {pid for t in focus for pid in t.members}
                 reread.update(t.leader for t in focus)
                 first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
@@ -482,7 +528,11 @@ class Watch:
     async def _monitor(self) -> None:
         while True:
             if self.stages:
-                await self.refresh(anyio.current_time() + 1.0)
+                now = anyio.current_time()
+                # psutil rows cost milliseconds each on a starved host: read only new pids
+                # and the stages' members, and the whole table now and then.
+                cheap = not _proctable.PROCFS and now - self.full_at < FULL_SCAN_PERIOD
+                await self.refresh(now + 1.0, incremental=cheap, every_member=cheap)
                 for tree in list(self.stages.values()):
                     self._check_caps(tree)
             await anyio.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
@@ -607,8 +657,11 @@ class Watch:
                 quiet = 0
             complete = await self.refresh(until, started_after=anyio.current_time(),
                                           incremental=True)
+            # Without the subreaper a new process gone before its token was read may have
+            # been a chain's generation whose successor the listing missed: not settled.
             settled = complete and all(
-                pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items())
+                pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items()
+            ) and (subreaper_enabled() or self.last_churn == 0)
             quiet = quiet + 1 if settled else 0
             if quiet >= 2:
                 return

@@ -1,10 +1,12 @@
 """The engine's portable path (what runs on macOS: no child subreaper, no ``/proc``, no cgroup;
 psutil scans and the token sweep), forced on Linux with ``SUPERVISE_PORTABLE=1`` and run
-against the same hostile-tree tests as the Linux path (``tests/test_engine.py``). The
-watchdog's stress tests (``tests/test_watchdog.py``: CPU starvation, chains under a synthetic
-load) and the fork-and-exit chain are known gaps of the portable path on a loaded host
-(docs/engine.md, "Platforms"). The switch is read at import, and a child subreaper
-cannot be turned off again in a process, so each run is a fresh pytest process."""
+against the same hostile-tree tests as the Linux path: all of ``tests/test_engine.py`` and
+the watchdog's real-process tests in ``tests/test_watchdog.py`` (fork-and-exit chains, CPU
+starvation, fork bombs, caps, early signals), each also under the synthetic CPU load. Left
+out: the config-number tests (no process tree) and the reaping of adopted orphans, which
+needs the subreaper (without it they are init's; docs/engine.md, "Platforms"). The switch is
+read at import, and a child subreaper cannot be turned off again in a process, so each run
+is a fresh pytest process."""
 
 from __future__ import annotations
 
@@ -45,8 +47,9 @@ def test_hostile_trees_on_the_portable_path() -> None:
     """Every hostile-tree test passes with the portable path forced (pytest in a fresh
     process; its own conftest still fails any test that leaves a process behind)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "tests/test_engine.py", "-k", "not fork_and_exit_chain"], cwd=ROOT, capture_output=True, text=True,
-                          env=_env(), timeout=880)
+                           "tests/test_engine.py", "tests/test_watchdog.py",
+                           "-k", "not adopted_orphans_are_reaped and not non_finite"],
+                          cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=880)
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
