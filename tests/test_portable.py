@@ -1,10 +1,12 @@
 """The engine's portable path (what runs on macOS: no child subreaper, no ``/proc``, no cgroup;
 psutil scans and the token sweep), forced on Linux with ``SUPERVISE_PORTABLE=1`` and run
 against the same hostile-tree tests as the Linux path: all of ``tests/test_engine.py`` and
-the watchdog's real-process tests in ``tests/test_watchdog.py`` (fork-and-exit chains, CPU
-starvation, fork bombs, caps, early signals), each also under the synthetic CPU load. Left
-out: the config-number tests (no process tree) and the reaping of adopted orphans, which
-needs the subreaper (without it they are init's; docs/engine.md, "Platforms"). The switch is
+the watchdog's process-tree tests in ``tests/test_watchdog.py`` (fork-and-exit chains, CPU
+starvation, a fork bomb over ``max_tasks``, a hog over ``max_memory``, foreign signals, the
+deferred runner's descriptors), each hostile one also under the synthetic CPU load. Left
+out: the config-number and early-signal tests (no process tree: the CLI's own signal
+handling, the same on both paths) and the reaping of adopted orphans, which needs the
+subreaper (without it they are init's; docs/engine.md, "Platforms"). The switch is
 read at import, and a child subreaper cannot be turned off again in a process, so each run
 is a fresh pytest process."""
 
@@ -48,8 +50,79 @@ def test_hostile_trees_on_the_portable_path() -> None:
     process; its own conftest still fails any test that leaves a process behind)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "tests/test_engine.py", "tests/test_watchdog.py",
-                           "-k", "not adopted_orphans_are_reaped and not non_finite"],
+                           "-k", "not adopted_orphans_are_reaped and not non_finite and not early_signal"],
                           cwd=ROOT, capture_output=True, text=True, env=_env(), timeout=880)
     tail = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, tail
     assert " passed" in proc.stdout and " failed" not in proc.stdout, tail
+
+
+def _sleeper(env: dict[str, str] | None = None,
+             new_session: bool = False) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            stdin=subprocess.DEVNULL, env=env, start_new_session=new_session)
+
+
+def test_a_first_portable_scan_reads_the_stages_processes_before_older_ones(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``/proc/loadavg`` a first scan cannot know the newest pid; the largest pid
+    first read a stage's double-forked daemon after every older process (pids wrap), and a
+    scan cut by its deadline on a starved host missed it. The pids handed out after the
+    oldest stage leader's come first."""
+    from supervisor import _proctable
+
+    monkeypatch.setattr(_proctable, "_LINUX", False)  # psutil rows, as on macOS
+    leader = _sleeper()
+    child = _sleeper()
+    while child.pid < leader.pid:  # the pids wrapped between the two: spawn them again
+        for p in (leader, child):
+            p.kill()
+            p.wait()
+        leader, child = _sleeper(), _sleeper()
+    order: list[int] = []
+
+    def classify(row: _proctable.Row) -> bool:
+        order.append(row.pid)
+        return True
+
+    try:
+        rows, complete = _proctable.scan(first={leader.pid}, classify=classify)
+    finally:
+        for p in (leader, child):  # processes this test started: end them by pid
+            p.kill()
+            p.wait()
+    assert complete and order[0] == leader.pid and child.pid in rows
+    older = [pid for pid in (1, os.getpid(), os.getppid()) if pid in order]
+    assert older and all(order.index(child.pid) < order.index(pid) for pid in older), order
+
+
+def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
+    """A starved host's scan can be cut before it reads a stage's processes: that must not
+    drop them from the stage's members (the kill then spared a double-forked daemon)."""
+    import math
+    import time
+    import uuid
+
+    import anyio
+
+    from supervisor._tree import TOKEN_VAR, StageTree, Watch
+
+    token = uuid.uuid4().hex
+    proc = _sleeper({**os.environ, TOKEN_VAR: token}, new_session=True)
+    try:
+        watch = Watch()
+        tree = StageTree(proc.pid, lambda: proc.poll() is None, token)
+        watch.add(tree)
+
+        async def until_member() -> None:
+            while proc.pid not in tree.members:  # the handshake: a scan has seen it
+                await watch.refresh(anyio.current_time() + 5.0)
+
+        anyio.run(until_member)
+        complete = watch._scan_sync(time.monotonic() - 1.0, {proc.pid: token}, set(), None,
+                                    set(), set(), math.inf)
+        assert not complete
+        assert proc.pid in tree.members
+    finally:
+        proc.kill()
+        proc.wait()
