@@ -19,10 +19,7 @@ def find_project_root(start: Path) -> Path:
 
 
 def _read_gitdir_file(dotgit: Path) -> Path | None:
-    try:
-        text = dotgit.read_text("utf-8", errors="replace")
-    except OSError:
-        return None
+    text = _read_small(dotgit, 64 * 1024)  # capped, never a FIFO (a planted 3 GiB .git file)
     for line in text.splitlines():
         if line.startswith("gitdir:"):
             target = Path(line.removeprefix("gitdir:").strip())
@@ -46,12 +43,10 @@ def git_dirs(top: Path) -> tuple[Path, Path] | None:
     if git_dir is None:
         return None
     common = git_dir
-    try:
-        raw = (git_dir / "commondir").read_text("utf-8").strip()
-        if raw:
-            common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
-    except OSError:
-        pass
+    # never blocking: a planted .git/commondir FIFO held every hook and verb forever
+    raw = _read_small(git_dir / "commondir", 64 * 1024).strip()
+    if raw:
+        common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
     try:
         return git_dir.resolve(), common.resolve()
     except (OSError, RuntimeError):

@@ -1,0 +1,58 @@
+"""The git files watchkeeper reads itself (no git process: ``.git`` as a worktree's pointer
+file, a git dir's ``commondir``) as hostile input (issue 11's kinds, in a file nobody listed).
+
+Regression for: a planted ``.git/commondir`` FIFO held every hook and verb forever (the hook
+never returned, `supervise digest` even ignored SIGTERM while blocked in the open); a 2 GiB
+``.git`` file was read whole. Invariant: these reads are capped and never block; a file that
+cannot be used reads as absent, and the hook exits 0 with its digest.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+
+def _commondir_fifo(repo: Path) -> None:
+    os.mkfifo(repo / ".git" / "commondir")
+
+
+def _commondir_dev_zero(repo: Path) -> None:
+    (repo / ".git" / "commondir").symlink_to("/dev/zero")
+
+
+def _huge_dotgit_file(repo: Path) -> None:
+    (repo / ".git").rename(repo.parent / "moved-git")
+    with (repo / ".git").open("wb") as f:
+        f.write(b"gitdir: " + str(repo.parent / "moved-git").encode() + b"\n")
+        f.truncate(2 << 30)
+
+
+def _dotgit_fifo(repo: Path) -> None:
+    (repo / ".git").rename(repo.parent / "moved-git")
+    os.mkfifo(repo / ".git")
+
+
+PLANTS: dict[str, Callable[[Path], None]] = {
+    "commondir-fifo": _commondir_fifo, "commondir-dev-zero": _commondir_dev_zero,
+    "huge-dotgit-file": _huge_dotgit_file, "dotgit-fifo": _dotgit_fifo,
+}
+
+
+@pytest.mark.parametrize("kind", list(PLANTS))
+def test_hostile_git_files_never_block_a_hook_or_verb(git_repo: Path, kind: str) -> None:
+    (git_repo / "AGENTS.md").write_text("ROOT-RULES\n")
+    PLANTS[kind](git_repo)
+    payload = json.dumps({"session_id": "s", "cwd": str(git_repo), "source": "startup"}).encode()
+    hook = run_cli("hook", "claude", "--take-lock", cwd=git_repo, input=payload, timeout=60)
+    assert hook.returncode == 0, hook.stderr
+    assert "ROOT-RULES" in json.loads(hook.stdout)["hookSpecificOutput"]["additionalContext"]
+    for verb in ("digest", "status"):
+        run = run_cli(verb, cwd=git_repo, timeout=60)
+        assert run.returncode in (0, 1) and b"internal error" not in run.stderr, run.stderr
