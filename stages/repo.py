@@ -52,11 +52,28 @@ def parse_status(raw: bytes) -> tuple[dict[str, str], list[str]]:
     return headers, lines
 
 
+def _small(path: Path, cap: int = 64 * 1024) -> str:
+    """A regular file's text (at most ``cap`` bytes), never blocking on a FIFO nor reading a
+    device; raises OSError when it is absent or not a regular file (the caller skips it)."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path}: not a regular file")
+        return os.read(fd, cap).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
 def in_progress(git_dir: Path) -> list[str]:
     """Operations interrupted half-way (merge, rebase, am, cherry-pick, revert, bisect)."""
     out = []
     if (git_dir / "MERGE_HEAD").is_file():
-        head = (git_dir / "MERGE_HEAD").read_text(errors="replace").split()[:1]
+        try:  # a planted FIFO or huge file in .git/ never holds the stage
+            head = _small(git_dir / "MERGE_HEAD").split()[:1]
+        except OSError:
+            head = []
         out.append(f"merge in progress (merging {head[0][:12] if head else '?'}): resolve, "
                    "then commit, or `git merge --abort`")
     for sub, what in (("rebase-merge", "rebase"), ("rebase-apply", "rebase")):
@@ -67,7 +84,7 @@ def in_progress(git_dir: Path) -> list[str]:
             step = ""
             for num, end in (("msgnum", "end"), ("next", "last")):
                 try:
-                    step = f" (step {(d / num).read_text().strip()}/{(d / end).read_text().strip()})"
+                    step = f" (step {_small(d / num).strip()}/{_small(d / end).strip()})"
                     break
                 except OSError:
                     continue
@@ -93,8 +110,8 @@ def worktrees(git_dir: Path, common_dir: Path) -> list[str]:
         if entry.resolve() == here:
             continue
         try:
-            path = Path((entry / "gitdir").read_text(errors="replace").strip()).parent
-            head = (entry / "HEAD").read_text(errors="replace").strip()
+            path = Path(_small(entry / "gitdir").strip()).parent
+            head = _small(entry / "HEAD").strip()
         except OSError:
             continue
         branch = head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else f"detached {head[:12]}"

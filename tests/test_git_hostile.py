@@ -56,3 +56,42 @@ def test_hostile_git_files_never_block_a_hook_or_verb(git_repo: Path, kind: str)
     for verb in ("digest", "status"):
         run = run_cli(verb, cwd=git_repo, timeout=60)
         assert run.returncode in (0, 1) and b"internal error" not in run.stderr, run.stderr
+
+
+def test_repo_stage_never_blocks_on_planted_git_state_files(git_repo: Path) -> None:
+    """The repo stage read ``.git/MERGE_HEAD``, a rebase's ``msgnum``/``end`` and a linked
+    worktree's ``gitdir``/``HEAD`` with blocking reads: a FIFO there held the stage until the
+    budget killed it (the repository section lost, a truncation banner instead)."""
+    git = git_repo / ".git"
+    (git / "rebase-merge").mkdir()
+    os.mkfifo(git / "rebase-merge" / "msgnum")
+    (git / "rebase-merge" / "end").write_text("3\n")
+    os.mkfifo(git / "MERGE_HEAD")
+    (git / "worktrees" / "wt").mkdir(parents=True)
+    os.mkfifo(git / "worktrees" / "wt" / "gitdir")
+    os.mkfifo(git / "worktrees" / "wt" / "HEAD")
+    (git_repo / "supervise.toml").write_text(
+        'budget = 20\n[[stages]]\nname = "repo"\nbuiltin = "repo"\n')
+    run = run_cli("digest", cwd=git_repo, timeout=60)
+    assert run.returncode == 0, run.stderr
+    out = run.stdout.decode()
+    assert "## Repository" in out and "rebase in progress" in out and "TRUNCATED" not in out
+
+
+@pytest.mark.parametrize("plant", ["fifo", "deep"])
+def test_harness_settings_file_never_blocks_install_or_doctor(git_repo: Path, plant: str) -> None:
+    """``.claude/settings.json`` as a FIFO held `install`, `uninstall` and `doctor` forever; a
+    60,000-deep JSON was an internal error (RecursionError). Each is one line naming the file."""
+    settings = git_repo / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    if plant == "fifo":
+        os.mkfifo(settings)
+        why = "not a regular file"
+    else:
+        settings.write_text('{"a": ' + "[" * 60000 + "]" * 60000 + "}")
+        why = "nested too deeply"
+    for verb in ("install", "uninstall", "doctor"):
+        run = run_cli(verb, "claude", cwd=git_repo, timeout=60)
+        text = (run.stdout + run.stderr).decode()
+        assert run.returncode == 1 and "internal error" not in text, text
+        assert f"{settings}: " in text and why in text, text

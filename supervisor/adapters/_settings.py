@@ -84,6 +84,10 @@ def refuse_links(paths: list[Path], project_dir: Path, home: Path) -> list[str]:
     return lines
 
 
+_MAX_SETTINGS = 4 * 1024 * 1024
+"""Bytes of a harness settings file read at most (a larger one is an error, never read)."""
+
+
 def read_settings(path: Path) -> dict[str, Any] | None:
     """Parse ``path``; None when it does not exist; ``{}`` when empty or blank.
 
@@ -91,16 +95,32 @@ def read_settings(path: Path) -> dict[str, Any] | None:
         ConfigError: not valid JSON, not a JSON object, or unreadable (one line; the file is
             never touched).
     """
-    try:
-        text = path.read_text("utf-8")
+    import stat
+
+    try:  # never blocking on a planted FIFO, never reading a device or a huge file whole
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ConfigError(f"{path}: not a regular file (a FIFO, socket, device or folder); "
+                              "not read")
+        if st.st_size > _MAX_SETTINGS:
+            raise ConfigError(f"{path}: too large ({st.st_size} bytes); not read")
+        text = os.read(fd, _MAX_SETTINGS + 1).decode("utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
+    finally:
+        os.close(fd)
     if not text.strip():
         return {}
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: not valid JSON (nested too deeply to parse)") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: "
                           f"{err.msg}); fix or remove it, it was left untouched") from None

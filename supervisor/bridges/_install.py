@@ -49,11 +49,8 @@ def _write(path: Path, text: str) -> bool:
         ValueError: ``path`` is a symbolic link (nothing written).
         OSError: the folder cannot be created or written.
     """
-    try:
-        if path.read_text("utf-8") == text:
-            return False
-    except (OSError, UnicodeDecodeError):
-        pass
+    if _read(path) == text:
+        return False
     if path.is_symlink():  # the caller checks the whole path first; never write through one
         from .._fsutil import link_refusal
 
@@ -110,10 +107,22 @@ def uninstall(bridge: Bridge, scope: str, project_dir: Path, home: Path) -> str:
 
 
 def _read(path: Path) -> str:
+    """``path``'s text (at most 4 MiB), never blocking on a planted FIFO nor reading a device;
+    ``""`` when absent, unreadable or not a regular file."""
+    import stat
+
     try:
-        return path.read_text("utf-8", errors="replace")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return ""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return ""
+        return os.read(fd, 4 * 1024 * 1024).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
 
 
 def _rel(path: Path, project_dir: Path) -> str:
@@ -166,10 +175,10 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
 def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
                     title: str) -> list[tuple[str, str, str]]:
     try:
-        data = json.loads(settings.read_text("utf-8"))
+        data = json.loads(_read(settings))
         python = data["python"]
         written = float(data.get("budget", 0))
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return [("FAIL", f"{settings} is missing or unreadable", fix)]
     if not isinstance(python, str) or not os.path.isabs(python):
         return [("FAIL", f"{settings}: interpreter {python!r} is not an absolute path "
