@@ -219,6 +219,9 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         OSError: the command could not be started (``FileNotFoundError`` when not found,
             ``PermissionError`` when not executable, ...): nothing was started.
         NotImplementedError: ``posix_spawn`` cannot start a new session on this platform.
+        ValueError: not called from the main thread (signal handlers are installed for the
+            wait, and put back before it returns). Meant for the ``supervise`` CLI process,
+            which owns all of its children (it reaps every zombie child it has).
     """
     token = os.urandom(16).hex()
     env = dict(os.environ)
