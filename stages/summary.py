@@ -27,7 +27,7 @@ if __name__ == "__main__":  # the common case, decided before any other import (
         raise SystemExit(0)  # default options and no summary to inject: main() prints nothing
 
 
-import _memory_common as common
+from memory import common
 
 TITLE = "## Resident memory summary"
 FRAMING = (

@@ -39,37 +39,37 @@ __all__ = (
 )
 
 _WHERE = {
-    "BufferSink": "._output",
-    "Sink": "._output",
-    "StreamSink": "._output",
+    "BufferSink": ".engine._output",
+    "Sink": ".engine._output",
+    "StreamSink": ".engine._output",
     "ConfigError": "._errors",
     "StateError": "._errors",
     "SupervisorError": "._errors",
-    "DigestConfig": "._config",
-    "StageSpec": "._config",
-    "load_config": "._config",
-    "SessionContext": "._context",
-    "DigestResult": "._results",
-    "StageResult": "._results",
-    "run_digest": "._engine",
-    "run_command": "._engine",
+    "DigestConfig": ".config._schema",
+    "StageSpec": ".config._schema",
+    "load_config": ".config._schema",
+    "SessionContext": ".config._context",
+    "DigestResult": ".engine._results",
+    "StageResult": ".engine._results",
+    "run_digest": ".engine._run",
+    "run_command": ".engine._run",
 }
 
 if TYPE_CHECKING:
-    from ._config import DigestConfig as DigestConfig
-    from ._config import StageSpec as StageSpec
-    from ._config import load_config as load_config
-    from ._context import SessionContext as SessionContext
-    from ._results import DigestResult as DigestResult
-    from ._results import StageResult as StageResult
-    from ._engine import run_command as run_command
-    from ._engine import run_digest as run_digest
+    from .config._schema import DigestConfig as DigestConfig
+    from .config._schema import StageSpec as StageSpec
+    from .config._schema import load_config as load_config
+    from .config._context import SessionContext as SessionContext
+    from .engine._results import DigestResult as DigestResult
+    from .engine._results import StageResult as StageResult
+    from .engine._run import run_command as run_command
+    from .engine._run import run_digest as run_digest
     from ._errors import ConfigError as ConfigError
     from ._errors import StateError as StateError
     from ._errors import SupervisorError as SupervisorError
-    from ._output import BufferSink as BufferSink
-    from ._output import Sink as Sink
-    from ._output import StreamSink as StreamSink
+    from .engine._output import BufferSink as BufferSink
+    from .engine._output import Sink as Sink
+    from .engine._output import StreamSink as StreamSink
 
 
 def __getattr__(name: str) -> Any:

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _flush_state_notices() -> None:
     """Name on stderr, once, any planted or corrupt state file no digest has named yet."""
-    door = sys.modules.get("supervisor._statedir")
+    door = sys.modules.get("supervisor.state._statedir")
     if door is None:
         return
     for line in door.take_notices():
@@ -86,7 +86,7 @@ def _standard_fds() -> None:
                 os.close(got)
             setattr(sys, name, open(fd, mode, closefd=False))
             if fd == 1:  # a delivery to it is a failed delivery, never "written"
-                from ._delivery import mark_closed_at_start
+                from .state._delivery import mark_closed_at_start
 
                 mark_closed_at_start(1)
 

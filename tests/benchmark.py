@@ -306,7 +306,7 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
         path.write_text("rules\n")
         os.utime(path, (1.0, 1.0))
     sys.path.insert(0, str(ROOT))
-    from supervisor._fastpath import MTIME_SLACK, set_watch
+    from supervisor.session._fastpath import MTIME_SLACK, set_watch
 
     # The fast path compares ctimes too (which only the clock sets): a file written less than
     # MTIME_SLACK before the list counts as changed, and Python would run on every prompt.
@@ -608,7 +608,7 @@ def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     import json
     import timeit
 
-    from supervisor._transcript import session_contexts
+    from supervisor.session._transcript import session_contexts
 
     path = tmp / "transcript.jsonl"
     line = json.dumps({"type": "user", "message": {"role": "user", "content": "x" * 2000}}) + "\n"

@@ -43,7 +43,7 @@ def write_result(folder: "Path", run: str, record: dict[str, object]) -> "Path":
     """Write ``folder/result-<run>.json`` as our deferred runner does: signed with this
     (isolated) user's result key, ``name`` = the folder's name and ``run_id`` = ``run``
     unless the record says otherwise. Returns the file."""
-    from supervisor._deferred import _encode_result, result_key
+    from supervisor.engine._deferred import _encode_result, result_key
 
     folder.mkdir(parents=True, exist_ok=True)
     data = {"name": folder.name, "run_id": run, **record}

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from fake_harness import harness_binary
-from supervisor import _ancestry
+from supervisor.session import _ancestry
 
-PROBE = ("import json, os; from supervisor import _ancestry as a; c = a.ancestry(); "
+PROBE = ("import json, os; from supervisor.session import _ancestry as a; c = a.ancestry(); "
          "h = a.find_harness(c); print(json.dumps({'depth': len(c), 'harness': h and h.harness, "
          "'pid': h and h.ident.pid}))")
 
@@ -51,7 +51,7 @@ def test_an_ancestor_vanishing_mid_walk_ends_the_walk_without_error(
 
 def test_walk_stops_at_a_parent_younger_than_its_child() -> None:
     """psutil's parent() guard: a "parent" created after its child is a reused pid."""
-    from supervisor._procinfo import ProcInfo
+    from supervisor.session._procinfo import ProcInfo
 
     me = _ancestry.ancestry(hops=1)
     assert len(me) >= 1

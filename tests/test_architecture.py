@@ -27,23 +27,12 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("supervisor._errors", "supervisor._exitcodes", "supervisor._version",
               "supervisor._sanitize")),
-    ("state", ("supervisor._fsutil", "supervisor._project", "supervisor._records",
-               "supervisor._statedir", "supervisor._delivery", "supervisor._exposure")),
+    ("state", ("supervisor.state",)),
     ("adapters", ("supervisor.adapters",)),
-    ("config", ("supervisor._config", "supervisor._plan", "supervisor._plancache",
-                "supervisor._builtins", "supervisor._context", "supervisor._limits")),
-    ("engine", ("supervisor._engine", "supervisor._stage", "supervisor._tree",
-                "supervisor._cgroup", "supervisor._proctable", "supervisor._output",
-                "supervisor._banner", "supervisor._results", "supervisor._stagelog",
-                "supervisor._deferred", "supervisor._deferred_runner", "supervisor._spawn",
-                "supervisor._runwait")),
-    ("session", ("supervisor._payload", "supervisor._session", "supervisor._outcome",
-                 "supervisor._starts", "supervisor._lock", "supervisor._ancestry",
-                 "supervisor._procinfo", "supervisor._ledger", "supervisor._gates",
-                 "supervisor._nudge", "supervisor._transcript", "supervisor._nested",
-                 "supervisor._refresh", "supervisor._fastpath", "supervisor._off",
-                 "supervisor.commands._common")),
-    ("bridges", ("supervisor.bridges", "supervisor._bridge")),
+    ("config", ("supervisor.config",)),
+    ("engine", ("supervisor.engine",)),
+    ("session", ("supervisor.session",)),
+    ("bridges", ("supervisor.bridges",)),
     ("commands", ("supervisor.commands",)),
     ("door", ("supervisor", "supervisor.__main__", "supervisor._main")),
 )
@@ -247,12 +236,12 @@ def test_built_in_stages_are_the_programs_not_their_helpers() -> None:
     (``_common``, a stage package's modules) is not, and naming one is a config error."""
     import pytest
 
-    from supervisor._builtins import builtin_argv, list_builtins
+    from supervisor.config._builtins import builtin_argv, list_builtins
     from supervisor._errors import ConfigError
 
     assert list_builtins() == ["instructions", "memory", "network", "repo", "summary"]
     for name in list_builtins():
         assert Path(builtin_argv(name)[1]).is_file()
-    for helper in ("_common", "_instr_common", "../stages/repo", ""):
+    for helper in ("_common", "instructions.files", "../stages/repo", ""):
         with pytest.raises(ConfigError, match="unknown builtin stage"):
             builtin_argv(helper)

@@ -17,9 +17,9 @@ import pytest
 
 from fake_harness import FakeHarness
 from helpers import run_cli
-from supervisor._bridge import FALLBACK, KINDS
+from supervisor.bridges._protocol import FALLBACK, KINDS
 from supervisor._exitcodes import EXIT_STAND_DOWN
-from supervisor._nudge import NUDGE_TEXT
+from supervisor.session._nudge import NUDGE_TEXT
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE = ROOT / "supervisor" / "bridges" / "core.mjs"

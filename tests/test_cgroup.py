@@ -85,7 +85,7 @@ def test_normal_stage_in_a_cgroup(cgroup_root: Path, tmp_path: Path) -> None:
 def test_a_delegated_subtree_is_found_and_the_root_never_used_implicitly(tmp_path: Path) -> None:
     """Issue 10: a writable delegated cgroup v2 subtree (a systemd user session) is used
     automatically; the hierarchy's root, a foreign-owned or a read-only one is not."""
-    from supervisor._cgroup import delegated_root
+    from supervisor.engine._cgroup import delegated_root
 
     mount = tmp_path / "cg"
     scope = mount / "user.slice" / "user-1000.slice" / "user@1000.service" / "app.slice" / "x.scope"
@@ -103,7 +103,7 @@ def test_a_delegated_subtree_is_found_and_the_root_never_used_implicitly(tmp_pat
 
 
 def test_cgroup_root_off_disables_containment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from supervisor._cgroup import cgroup_root
+    from supervisor.engine._cgroup import cgroup_root
 
     monkeypatch.setenv("SUPERVISE_CGROUP_ROOT", "off")
     assert cgroup_root() is None

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from supervisor._config import parse_config
+from supervisor.config._schema import parse_config
 from supervisor._errors import ConfigError
 
 

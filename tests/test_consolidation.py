@@ -20,10 +20,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor._builtins import builtin_argv
+from supervisor.config._builtins import builtin_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = Path(builtin_argv("memory")[1])  # stages/memory.py or stages/memory/__main__.py
+STAGE = Path(builtin_argv("memory")[1])  # stages/memory/__main__.py or stages/memory/__main__.py
 TODAY = dt.date.today()
 PAST = (TODAY - dt.timedelta(days=2)).isoformat()
 YESTERDAY = (TODAY - dt.timedelta(days=1)).isoformat()
@@ -230,9 +230,9 @@ def test_string_command_is_split_like_a_shell(store: Path, state: Path, marks: P
 def test_the_digest_does_not_wait_for_consolidation(store: Path, state: Path, marks: Path, tmp_path: Path) -> None:
     """Through the real engine: the stage completes while the command still runs, and the
     engine's leftover sweep does not kill it."""
-    from supervisor._config import parse_config
-    from supervisor._context import SessionContext
-    from supervisor._engine import run_digest
+    from supervisor.config._schema import parse_config
+    from supervisor.config._context import SessionContext
+    from supervisor.engine._run import run_digest
 
     release = tmp_path / "release"
     config = parse_config({"budget": 30, "stages": [{

@@ -291,7 +291,7 @@ def test_post_tool_to_dev_full_injects_again_next_time(git_repo: Path) -> None:
 # -- write_whole as a unit ---------------------------------------------------------------------
 
 def test_write_whole_reports_a_reader_that_never_reads() -> None:
-    from supervisor._delivery import WriteFailed, write_whole
+    from supervisor.state._delivery import WriteFailed, write_whole
 
     r, w = os.pipe()
     try:

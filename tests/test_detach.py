@@ -2,7 +2,7 @@
 consolidation wrapper); nothing else may detach from the watchdog that way.
 
 The mark is ``SUPERVISE_DETACHED_FROM=<stage name>`` in a process that left the stage's session
-(``supervisor._tree.DETACH_VAR``). Real processes; the pid file tells what survived.
+(``supervisor.engine._tree.DETACH_VAR``). Real processes; the pid file tells what survived.
 """
 
 from __future__ import annotations
@@ -38,14 +38,14 @@ time.sleep(1.5)  # long enough for the watchdog to see the child while the stage
 
 
 def test_the_stage_constant_matches_the_engine() -> None:
-    from supervisor._tree import DETACH_VAR as ENGINE_VAR
+    from supervisor.engine._tree import DETACH_VAR as ENGINE_VAR
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stages"))
     try:
-        import _memory_consolidate
+        from memory import consolidate
     finally:
         sys.path.pop(0)
-    assert _memory_consolidate.DETACHED_MARK == ENGINE_VAR == DETACH_VAR
+    assert consolidate.DETACHED_MARK == ENGINE_VAR == DETACH_VAR
 
 
 def _gone(pid: int) -> bool:

@@ -14,9 +14,9 @@ import psutil
 import pytest
 
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
-from supervisor._results import DigestResult
-from supervisor._output import BufferSink
-from supervisor._tree import group_is_ours
+from supervisor.engine._results import DigestResult
+from supervisor.engine._output import BufferSink
+from supervisor.engine._tree import group_is_ours
 
 RES = Path(__file__).parent / "resources"
 HOSTILE = [sys.executable, str(RES / "hostile.py")]
@@ -252,7 +252,7 @@ def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path,
     """Adversarial report: a chain where each generation forks, setsids and exits outran two
     snapshots and survived. The hard phase freezes (SIGSTOP) every member found until a fresh
     snapshot finds nothing new, then kills them all."""
-    from supervisor._tree import enable_subreaper
+    from supervisor.engine._tree import enable_subreaper
 
     enable_subreaper()  # as the CLI does: orphans of the chain come to us
     # The leader exits only once the chain's first generation has written its pid (a chain

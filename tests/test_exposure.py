@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import _exposure
-from supervisor._builtins import builtin_argv
-from supervisor._exposure import append_exposure, estimate_tokens, summarize_exposure
+from supervisor.state import _exposure
+from supervisor.config._builtins import builtin_argv
+from supervisor.state._exposure import append_exposure, estimate_tokens, summarize_exposure
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -79,7 +79,7 @@ def test_rotation_keeps_one_generation(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_concurrent_appends_from_processes_keep_whole_lines(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path; from supervisor._exposure import append_exposure\n"
+    code = ("import sys; from pathlib import Path; from supervisor.state._exposure import append_exposure\n"
             "for i in range(50): append_exposure(Path(sys.argv[1]), what='/f' + sys.argv[2] * 200, nbytes=i,"
             " source='startup', session=sys.argv[2], stage='memory')\n")
     procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(n)]) for n in range(8)]
@@ -91,7 +91,7 @@ def test_concurrent_appends_from_processes_keep_whole_lines(tmp_path: Path) -> N
 
 
 def test_import_is_stdlib_only_and_cheap() -> None:
-    code = ("import sys; import supervisor._exposure; "
+    code = ("import sys; import supervisor.state._exposure; "
             "print(sorted(m for m in ('pydantic', 'anyio', 'psutil', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
     assert out.stdout.strip() == "[]"

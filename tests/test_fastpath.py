@@ -166,7 +166,7 @@ def test_prompt_honours_supervise_state_dir(interpreter: tuple[Path, Path], proj
 def settle(path: Path) -> None:
     """Wait until ``path``'s ctime (which only the clock sets) is over the watch list's slack
     in the past, so a watch list written next counts it as unchanged."""
-    from supervisor._fastpath import MTIME_SLACK
+    from supervisor.session._fastpath import MTIME_SLACK
 
     import time
 
@@ -174,7 +174,7 @@ def settle(path: Path) -> None:
 
 
 def test_prompt_wake_and_watch_files(interpreter: tuple[Path, Path], project: Path) -> None:
-    from supervisor._fastpath import clear_wake, set_watch, wake
+    from supervisor.session._fastpath import clear_wake, set_watch, wake
 
     state = project / ".supervise"
     rules = project / "AGENTS.md"
@@ -371,7 +371,7 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
     """The watch check runs find by absolute path: a PATH without it (or none) changes nothing.
     The list itself is never read by the shell (only stat calls through watch.d's links), so
     an oversized list costs nothing and decides nothing; a changed file is still seen."""
-    from supervisor._fastpath import set_watch
+    from supervisor.session._fastpath import set_watch
 
     rules = project / "AGENTS.md"
     rules.write_text("rules\n")
@@ -399,7 +399,7 @@ def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project
     """A watch list whose watch.d is missing (a list written before the links existed), a
     link or a file, a watched file that is gone, or a link moved to a changed file: the
     prompt runs Python (and Python's answer stands)."""
-    from supervisor._fastpath import set_watch
+    from supervisor.session._fastpath import set_watch
 
     rules = project / "AGENTS.md"
     rules.write_text("rules\n")
@@ -434,7 +434,7 @@ def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project
 def test_watch_links_follow_the_list(project: Path) -> None:
     """set_watch writes watch.d anew each time (no stale link, no temporary folder left), in
     step with the list; an empty list leaves an empty folder."""
-    from supervisor._fastpath import has_links, set_watch
+    from supervisor.session._fastpath import has_links, set_watch
 
     state = project / ".supervise"
     one, two = project / "AGENTS.md", project / "sub dir" / "CLAUDE.md"

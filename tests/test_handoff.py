@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._builtins import builtin_argv
+from supervisor.config._builtins import builtin_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = Path(builtin_argv("memory")[1])  # stages/memory.py or stages/memory/__main__.py
+STAGE = Path(builtin_argv("memory")[1])  # stages/memory/__main__.py or stages/memory/__main__.py
 NOTE = "# Handoff\n## State\nHANDOFF-BODY half done\n## Next\nfinish it\n"
 
 
@@ -217,7 +217,7 @@ def test_custom_handoff_name(git_repo: Path, state: Path) -> None:
 def test_parse_count_unit() -> None:
     sys.path.insert(0, str(ROOT / "stages"))
     try:
-        from _memory_handoff import parse_count
+        from memory.handoff import parse_count
     finally:
         sys.path.remove(str(ROOT / "stages"))
     assert [parse_count(v) for v in ("1", "007", "00x", " 3 ", None, "", "²", "+4")] == [1, 7, 0, 3, 0, 0, 0, 0]

@@ -102,7 +102,7 @@ def test_hook_path_imports_no_argparse(tmp_path: Path) -> None:
         assert proc.returncode == 0
     loaded = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()
               if line.startswith("import time:")}
-    assert "supervisor._payload" in loaded  # the hook ran (import_module itself is not traced)
+    assert "supervisor.session._payload" in loaded  # the hook ran (import_module itself is not traced)
     assert not loaded & {"argparse", "gettext", "shutil"}, sorted(loaded & {"argparse", "gettext", "shutil"})
     helped = subprocess.run([sys.executable, "-m", "supervisor", "hook", "--help"],
                             capture_output=True, cwd=tmp_path, timeout=60)

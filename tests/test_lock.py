@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import _ancestry, _lock
-from supervisor._ancestry import ProcessId, identify
-from supervisor._lock import (
+from supervisor.session import _ancestry, _lock
+from supervisor.session._ancestry import ProcessId, identify
+from supervisor.session._lock import (
     COMPLETE_FILE,
     LOCK_FILE,
     CompletionRecord,
@@ -135,7 +135,7 @@ def test_corrupt_lock_is_replaced(tmp_path: Path) -> None:
 def test_planted_state_file_is_set_aside_and_replaced(tmp_path: Path, plant: str, name: str) -> None:
     """Issue 11 items 1-3: a link is never written through, a FIFO never blocks, a 60,000-deep
     or oversized record is corrupt: each is set aside, named once, and the lock is taken."""
-    from supervisor._statedir import take_notices
+    from supervisor.state._statedir import take_notices
 
     target = tmp_path / "elsewhere.json"
     target.write_text("{}")

@@ -1,4 +1,4 @@
-"""Nested AGENTS.md on demand (supervisor/_nested.py): once per session and compaction epoch.
+"""Nested AGENTS.md on demand (supervisor/session/_nested.py): once per session and compaction epoch.
 
 Regression (seed 003, opencode PR #43723): the in-flight claim used to outlive the load, so after
 a compaction the nested instructions never came back. Invariant: after ``advance_epoch`` the next
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._context import SessionContext
+from supervisor.config._context import SessionContext
 from supervisor._errors import StateError
-from supervisor._nested import advance_epoch, handle_post_tool, nested_files
+from supervisor.session._nested import advance_epoch, handle_post_tool, nested_files
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def read_payload(project: Path, rel: str, session: str = "sess-1", tool: str = "
 
 
 def run_module(args: list[str], payload: dict[str, object], cwd: Path) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([sys.executable, "-m", "supervisor._nested", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "supervisor.session._nested", *args], cwd=cwd,
                           input=json.dumps(payload).encode(), capture_output=True, timeout=30)
 
 
@@ -68,7 +68,7 @@ def test_concurrent_reads_inject_exactly_once(project: Path) -> None:
     # claim, several of the processes below inject it.
     (project / "sub dir" / "AGENTS.md").write_text("SUB-RULES\n" + "x" * (3 * 1024 * 1024) + "\n")
     payload = json.dumps(read_payload(project, "sub dir/déep/file.txt")).encode()
-    procs = [subprocess.Popen([sys.executable, "-m", "supervisor._nested", "post-tool"], cwd=project,
+    procs = [subprocess.Popen([sys.executable, "-m", "supervisor.session._nested", "post-tool"], cwd=project,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
              for _ in range(6)]
     # Every process is started and waiting on stdin before any of them gets its payload.

@@ -366,10 +366,10 @@ def test_install_harnesses_shows_progress_and_why(tmp_path: Path) -> None:
 def test_prompt_hook_delivers_one_result_per_stage(tmp_path: Path) -> None:
     """Two undelivered results of one stage (two earlier runs): the newest is delivered, the
     older one is superseded; both are claimed (never delivered later)."""
-    from supervisor._deferred import take_undelivered
+    from supervisor.engine._deferred import take_undelivered
 
     from helpers import write_result
-    from supervisor._deferred import result_cap
+    from supervisor.engine._deferred import result_cap
 
     folder = tmp_path / "deferred" / "net"
     for run_id, text in (("1000-a", "OLD"), ("2000-b", "NEW")):

@@ -13,8 +13,8 @@ import pytest
 
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
 from supervisor._errors import ConfigError
-from supervisor._output import BufferSink, ChunkSink, OrderedOutput
-from supervisor._results import DigestResult
+from supervisor.engine._output import BufferSink, ChunkSink, OrderedOutput
+from supervisor.engine._results import DigestResult
 
 # Each stage registers itself in slots/, records how many stages are registered, waits, leaves.
 SLOT = ('mkdir -p slots && touch "slots/$SUPERVISE_STAGE_NAME" && ls slots | wc -l >> counts '
@@ -45,7 +45,7 @@ def test_max_parallel_zero_means_no_limit(tmp_path: Path) -> None:
 
 
 def test_max_parallel_is_validated() -> None:
-    from supervisor._config import parse_config
+    from supervisor.config._schema import parse_config
 
     with pytest.raises(ConfigError, match="max_parallel"):
         parse_config({"max_parallel": -1}, "test.toml")
@@ -108,7 +108,7 @@ def test_config_cache_keeps_an_entry_per_installation(tmp_path: Path, git_repo: 
                         ignore=shutil.ignore_patterns("__pycache__"))
         roots.append(root)
     (git_repo / "supervise.toml").write_text("budget = 33\n")
-    code = ("import sys\nfrom pathlib import Path\nfrom supervisor._plancache import load_plan\n"
+    code = ("import sys\nfrom pathlib import Path\nfrom supervisor.config._plancache import load_plan\n"
             f"plan = load_plan(Path({str(git_repo)!r}))\n"
             "print(plan.budget, 'pydantic' in sys.modules)")
     cache = tmp_path / "cache"
@@ -147,7 +147,7 @@ def test_a_streaming_only_digest_keeps_nothing(tmp_path: Path) -> None:
 def test_built_in_stage_with_nothing_to_do_skips_its_imports(tmp_path: Path, stage: str) -> None:
     """No store (memory) / no summary file: the stage decides before importing its modules;
     with the file present it takes the full path (and still exits 0)."""
-    from supervisor._builtins import builtin_argv
+    from supervisor.config._builtins import builtin_argv
 
     env = {**__import__("os").environ, "SUPERVISE_PROJECT_DIR": str(tmp_path),
            "SUPERVISE_STATE_DIR": str(tmp_path / ".supervise"), "SUPERVISE_STAGE_OPTIONS": "{}"}
@@ -155,7 +155,7 @@ def test_built_in_stage_with_nothing_to_do_skips_its_imports(tmp_path: Path, sta
     quick = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
                            text=True, env=env, timeout=60)
     assert (quick.returncode, quick.stdout) == (0, "")
-    assert "_memory_common" not in quick.stderr
+    assert "memory.common" not in quick.stderr
     if stage == "memory":
         (tmp_path / ".remember").mkdir()
     else:
@@ -163,7 +163,7 @@ def test_built_in_stage_with_nothing_to_do_skips_its_imports(tmp_path: Path, sta
         (tmp_path / "memory" / "summary.md").write_text("---\nkind: summary\n---\nSUMMARY BODY\n")
     full = subprocess.run([argv[0], "-X", "importtime", *argv[1:]], capture_output=True,
                           text=True, env=env, timeout=60)
-    assert full.returncode == 0 and "_memory_common" in full.stderr
+    assert full.returncode == 0 and "memory.common" in full.stderr
     if stage == "summary":
         assert "SUMMARY BODY" in full.stdout
 
@@ -191,8 +191,8 @@ def test_run_and_digest_import_no_psutil_or_pydantic_at_start(git_repo: Path) ->
 def test_stage_env_follows_changes_of_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inherited environment is decoded once, yet a change of os.environ shows up in
     the next stage's environment (and git's and our own variables never do)."""
-    from supervisor._plan import DigestPlan, StagePlan
-    from supervisor._stage import stage_env
+    from supervisor.config._plan import DigestPlan, StagePlan
+    from supervisor.engine._stage import stage_env
 
     plan = DigestPlan(stages=(StagePlan(name="a", builtin="memory"), StagePlan(name="b", run=("true",))))
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")

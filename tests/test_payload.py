@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from supervisor import _payload
-from supervisor._payload import (
+from supervisor.session import _payload
+from supervisor.session._payload import (
     SOURCES,
     CursorPayload,
     HookPayload,
@@ -159,7 +159,7 @@ def test_linked_worktree_is_its_own_top_level(git_repo: Path, tmp_path: Path) ->
 def test_hostile_session_ids_are_cleaned(raw: str, tmp_path: Path) -> None:
     """Adversarial report: NUL or a lone surrogate crashed the hook (env cannot carry them);
     140,000 characters overflowed every stage's argv+env; 70,000 overflowed the lock record."""
-    from supervisor._payload import MAX_SESSION_ID, clean_session_id
+    from supervisor.session._payload import MAX_SESSION_ID, clean_session_id
 
     clean = clean_session_id(raw)
     assert "\0" not in clean and len(clean) <= MAX_SESSION_ID
@@ -176,7 +176,7 @@ def test_an_oversized_payload_from_a_slow_writer_is_drained_to_its_end() -> None
     (a harness writing a big Write payload slowly): the writer finishes, the head is kept."""
     import threading
 
-    from supervisor._payload import read_stdin
+    from supervisor.session._payload import read_stdin
 
     rfd, wfd = os.pipe()
     failed: list[BaseException] = []

@@ -22,7 +22,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
-from supervisor import _cgroup, _procinfo, _proctable, _tree
+from supervisor.engine import _cgroup, _proctable, _tree
+from supervisor.session import _procinfo
 assert _proctable.PORTABLE and not _proctable._LINUX and not _procinfo._LINUX
 assert _tree.enable_subreaper() is False
 assert _cgroup.cgroup_root() is None
@@ -38,7 +39,7 @@ def test_the_switch_forces_every_portable_branch() -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                           env=_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "portable", proc.stderr
-    off = subprocess.run([sys.executable, "-c", "from supervisor import _proctable as p; "
+    off = subprocess.run([sys.executable, "-c", "from supervisor.engine import _proctable as p; "
                           "print(p.PORTABLE)"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "SUPERVISE_PORTABLE": "0"})
     assert off.stdout.strip() == "False"
@@ -69,7 +70,7 @@ def test_a_first_portable_scan_reads_the_stages_processes_before_older_ones(
     first read a stage's double-forked daemon after every older process (pids wrap), and a
     scan cut by its deadline on a starved host missed it. The pids handed out after the
     oldest stage leader's come first."""
-    from supervisor import _proctable
+    from supervisor.engine import _proctable
 
     monkeypatch.setattr(_proctable, "_LINUX", False)  # psutil rows, as on macOS
     leader = _sleeper()
@@ -105,7 +106,7 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
 
     import anyio
 
-    from supervisor._tree import TOKEN_VAR, StageTree, Watch
+    from supervisor.engine._tree import TOKEN_VAR, StageTree, Watch
 
     token = uuid.uuid4().hex
     proc = _sleeper({**os.environ, TOKEN_VAR: token}, new_session=True)

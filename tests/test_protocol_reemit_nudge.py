@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from fake_harness import FakeHarness
-from supervisor._config import parse_config
-from supervisor._context import SessionContext
-from supervisor._results import DigestResult, StageResult
-from supervisor._nudge import NUDGE_TEXT
-from supervisor._session import compose_reemit, route
+from supervisor.config._schema import parse_config
+from supervisor.config._context import SessionContext
+from supervisor.engine._results import DigestResult, StageResult
+from supervisor.session._nudge import NUDGE_TEXT
+from supervisor.session._routing import compose_reemit, route
 
 CONFIG = """\
 budget = 30

@@ -4,7 +4,7 @@ not by process; a resume whose transcript already holds the digest (or the nudge
 Every hook runs as the real CLI below a real fake-harness process named ``claude`` or
 ``codex``; a "new process of the same session" is a second fake harness, the first one
 closed (as ``claude -p --resume`` and ``codex exec resume`` do). Transcripts are written in
-the formats the pinned CLIs wrote in a trial (see ``supervisor/_transcript.py``).
+the formats the pinned CLIs wrote in a trial (see ``supervisor/session/_transcript.py``).
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from fake_harness import FakeHarness, Harnesses, HookRun
-from supervisor._nudge import NUDGE_TEXT
-from supervisor import _transcript
+from supervisor.session._nudge import NUDGE_TEXT
+from supervisor.session import _transcript
 
 CONFIG = """\
 budget = 30
@@ -196,7 +196,7 @@ def test_a_damaged_ledger_means_a_full_start(damage: str, project: Path, harness
 
 
 def test_the_ledger_is_bounded(project: Path, harnesses: Harnesses) -> None:
-    from supervisor import _ledger
+    from supervisor.session import _ledger
 
     state = project / ".supervise"
     state.mkdir()

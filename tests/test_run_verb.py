@@ -18,8 +18,8 @@ import pytest
 from helpers import run_cli, supervise_cmd
 
 LINUX = sys.platform.startswith("linux")
-HEAVY = {"anyio", "asyncio", "ssl", "psutil", "pydantic", "dataclasses", "supervisor._tree",
-         "supervisor._engine", "supervisor._stage", "supervisor._proctable"}
+HEAVY = {"anyio", "asyncio", "ssl", "psutil", "pydantic", "dataclasses", "supervisor.engine._tree",
+         "supervisor.engine._run", "supervisor.engine._stage", "supervisor.engine._proctable"}
 
 
 def _loaded(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> set[str]:
@@ -79,7 +79,7 @@ def test_hot_path_imports_no_engine(tmp_path: Path) -> None:
     quick = _loaded(["run", "--", "true"], tmp_path, off)
     assert not quick & HEAVY, sorted(quick & HEAVY)
     swept = _loaded(["run", "--", "sh", "-c", "sleep 30 & exit 0"], tmp_path, off)
-    assert {"anyio", "supervisor._tree"} <= swept
+    assert {"anyio", "supervisor.engine._tree"} <= swept
 
 
 def test_leftovers_of_a_normal_exit_are_swept(tmp_path: Path, cpu_load: str) -> None:
@@ -210,7 +210,7 @@ def test_a_large_captured_output_is_whole(tmp_path: Path) -> None:
 def test_the_engine_path_gives_the_same_answers(tmp_path: Path) -> None:
     """Where posix_spawn cannot start a session, `run` uses the engine (run_command): the
     same statuses and document."""
-    code = ("import sys; import supervisor._runwait as r; r.available = lambda: False; "
+    code = ("import sys; import supervisor.engine._runwait as r; r.available = lambda: False; "
             "from supervisor._main import main; sys.exit(main(sys.argv[1:]))")
 
     def engine(*args: str) -> subprocess.CompletedProcess[bytes]:
@@ -227,7 +227,7 @@ def test_the_engine_path_gives_the_same_answers(tmp_path: Path) -> None:
 def test_copied_constants_match_the_engine() -> None:
     """The lean path keeps its own copies of a few engine constants (importing them would
     import the engine): they must not drift."""
-    from supervisor import _runwait, _stage, _tree
+    from supervisor.engine import _runwait, _stage, _tree
 
     assert _runwait.TOKEN_VAR == _tree.TOKEN_VAR
     assert (_runwait.KILL_MARGIN, _runwait.DRAIN_RESERVE, _runwait.DRAIN) == (
@@ -236,7 +236,7 @@ def test_copied_constants_match_the_engine() -> None:
 
 @pytest.mark.parametrize("value", ["", "0", "1", "yes", " OFF ", "false", "no", "true"])
 def test_portable_switch_is_read_as_the_process_table_reads_it(value: str) -> None:
-    code = ("import supervisor._runwait as r, supervisor._proctable as p; "
+    code = ("import supervisor.engine._runwait as r, supervisor.engine._proctable as p; "
             "print(r.portable_forced() == p.PORTABLE)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "SUPERVISE_PORTABLE": value})

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fake_harness import FakeHarness, Harnesses, HookRun
-from supervisor._nudge import NUDGE_TEXT
+from supervisor.session._nudge import NUDGE_TEXT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -232,7 +232,7 @@ def test_many_processes_sharing_one_session_id_yield_one_owner(project: Path, tm
 
 
 def test_the_desktop_app_name_is_a_host_not_a_harness() -> None:
-    from supervisor._ancestry import match_harness
+    from supervisor.session._ancestry import match_harness
 
     assert match_harness("claude", ["claude"]) == "claude"
     assert match_harness("Claude", ["/Applications/Claude.app/Contents/MacOS/Claude"]) is None
@@ -332,8 +332,8 @@ def test_from_the_host_a_container_owner_is_seen_alive_then_gone(
 def test_a_lock_from_another_kernel_is_unseen_unless_older_than_this_boot(project: Path) -> None:
     import time
 
-    from supervisor._lock import LockRecord, unseen_reason
-    from supervisor._procinfo import boot_time, namespace_identity
+    from supervisor.session._lock import LockRecord, unseen_reason
+    from supervisor.session._procinfo import boot_time, namespace_identity
 
     pid_ns, boot_id = namespace_identity()
     fresh = LockRecord(pid=1, create_time=0.0, harness="claude", session_id="x", nonce="n",

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from fake_harness import FakeHarness, Harnesses, HookRun
-from supervisor._nudge import NUDGE_TEXT
-from supervisor._payload import SOURCES
+from supervisor.session._nudge import NUDGE_TEXT
+from supervisor.session._payload import SOURCES
 
 CONFIG = """\
 budget = 30
@@ -212,7 +212,7 @@ def test_a_b_completion(project: Path, harnesses: Harnesses) -> None:
 
 WIDEN_RACE = """\
 import time
-import supervisor._lock as lock
+import supervisor.session._lock as lock
 _read = lock.read_record
 def read_record(path, model):
     record = _read(path, model)
@@ -400,7 +400,7 @@ def test_internal_error_exits_zero_and_says_so(project: Path, harnesses: Harness
     inject = tmp_path / "inject"
     inject.mkdir()
     (inject / "sitecustomize.py").write_text(
-        "import supervisor._session as s\n"
+        "import supervisor.session._routing as s\n"
         "def boom(*a, **k):\n    raise RuntimeError('injected fault')\n"
         "s.run_session = boom\n")
     run = hook(harnesses(), project, "startup", env={"PYTHONPATH": str(inject)})

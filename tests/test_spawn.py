@@ -1,4 +1,4 @@
-"""Stage spawning without asyncio's subprocess machinery (supervisor._spawn, issue 13): both
+"""Stage spawning without asyncio's subprocess machinery (supervisor.engine._spawn, issue 13): both
 ways of starting a leader (posix_spawn from the project directory, fork elsewhere), both ways
 of waiting for it (pidfd, polling), and the drain of output past a stage's cap."""
 
@@ -14,8 +14,8 @@ import anyio
 import pytest
 
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
-from supervisor import _spawn
-from supervisor._results import DigestResult
+from supervisor.engine import _spawn
+from supervisor.engine._results import DigestResult
 
 LINUX = sys.platform.startswith("linux")
 

@@ -12,11 +12,11 @@ import pytest
 
 from fake_harness import FakeHarness
 from helpers import run_cli
-from supervisor._ancestry import HARNESSES
+from supervisor.session._ancestry import HARNESSES
 from supervisor._errors import ConfigError
-from supervisor._config import parse_config
-from supervisor._payload import SOURCES
-from supervisor._plan import WHEN_HARNESSES, WHEN_SOURCES, StagePlan, unmet
+from supervisor.config._schema import parse_config
+from supervisor.session._payload import SOURCES
+from supervisor.config._plan import WHEN_HARNESSES, WHEN_SOURCES, StagePlan, unmet
 
 CONFIG = """\
 budget = 30

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._builtins import builtin_argv, list_builtins
+from supervisor.config._builtins import builtin_argv, list_builtins
 
 FAULTS = {
     "missing project dir": {"SUPERVISE_PROJECT_DIR": "/nonexistent/project"},

@@ -1,6 +1,6 @@
 """The built-in ``memory`` stage on real temporary stores (brief memory.md #1-#5, #10, #18, #22).
 
-Every test runs ``stages/memory.py`` as a real process with the ``SUPERVISE_*`` environment the
+Every test runs ``stages/memory/__main__.py`` as a real process with the ``SUPERVISE_*`` environment the
 engine gives it; a few run it through the real engine (``run_digest``) and the real payload
 routing, so ``SUPERVISE_SOURCE`` is exactly what a harness payload turns into.
 """
@@ -17,10 +17,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor._builtins import builtin_argv
+from supervisor.config._builtins import builtin_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = Path(builtin_argv("memory")[1])  # stages/memory.py or stages/memory/__main__.py
+STAGE = Path(builtin_argv("memory")[1])  # stages/memory/__main__.py or stages/memory/__main__.py
 TODAY = dt.date.today().isoformat()
 
 BODIES = {
@@ -132,15 +132,15 @@ def test_every_other_source_gives_the_identical_full_recap(store: Path, tmp_path
 
 
 def _routed(raw: bytes) -> str:
-    from supervisor._payload import decode_payload, parse_payload, payload_source
+    from supervisor.session._payload import decode_payload, parse_payload, payload_source
 
     return payload_source(parse_payload(decode_payload(raw), "claude"))
 
 
 def _digest(project: Path, state: Path, source: str, options: dict | None = None) -> str:
-    from supervisor._config import parse_config
-    from supervisor._context import SessionContext
-    from supervisor._engine import run_digest
+    from supervisor.config._schema import parse_config
+    from supervisor.config._context import SessionContext
+    from supervisor.engine._run import run_digest
 
     config = parse_config({"budget": 30, "stages": [
         {"name": "memory", "builtin": "memory", "options": options or {}}]}, "<test>")

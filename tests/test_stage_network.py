@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor._builtins import builtin_argv
+from supervisor.config._builtins import builtin_argv
 
 STAGE = Path(builtin_argv("network")[1])  # stages/network.py or stages/network/__main__.py
 
@@ -160,7 +160,7 @@ def test_deferred_through_the_digest_offline(git_repo: Path) -> None:
 
 def test_network_builtin_is_deferred_unless_said_otherwise() -> None:
     """Issue 6: the network stage runs off the startup path by default."""
-    from supervisor._config import parse_config
+    from supervisor.config._schema import parse_config
 
     on = parse_config({"stages": [{"name": "n", "builtin": "network"}]}, "t")
     off = parse_config({"stages": [{"name": "n", "builtin": "network", "deferred": False}]}, "t")

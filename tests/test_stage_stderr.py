@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from helpers import run_cli
-from supervisor._config import parse_config
+from supervisor.config._schema import parse_config
 from supervisor._errors import ConfigError
-from supervisor._stagelog import LOG_BYTES
+from supervisor.engine._stagelog import LOG_BYTES
 
 CONFIG = """\
 budget = 30

@@ -183,9 +183,9 @@ def test_no_state_dir_still_injects(summary: Path) -> None:
 
 
 def test_through_the_engine(summary: Path, state: Path) -> None:
-    from supervisor._config import parse_config
-    from supervisor._context import SessionContext
-    from supervisor._engine import run_digest
+    from supervisor.config._schema import parse_config
+    from supervisor.config._context import SessionContext
+    from supervisor.engine._run import run_digest
 
     config = parse_config({"budget": 30, "stages": [{"name": "summary", "builtin": "summary"},
                                                     {"name": "memory", "builtin": "memory"}]},
@@ -200,9 +200,9 @@ def test_through_the_engine(summary: Path, state: Path) -> None:
 def test_no_memory_feature_no_summary_unless_asked(summary: Path, state: Path) -> None:
     """Seed 002: the summary is part of the memory feature. Without the `memory` stage in the
     digest it is not injected; `inject_summary = true` asks for it explicitly."""
-    from supervisor._config import parse_config
-    from supervisor._context import SessionContext
-    from supervisor._engine import run_digest
+    from supervisor.config._schema import parse_config
+    from supervisor.config._context import SessionContext
+    from supervisor.engine._run import run_digest
 
     context = SessionContext(project_dir=summary.parent.parent, state_dir=state)
     alone = parse_config({"stages": [{"name": "summary", "builtin": "summary"}]}, "<test>")

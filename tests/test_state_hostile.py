@@ -156,7 +156,7 @@ def test_result_of_a_killed_runner_is_reported_by_the_next_digest(tmp_path: Path
 # -- the walk: every state file the product knows ---------------------------------------------
 SESSION = "s1"
 NESTED_KEY = __import__("hashlib").sha256(SESSION.encode()).hexdigest()[:32]
-REFRESH_KEY = __import__("supervisor._refresh", fromlist=["session_key"]).session_key(SESSION)
+REFRESH_KEY = __import__("supervisor.session._refresh", fromlist=["session_key"]).session_key(SESSION)
 STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests",
                  "refresh", "starts", "staged")
 """Every folder of the state dir (relative)."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from supervisor._errors import StateError
-from supervisor._statedir import CORRUPT_SUFFIX, RECORD_CAP, StateDir, take_notices
+from supervisor.state._statedir import CORRUPT_SUFFIX, RECORD_CAP, StateDir, take_notices
 
 DEEP = b"[" * 60_000
 
@@ -161,7 +161,7 @@ def test_disk_full_leaves_the_old_content(tmp_path: Path) -> None:
 import resource, signal, sys
 from pathlib import Path
 from supervisor._errors import StateError
-from supervisor._statedir import StateDir
+from supervisor.state._statedir import StateDir
 resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 with StateDir.open(Path(sys.argv[1])) as sd:
@@ -202,7 +202,7 @@ def test_stale_temp_files_are_cleaned_by_the_next_write(state: Path) -> None:
 
 def test_every_state_record_reader_survives_deep_json() -> None:
     """Readers that parse state bytes themselves treat 60,000-deep JSON as no record."""
-    from supervisor import _starts
+    from supervisor.session import _starts
 
     assert _starts._load(DEEP, 0.0, "x") is None
     assert _starts._load(b"[" * 5_000, 0.0, "x") is None

@@ -78,14 +78,14 @@ import psutil  # noqa: E402
 
 from helpers import supervise_cmd  # noqa: E402
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest  # noqa: E402
-from supervisor._results import DigestResult  # noqa: E402
+from supervisor.engine._results import DigestResult  # noqa: E402
 
 HOSTILE = [sys.executable, str(RES / "hostile.py")]
 
 
 def digest(tmp_path: Path, stages: list[dict[str, Any]], *, budget: float = 10,
            grace: float = 0.3, subreaper: bool = True) -> DigestResult:
-    from supervisor._tree import enable_subreaper
+    from supervisor.engine._tree import enable_subreaper
 
     if subreaper:
         enable_subreaper()  # as the CLI does
@@ -336,7 +336,7 @@ def test_a_signal_while_a_module_is_half_imported_exits_quietly(monkeypatch: pyt
     stderr (1-2 of 120 runs). The handler must exit quietly whatever is half imported."""
     import types
 
-    from supervisor.commands import _common
+    from supervisor.engine import _signals as _common
     from supervisor.commands.hook import quiet_exit_on_signals
 
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
@@ -353,8 +353,8 @@ def test_a_signal_while_a_module_is_half_imported_exits_quietly(monkeypatch: pyt
         assert info.value.code == 0
         # asyncio.events half imported, and our own module half imported
         monkeypatch.setitem(sys.modules, "asyncio.events", types.ModuleType("asyncio.events"))
-        monkeypatch.setitem(sys.modules, "supervisor.commands._common",
-                            types.ModuleType("supervisor.commands._common"))
+        monkeypatch.setitem(sys.modules, "supervisor.engine._signals",
+                            types.ModuleType("supervisor.engine._signals"))
         with pytest.raises(SystemExit) as info:
             handler(signal.SIGINT, None)
         assert info.value.code == 0

@@ -10,6 +10,10 @@ Public door:
 
 This module is on the hook's hot path: it imports only the adapters' data; JSON and the
 file-writing code load when used.
+
+May import: the base modules and ``supervisor.state`` (settings files are written
+atomically; long digests are saved through the state door). Never config, the engine,
+the session protocol, the bridges or the verbs: the harness facts stand on their own.
 """
 
 from __future__ import annotations

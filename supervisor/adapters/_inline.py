@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._statedir import StateDir
+    from ..state._statedir import StateDir
 
 
 DIGESTS_DIR = "digests"
@@ -43,10 +43,10 @@ def save_full(text: str, state_dir: Path) -> Path:
 
     Raises:
         OSError: the state dir cannot be created or written, or it (or ``digests/``) is a
-            symlink: nothing is written through a link (via :mod:`supervisor._statedir`).
+            symlink: nothing is written through a link (via :mod:`supervisor.state._statedir`).
     """
     from .._errors import StateError
-    from .._statedir import StateDir
+    from ..state._statedir import StateDir
 
     data = text.encode("utf-8", "replace")
     name = f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
@@ -58,7 +58,7 @@ def save_full(text: str, state_dir: Path) -> Path:
                 folder.write(name, data)
                 _prune(folder, keep=name)
     except StateError as err:  # a symlinked state dir or digests folder: nothing written
-        from .._statedir import link_reference
+        from ..state._statedir import link_reference
 
         raise OSError(link_reference(state_dir.absolute()) or str(err)) from err
     return state_dir.absolute() / DIGESTS_DIR / name

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._errors import ConfigError
-from .._fsutil import atomic_write, link_on_path, link_refusal
+from ..state._fsutil import atomic_write, link_on_path, link_refusal
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 _PLAIN_RE = re.compile(r"(^|[\s/\"'])supervise hook(\s|$)")
@@ -70,7 +70,7 @@ def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
 
 def refuse_links(paths: list[Path], project_dir: Path, home: Path) -> list[str]:
     """One refusal line per path in ``paths`` that is, or sits in a folder that is, a symbolic
-    link below ``project_dir`` or ``home`` (see :func:`supervisor._fsutil.link_on_path`);
+    link below ``project_dir`` or ``home`` (see :func:`supervisor.state._fsutil.link_on_path`);
     empty when every path is safe to write. ``install`` and ``uninstall`` check every file
     they would touch first and write nothing when this is not empty."""
     lines: list[str] = []

@@ -23,7 +23,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from .._fsutil import atomic_write
+from ..state._fsutil import atomic_write
 from ..adapters._extension import CORE, Bridge
 
 MARK = "watchkeeper-bridge"
@@ -52,7 +52,7 @@ def _write(path: Path, text: str) -> bool:
     if _read(path) == text:
         return False
     if path.is_symlink():  # the caller checks the whole path first; never write through one
-        from .._fsutil import link_refusal
+        from ..state._fsutil import link_refusal
 
         raise ValueError(link_refusal(path, os.readlink(path)))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,7 +143,7 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
     fix = f"supervise install {bridge.name}"
     out: list[tuple[str, str, str]] = []
     found = False
-    from .._fsutil import link_on_path, link_refusal
+    from ..state._fsutil import link_on_path, link_refusal
 
     roots = tuple(sorted({project_dir.absolute(), home.absolute()}, key=lambda p: -len(p.parts)))
     for scope in ("project", "user"):

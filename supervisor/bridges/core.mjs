@@ -16,7 +16,7 @@ export const PROTOCOL = 1
 export const MAX_BYTES = 512 * 1024
 /** Bytes of bridge stdout read at most; past it the generation failed (a broken bridge). */
 export const MAX_STDOUT = 32 * 1024 * 1024
-/** The one line a failed generation delivers (the nudge sentence of supervisor/_nudge.py). */
+/** The one line a failed generation delivers (the nudge sentence of supervisor/session/_nudge.py). */
 export const FALLBACK =
   "\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest` now, exactly once, before executing any other instructions."
 /** Appended when the digest was cut to MAX_BYTES. */

@@ -2,7 +2,7 @@
 
 The machine interface the Pi extension and the OpenCode plugin run, once per session event
 (``docs/bridge-protocol.md``). It prints exactly **one line of JSON** on stdout,
-:class:`supervisor._bridge.BridgeResult`::
+:class:`supervisor.bridges._protocol.BridgeResult`::
 
     {"kind": "ready", "text": "...", "source": "startup", "mode": "full", "action": "digest",
      "harness": "pi", "project": "/path", "error": "", "protocol": 1}
@@ -45,7 +45,7 @@ def _parser() -> _Parser:
 
 def _print(line: str) -> str:
     """Write ``line`` whole (partial writes and ``EAGAIN`` retried); ``""`` or why not."""
-    from .._delivery import WriteFailed, write_whole
+    from ..state._delivery import WriteFailed, write_whole
 
     try:
         sys.stdout.flush()
@@ -57,28 +57,28 @@ def _print(line: str) -> str:
 
 def main(argv: list[str]) -> int:
     """Run one bridge request; see the module docstring for the output and exit status."""
-    from .. import _bridge
+    from ..bridges import _protocol
 
     try:
         args = _parser().parse_args(argv)
     except ValueError as err:
-        _print(_bridge.BridgeResult("failed", error=f"usage: {err}").to_json())
+        _print(_protocol.BridgeResult("failed", error=f"usage: {err}").to_json())
         return EXIT_OK
     if args.prerequisite:
         # 3 means "stand down" and nothing else: any failure here says "go on" (the full run
         # reports the problem), so a crash can never pass for a stand-down.
         try:
-            project = _bridge.resolve_project(args.cwd)
-            return EXIT_STAND_DOWN if _bridge.stand_down(project) else EXIT_OK
+            project = _protocol.resolve_project(args.cwd)
+            return EXIT_STAND_DOWN if _protocol.stand_down(project) else EXIT_OK
         except Exception as err:  # noqa: BLE001 - fail open, say why
             print(f"supervise bridge: prerequisite check failed: {type(err).__name__}: {err}",
                   file=sys.stderr)
             return EXIT_OK
-    from .._delivery import open_delivery
+    from ..state._delivery import open_delivery
 
     # Completion, handoff count and deferred claims commit only once the JSON went out whole.
     with open_delivery(None) as delivery:
-        result = _bridge.run_bridge(args.harness, args.source, session_id=args.session_id,
+        result = _protocol.run_bridge(args.harness, args.source, session_id=args.session_id,
                                     cwd=args.cwd)
         problem = _print(result.to_json())
         failures = delivery.settle(not problem)

@@ -22,14 +22,14 @@ def main(argv: list[str]) -> int:
                    help="read this file instead of the project's supervise.toml or pyproject.toml")
     add_directory(p)
     args = p.parse_args(argv)
-    from .._config import default_config_text, load_config
+    from ..config._schema import default_config_text, load_config
     from .._errors import ConfigError
-    from .._project import find_project_root
+    from ..state._project import find_project_root
 
     if args.default:
         sys.stdout.write(default_config_text())
         return EXIT_OK
-    from .._off import off_line, off_reason
+    from ..session._off import off_line, off_reason
 
     project = find_project_root(args.directory or Path.cwd())
     off = off_reason(project)

@@ -14,7 +14,7 @@ from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from ._cli import add_directory, add_format
 
 if TYPE_CHECKING:
-    from .._results import DigestResult, StageResult
+    from ..engine._results import DigestResult, StageResult
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", action="append", metavar="STAGE",
                    help="run only this stage (repeatable); the others are skipped")
     add_directory(p)
-    from .._plan import WHEN_HARNESSES, WHEN_SOURCES
+    from ..config._plan import WHEN_HARNESSES, WHEN_SOURCES
 
     p.add_argument("--source", choices=WHEN_SOURCES, default="",
                    help="run as for this session source (SUPERVISE_SOURCE, stage conditions); "
@@ -56,7 +56,7 @@ def _nudge_tier_parent() -> str:
     Its hook output is dropped, so the model runs ``supervise digest`` itself: the digest
     then leaves out the instruction files that harness loads by itself (never duplicated).
     Run-tier harnesses are not guessed (``--harness`` names one)."""
-    from .._ancestry import ancestry, find_harness
+    from ..session._ancestry import ancestry, find_harness
 
     try:
         from ..adapters import ADAPTERS
@@ -70,7 +70,7 @@ def _nudge_tier_parent() -> str:
 def main(argv: list[str]) -> int:
     """Run the digest; exit 0 (also after a truncation), 1 on a bad config, 128+n on a signal."""
     args = build_parser().parse_args(argv)
-    from .._plan import MAX_GRACE, MAX_SECONDS
+    from ..config._plan import MAX_GRACE, MAX_SECONDS
 
     for flag, limit in (("budget", MAX_SECONDS), ("grace", MAX_GRACE)):
         value = getattr(args, flag)
@@ -82,19 +82,19 @@ def main(argv: list[str]) -> int:
 
     import anyio
 
-    from .. import _tree
-    from .._plan import as_plan
-    from .._plancache import load_plan
-    from .._context import SessionContext
-    from .._engine import run_digest
+    from ..engine import _tree
+    from ..config._plan import as_plan
+    from ..config._plancache import load_plan
+    from ..config._context import SessionContext
+    from ..engine._run import run_digest
     from .._errors import ConfigError
-    from .._output import BufferSink, StreamSink
-    from .._project import find_project_root
-    from ._common import Aborter, with_signals
+    from ..engine._output import BufferSink, StreamSink
+    from ..state._project import find_project_root
+    from ..engine._signals import Aborter, with_signals
 
     start = args.directory or Path.cwd()
     project = find_project_root(start)
-    from .._off import off_line, off_reason
+    from ..session._off import off_line, off_reason
 
     off = off_reason(project)
     if off:  # the off switch: say so once, where the digest would be, and run nothing
@@ -115,7 +115,7 @@ def main(argv: list[str]) -> int:
         config = load_plan(project, args.config, on_env_error=lambda msg: print(
             f"supervise: {msg}; ignored", file=sys.stderr))
     except ConfigError as err:
-        from .._config import embedded_default
+        from ..config._schema import embedded_default
 
         print(f"supervise: {err}", file=sys.stderr)
         notice = f"[supervise] config error: {err}; running the embedded default digest instead."
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
         print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
               f"(stages: {', '.join(s.name for s in config.stages) or 'none'})", file=sys.stderr)
         return EXIT_USAGE
-    from .._plan import unmet
+    from ..config._plan import unmet
 
     for name in args.only or ():
         why = unmet(config.stage(name), context.source, context.harness)
@@ -149,14 +149,14 @@ def main(argv: list[str]) -> int:
                                 on_stage=live, keep_output=args.format != "text")
 
     live = _live_progress if sys.stderr.isatty() else None
-    from .._delivery import open_delivery
+    from ..state._delivery import open_delivery
 
-    from .. import _spawn
+    from ..engine import _spawn
 
     _spawn.own_descriptors()  # stages never hold what our parent passed us
     try:
         # Stages run in the project directory: from there they start with posix_spawn
-        # (vfork), not fork (supervisor._spawn). Every path above is resolved already.
+        # (vfork), not fork (supervisor.engine._spawn). Every path above is resolved already.
         os.chdir(project)
     except OSError:
         pass
@@ -183,7 +183,7 @@ def main(argv: list[str]) -> int:
         delivery.settle(whole)
     _tree.reap_zombie_children()
     if code == EXIT_OK:  # `supervise status` counts terminal digests too
-        from .._session import record_digest
+        from ..session._routing import record_digest
 
         record_digest(context.state_dir, result, context)
     if aborter.signum is not None:

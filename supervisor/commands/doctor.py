@@ -46,7 +46,7 @@ class Check(NamedTuple):
 
 
 def _config_checks(project: Path) -> tuple[list[Check], Any]:
-    from .._config import load_config
+    from ..config._schema import load_config
     from .._errors import ConfigError
 
     try:
@@ -57,15 +57,15 @@ def _config_checks(project: Path) -> tuple[list[Check], Any]:
     count = len(config.stages)
     checks = [Check("ok", "config", f"{config.source} is valid: budget {config.budget:g}s, "
                     f"{count} stage{'' if count == 1 else 's'}, {config.stages_from}")]
-    from .._gates import scope_reason
-    from .._plan import as_plan
+    from ..session._gates import scope_reason
+    from ..config._plan import as_plan
 
     outside = scope_reason(as_plan(config), project)
     if outside:  # the hooks would stand down silently here: say so
         checks.append(Check("FAIL", "scope", f"hooks stay silent here: {outside}",
                             f"touch {shlex.quote(str(project / '.supervise-primary'))}, or set "
                             "scope = \"any\" in the config"))
-    from .._off import off_reason
+    from ..session._off import off_reason
 
     off = off_reason(project)
     if off:  # deliberate, so not a failure; but a user asking "why no digest?" reads it here
@@ -75,7 +75,7 @@ def _config_checks(project: Path) -> tuple[list[Check], Any]:
 
 
 def _stage_checks(config: Any, project: Path) -> list[Check]:
-    from .._builtins import builtin_argv
+    from ..config._builtins import builtin_argv
     from .._errors import ConfigError
 
     checks = []
@@ -134,7 +134,7 @@ def _package_checks() -> list[Check]:
 
 
 def _state_checks(project: Path) -> list[Check]:
-    from .._context import state_dir_for
+    from ..config._context import state_dir_for
 
     state = state_dir_for(project)
     checks = []
@@ -142,7 +142,7 @@ def _state_checks(project: Path) -> list[Check]:
         return [Check("FAIL", "state dir", f"{state} is a symlink",
                       f"remove the symlink (`rm {shlex.quote(str(state))}`); it is recreated")]
     from .._errors import StateError
-    from .._statedir import StateDir
+    from ..state._statedir import StateDir
 
     try:  # through the state door: a probe file written and removed, no link followed
         sd = StateDir.open_existing(state)
@@ -408,7 +408,7 @@ def main(argv: list[str]) -> int:
         return 2
     project = _settings.find_project_dir(args.directory or Path.cwd())
     checks, config = _config_checks(project)
-    from .._config import DEFAULT_BUDGET
+    from ..config._schema import DEFAULT_BUDGET
 
     budget = config.budget if config is not None else DEFAULT_BUDGET
     checks += _package_checks()

@@ -6,8 +6,8 @@ prints the nudge, and writes the result in the harness's envelope
 (:func:`supervisor.adapters.render`).
 
 Events (``--event``): ``session-start`` (default); ``post-tool`` (Claude PostToolUse on
-reads: nested instructions, :func:`supervisor._nested.handle_post_tool`); ``prompt`` (a
-per-prompt hook: delivers finished deferred results once, :func:`supervisor._deferred.take_undelivered`).
+reads: nested instructions, :func:`supervisor.session._nested.handle_post_tool`); ``prompt`` (a
+per-prompt hook: delivers finished deferred results once, :func:`supervisor.engine._deferred.take_undelivered`).
 
 Exit status: **always 0**, whatever happened, because a SessionStart hook that exits 2
 blocks a Claude Code or Cursor session and any non-zero exit drops the context everywhere.
@@ -33,9 +33,9 @@ if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
 
-    from .._context import SessionContext
-    from .._delivery import Delivery
-    from .._plan import DigestPlan
+    from ..config._context import SessionContext
+    from ..state._delivery import Delivery
+    from ..config._plan import DigestPlan
 
 EVENTS = ("session-start", "post-tool", "prompt")
 
@@ -199,7 +199,7 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
 
     The envelope comes from :func:`supervisor.adapters.render`; without it, plain text.
     ``caps`` is the config's ``inline_cap`` table (characters per harness). The envelope is
-    written whole (:func:`supervisor._delivery.write_whole`: partial writes and ``EAGAIN`` on a
+    written whole (:func:`supervisor.state._delivery.write_whole`: partial writes and ``EAGAIN`` on a
     non-blocking pipe are retried for up to ``WRITE_DEADLINE`` seconds, issue 11 item 6).
 
     Returns:
@@ -218,7 +218,7 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
         data = text.encode("utf-8", "replace")
     if not data:
         return ""
-    from .._delivery import WriteFailed, write_whole
+    from ..state._delivery import WriteFailed, write_whole
 
     try:
         sys.stdout.flush()  # nothing of ours may come after the envelope's first byte
@@ -254,7 +254,7 @@ def internal_error_text(verb: str, err: BaseException) -> str:
 
 
 def _run(args: HookArgs) -> int:
-    from .. import _payload
+    from ..session import _payload
 
     data = _payload.read_payload_data()
     payload = _payload.parse_payload(data, args.harness)
@@ -269,11 +269,11 @@ def _run(args: HookArgs) -> int:
         if is_foreign(args.harness, data, os.environ):
             return EXIT_OK  # another harness runs this registration; its own one does the work
 
-    from .._context import SessionContext
+    from ..config._context import SessionContext
     from .._errors import ConfigError
-    from .._gates import stand_down_reason
-    from .._plan import DigestPlan
-    from .._plancache import load_plan
+    from ..session._gates import stand_down_reason
+    from ..config._plan import DigestPlan
+    from ..config._plancache import load_plan
 
     try:
         config: DigestPlan | None = load_plan(  # cached: no pydantic on the hot path
@@ -287,15 +287,15 @@ def _run(args: HookArgs) -> int:
         return EXIT_STAND_DOWN if args.prerequisite else EXIT_OK
     if args.prerequisite:
         return EXIT_OK
-    from .._off import off_reason
+    from ..session._off import off_reason
 
     off = off_reason(project)
     if off:
         # The off switch: nothing runs, nothing is written. A session start states it once
         # (the model must not go looking for a digest); a prompt or a read adds nothing.
         if args.event == "session-start":
-            from .._context import state_dir_for
-            from .._off import off_line
+            from ..config._context import state_dir_for
+            from ..session._off import off_line
 
             emit(args.harness, off_line(off), state_dir=state_dir_for(project), kind="digest")
         return EXIT_OK
@@ -309,8 +309,8 @@ def _run(args: HookArgs) -> int:
     if config is None:
         # A bad file never stops the digest: the embedded default runs, and the error comes
         # first so the model (and the user) see it.
-        from .._config import embedded_default
-        from .._plan import as_plan
+        from ..config._schema import embedded_default
+        from ..config._plan import as_plan
 
         print(f"supervise hook: {config_error}", file=sys.stderr)
         config = as_plan(embedded_default())
@@ -321,10 +321,10 @@ def _run(args: HookArgs) -> int:
         config_notice += clamped
     if args.event == "post-tool":
         try:
-            from .._nested import handle_post_tool
+            from ..session._nested import handle_post_tool
         except ImportError:
             return EXIT_OK
-        from .._delivery import open_delivery
+        from ..state._delivery import open_delivery
         from .._errors import SupervisorError
 
         with open_delivery(context.state_dir) as delivery:
@@ -338,13 +338,13 @@ def _run(args: HookArgs) -> int:
         return EXIT_OK
     if args.event == "prompt":
         try:
-            from .._deferred import result_cap, take_undelivered
+            from ..engine._deferred import result_cap, take_undelivered
         except ImportError:
             return EXIT_OK
         # only stages the effective config marks deferred: a result for any other is refused
         caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
                 if s.deferred}
-        from .._delivery import open_delivery
+        from ..state._delivery import open_delivery
 
         # two-phase: deferred claims and the refresh baseline commit only once the envelope
         # went out whole (issue 11 item 5)
@@ -358,8 +358,8 @@ def _run(args: HookArgs) -> int:
         return EXIT_OK
     if source in ("compact", "clear"):
         _advance_nested_epoch(context)
-    from .._delivery import open_delivery
-    from .._session import run_session
+    from ..state._delivery import open_delivery
+    from ..session._routing import run_session
 
     transcript = getattr(payload, "transcript_path", None)
     # Records meaning "delivered" (completion, started-session ledger, handoff count, deferred
@@ -424,12 +424,12 @@ def _nudge_only(args: HookArgs, project: Path) -> None:
     printed would be dropped, so nothing may happen that assumes the model saw it. No stage
     runs, no lock is taken, no handoff is counted, no deferred result is claimed, no ledger
     or epoch is written (issue 12, item 2). Silent when the digest already ran in this
-    harness session (:func:`supervisor._nudge.digest_ran_here`, a read)."""
+    harness session (:func:`supervisor.session._nudge.digest_ran_here`, a read)."""
     if args.event != "session-start":
         return
-    from .._ancestry import NUDGE_HOPS, ancestry
-    from .._context import state_dir_for
-    from .._nudge import NUDGE_TEXT, digest_ran_here
+    from ..session._ancestry import NUDGE_HOPS, ancestry
+    from ..config._context import state_dir_for
+    from ..session._nudge import NUDGE_TEXT, digest_ran_here
 
     state_dir = state_dir_for(project)
     if not digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
@@ -440,10 +440,10 @@ def _nudge_only(args: HookArgs, project: Path) -> None:
 
 def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
     """Fingerprint what the harness receives, so a later resume can find it in the
-    transcript (:mod:`supervisor._ledger`). A state dir that cannot take it costs only that:
+    transcript (:mod:`supervisor.session._ledger`). A state dir that cannot take it costs only that:
     the resume then sends the nudge."""
     from .._errors import StateError
-    from .._ledger import record_delivery
+    from ..session._ledger import record_delivery
 
     try:
         record_delivery(context.state_dir, text, kind)
@@ -453,11 +453,11 @@ def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
 
 def _refreshed(context: SessionContext) -> str:
     """Instruction files this session has that changed since it got them, once each
-    (:func:`supervisor._refresh.take_changed`); ``""`` on any problem, stated on stderr."""
+    (:func:`supervisor.session._refresh.take_changed`); ``""`` on any problem, stated on stderr."""
     if not context.session_id:
         return ""
     from .._errors import SupervisorError
-    from .._refresh import take_changed
+    from ..session._refresh import take_changed
 
     try:
         return take_changed(context.state_dir, context.session_id)
@@ -472,7 +472,7 @@ def _advance_nested_epoch(context: SessionContext) -> None:
     if not context.session_id:
         return
     from .._errors import SupervisorError
-    from .._nested import advance_epoch
+    from ..session._nested import advance_epoch
 
     try:
         advance_epoch(context)
@@ -525,7 +525,7 @@ def quiet_exit_on_signals() -> None:
 
     def leave(signum: int, frame: object) -> None:
         # a module may still be importing when the signal lands: its attributes may be missing
-        note = getattr(sys.modules.get("supervisor.commands._common"), "note_early_signal", None)
+        note = getattr(sys.modules.get("supervisor.engine._signals"), "note_early_signal", None)
         if note is not None and note(signum):
             return  # inside the event loop: the digest ends through its abort path instead
         raise SystemExit(0)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from .._project import add_git_exclude
+from ..state._project import add_git_exclude
 from ._cli import add_directory
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
@@ -131,7 +131,7 @@ def entries(adapter: Adapter, budget: float, python: str | None = None) -> list[
 
 def project_budget(project_dir: Path) -> tuple[float, str | None]:
     """The digest budget in seconds for ``project_dir`` and a warning when the config is bad."""
-    from .._config import DEFAULT_BUDGET, load_config
+    from ..config._schema import DEFAULT_BUDGET, load_config
     from .._errors import ConfigError
 
     try:
@@ -239,7 +239,7 @@ def main(argv: list[str]) -> int:
         for step in dict.fromkeys(steps):
             print(f"  - {step}")
         print("  - run `supervise doctor` to check the registration, timeouts and config.")
-    from .._off import off_line, off_reason
+    from ..session._off import off_line, off_reason
 
     off = off_reason(project_dir)
     if off:  # installed, but quiet until turned on: say so once

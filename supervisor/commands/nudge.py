@@ -1,4 +1,4 @@
-"""``supervise nudge [HARNESS]``: print the one-line nudge (``supervisor._nudge.NUDGE_TEXT``).
+"""``supervise nudge [HARNESS]``: print the one-line nudge (``supervisor.session._nudge.NUDGE_TEXT``).
 
 For harnesses that cannot carry hook output into the model's context: the model is asked
 to run ``supervise digest`` itself. Silent when the lock's live owner is one of our first
@@ -17,14 +17,14 @@ from .hook import HookArgs, build_parser, emit, parse_hook_args, quiet_exit_on_s
 
 
 def _run(args: HookArgs) -> None:
-    from .. import _payload
-    from .._ancestry import NUDGE_HOPS, ancestry
-    from .._plan import DigestPlan
-    from .._plancache import load_plan
-    from .._context import state_dir_for
+    from ..session import _payload
+    from ..session._ancestry import NUDGE_HOPS, ancestry
+    from ..config._plan import DigestPlan
+    from ..config._plancache import load_plan
+    from ..config._context import state_dir_for
     from .._errors import ConfigError
-    from .._gates import stand_down_reason
-    from .._nudge import NUDGE_TEXT, digest_ran_here
+    from ..session._gates import stand_down_reason
+    from ..session._nudge import NUDGE_TEXT, digest_ran_here
 
     payload = _payload.read_payload(args.harness)
     project = _payload.project_dir(payload)
@@ -35,7 +35,7 @@ def _run(args: HookArgs) -> None:
     if stand_down_reason(config, project):
         return
     state_dir = state_dir_for(project)
-    from .._off import off_line, off_reason
+    from ..session._off import off_line, off_reason
 
     off = off_reason(project)
     if off:  # instead of asking for a digest that would not run

@@ -12,9 +12,9 @@ import errno
 import os
 import sys
 
-from .. import _runwait
+from ..engine import _runwait
 from .._exitcodes import EXIT_TIMEOUT
-from .._limits import MAX_GRACE, MAX_SECONDS
+from ..config._limits import MAX_GRACE, MAX_SECONDS
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
@@ -176,15 +176,15 @@ def _finish(command: list[str], budget: float, capture: bool, status: str,
 
 
 def _run_with_engine(command: list[str], budget: float, grace: float, capture: bool) -> int:
-    """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor._runwait`
+    """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor.engine._runwait`
     cannot run (no ``posix_spawn`` with a new session)."""
     import anyio
 
-    from .. import _tree
-    from .._engine import run_command
-    from .._output import BufferSink
-    from .._results import StageResult
-    from ._common import Aborter, with_signals
+    from ..engine import _tree
+    from ..engine._run import run_command
+    from ..engine._output import BufferSink
+    from ..engine._results import StageResult
+    from ..engine._signals import Aborter, with_signals
 
     _tree.enable_subreaper()
     sink = BufferSink() if capture else None  # text: the command's own stdio

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
-from .._session import when
+from ..session._routing import when
 from ._cli import add_directory, add_format
 
 
@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _pending(state_dir: Path) -> list[dict[str, Any]]:
     """Finished deferred results not yet delivered, and runners still going."""
-    from .._deferred import pending, running
+    from ..engine._deferred import pending, running
 
     done = [{"stage": d.get("name", "?"), "status": d.get("status", "?"),
              "seconds": d.get("seconds"), "finished": d.get("finished")} for d in pending(state_dir)]
@@ -46,14 +46,14 @@ def _pending(state_dir: Path) -> list[dict[str, Any]]:
 
 def collect(project: Path) -> dict[str, Any]:
     """The status document (the ``--format json`` shape); ``error`` is set when unreadable."""
-    from .._ancestry import is_alive
-    from .._context import state_dir_for
+    from ..session._ancestry import is_alive
+    from ..config._context import state_dir_for
     from .._errors import StateError
-    from .._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
-    from .._records import dump_record
-    from .._session import HISTORY_FILE, LAST_DIGEST_FILE, DigestHistory, LastDigest
+    from ..session._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
+    from ..state._records import dump_record
+    from ..session._routing import HISTORY_FILE, LAST_DIGEST_FILE, DigestHistory, LastDigest
 
-    from .._off import off_reason
+    from ..session._off import off_reason
 
     state_dir = state_dir_for(project)
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
@@ -61,7 +61,7 @@ def collect(project: Path) -> dict[str, Any]:
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
                            "stderr_logs": [], "exposure": None, "lost": [], "history": []}
     try:
-        from .._statedir import StateDir
+        from ..state._statedir import StateDir
 
         StateDir.open_existing(state_dir)  # a symlinked state dir: StateError, nothing read
         lock = read_record(state_dir / LOCK_FILE, LockRecord)
@@ -82,17 +82,17 @@ def collect(project: Path) -> dict[str, Any]:
     if history is not None:  # newest first
         doc["history"] = [dump_record(e) for e in reversed(history.entries)]
     doc["pending"] = _pending(state_dir)
-    from .._deferred import lost_results
+    from ..engine._deferred import lost_results
 
     doc["lost"] = lost_results(state_dir)
-    from .._stagelog import read_logs
+    from ..engine._stagelog import read_logs
 
     try:  # the stage stderr logs; this view becomes "the last view" for their counts
         doc["stderr_logs"] = read_logs(state_dir, mark_seen=True)
     except StateError as err:
         doc["stderr_logs"] = []
         doc["error"] = str(err)
-    from .._exposure import summarize_exposure
+    from ..state._exposure import summarize_exposure
 
     exposure = summarize_exposure(state_dir)
     doc["exposure"] = exposure.to_dict()
@@ -165,7 +165,7 @@ def render_text(doc: dict[str, Any]) -> str:
 def main(argv: list[str]) -> int:
     """Print the status; 0, or 1 when the state cannot be read."""
     args = build_parser().parse_args(argv)
-    from .._project import find_project_root
+    from ..state._project import find_project_root
 
     doc = collect(find_project_root(args.directory or Path.cwd()))
     if args.format == "json":

@@ -1,0 +1,218 @@
+"""Built-in stage ``instructions``: the instruction files the current harness does not load.
+
+Reads ``SUPERVISE_HARNESS`` (empty = a terminal: everything), ``SUPERVISE_SOURCE``,
+``SUPERVISE_PROJECT_DIR`` and ``SUPERVISE_STAGE_OPTIONS``; prints ``## Instructions`` then each
+file whole, or nothing at all when there is nothing to supply. Always exits 0.
+See ``docs/stages/instructions.md`` for the conventions, the options and the caps.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # stages/: helpers import as packages
+
+from _common import clean_git_env, opt_bool, opt_int, opt_strings, stage_options, warn  # noqa: E402
+from instructions.files import Place, is_within, present, real  # noqa: E402
+from instructions.discover import NATIVE, globals_for, supply_chain  # noqa: E402
+from instructions.imports import Entry, Skipped, Walk  # noqa: E402
+from supervisor.session._nested import listing_note, subtree_file  # noqa: E402
+from supervisor._sanitize import one_line, removed_note  # noqa: E402
+
+DEFAULT_MAX_BYTES = 32 * 1024
+DEFAULT_MAX_DEPTH = 5
+MAX_NESTED_LISTED = 20
+LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
+          "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
+#: Harnesses that get nested AGENTS.md on demand (a read hook or their own loader).
+ON_DEMAND = {"claude", "opencode", "cursor"}
+
+
+def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
+    """``(top-level files the harness loads, real paths of everything it loads incl. imports)``."""
+    loads, expands = NATIVE.get(harness, (None, False))
+    if loads is None:
+        return [], set()
+    tops = loads(place)
+    if not expands:
+        return tops, {real(p) for p in tops}
+    walk = Walk(known=set(), imports=True, max_depth=max_depth, allowed=lambda _r: True,
+                home=place.home)
+    for p in tops:
+        walk.visit(p)
+    return tops, {e.real for e in walk.entries} | {real(p) for p in tops}
+
+
+def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
+    """The ``files`` option: paths relative to the project root, absolute, or ``~/``."""
+    out = []
+    for name in names:
+        p = Path(os.path.expanduser(name))
+        p = p if p.is_absolute() else place.root / p
+        if present(p):
+            out.append(p)  # a FIFO or oversized file is named with its reason by the walk
+        else:
+            warn(f"option files: {name} is not a file; skipped")
+    return out
+
+
+def nested_listing(place: Place) -> list[str]:
+    """Instruction files of the directories below cwd that hold a git-tracked or untracked (not
+    ignored) file, sorted, each with the reason it cannot be used when there is one. The file
+    of a directory is the one the post-tool injection picks (``supervisor.session._nested``:
+    ``AGENTS.override.md`` before ``AGENTS.md``; a FIFO or a link to ``/dev/zero`` is named
+    with why it is not read, not skipped), so the listing and the injection agree."""
+    try:
+        proc = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=place.cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
+            capture_output=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    dirs: set[Path] = set()
+    for rel in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
+        parent = Path(rel).parent
+        while rel and parent != Path(".") and parent not in dirs:
+            dirs.add(parent)  # every folder on the way: a folder may hold only folders
+            parent = parent.parent
+    roots = {real(place.cwd), real(place.root)}
+    out = []
+    for d in sorted(dirs):
+        found = subtree_file(place.cwd / d)
+        if found is not None:
+            why = listing_note(found, roots)
+            out.append(one_line(place.show(found)) + (f": {one_line(why)}" if why else ""))
+    return out
+
+
+def main() -> int:
+    options = stage_options()
+    harness = os.environ.get("SUPERVISE_HARNESS", "")
+    source = os.environ.get("SUPERVISE_SOURCE", "")
+    max_bytes = opt_int(options, "max_bytes", DEFAULT_MAX_BYTES)
+    max_depth = opt_int(options, "max_import_depth", DEFAULT_MAX_DEPTH)
+    supply = opt_strings(options, "supply", ("agents", "claude"))
+    place = Place.from_env()
+
+    tops, known = native_files(place, harness, max_depth)
+    root_real = real(place.root)
+    allowed_roots = [real(os.path.expanduser(p)) for p in opt_strings(options, "allow_paths", ())]
+    allow_outside = opt_bool(options, "allow_outside", False)
+
+    def allowed(target_real: str) -> bool:
+        return allow_outside or any(is_within(Path(target_real), Path(r))
+                                    for r in (root_real, *allowed_roots))
+
+    walk = Walk(known=known, imports=opt_bool(options, "imports", True), max_depth=max_depth,
+                allowed=allowed, home=place.home,
+                follow_known=not (harness in NATIVE and NATIVE[harness][1]))
+    if harness in NATIVE and not NATIVE[harness][1]:
+        for p in tops:  # the harness loads these but not their imports: we supply those
+            walk.visit(p, emit=False)
+    for p in globals_for(place) if opt_bool(options, "global", False) else []:
+        walk.visit(p, trusted=True)  # the harnesses' documented home files
+    for p in supply_chain(place, supply):
+        walk.visit(p)  # project files: inside the project, like an @import
+    for p in extra_files(place, opt_strings(options, "files", ())):
+        # named by the config itself, which could as well set allow_outside: trusted as much
+        # (never /proc, /sys or /dev)
+        walk.visit(p, trusted=True)
+
+    nested = nested_listing(place) if opt_bool(options, "list_nested", harness not in ON_DEMAND) else []
+    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested)
+    if text:
+        sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    if opt_bool(options, "refresh", True):
+        record_baseline(place, harness, kept_entries(walk.entries, max_bytes), known)
+    return 0
+
+
+def record_baseline(place: Place, harness: str, injected: list[Entry], loaded: set[str]) -> None:
+    """The session's instruction-file baseline (``supervisor.session._refresh``): what the digest
+    injected and what the harness loads itself, so a file edited during the session is
+    re-injected once at the next prompt. Needs a session id; a problem is one warning."""
+    session_id = os.environ.get("SUPERVISE_SESSION_ID", "")
+    state = os.environ.get("SUPERVISE_STATE_DIR", "")
+    if not session_id or not state:
+        return
+    files = [(e.real, place.show(e.path), "digest") for e in injected]
+    files += [(p, place.show(p), "harness") for p in sorted(loaded)]
+    try:
+        from supervisor._errors import SupervisorError
+        from supervisor.session._refresh import record_baseline as record
+    except ImportError:  # a stage copied out of the package: no refresh, nothing else lost
+        return
+    try:
+        record(Path(state), session_id, harness, files)
+    except (SupervisorError, OSError) as err:
+        warn(f"cannot record the instruction files for refresh: {err}")
+
+
+def kept_entries(entries: list[Entry], max_bytes: int) -> list[Entry]:
+    """The entries :func:`render` shows whole (in order, within ``max_bytes``)."""
+    kept: list[Entry] = []
+    used = 0
+    for e in entries:
+        size = len(e.content.text.encode("utf-8"))
+        if used + size > max_bytes:
+            break  # whole files only: once one does not fit, the rest are named
+        kept.append(e)
+        used += size
+    return kept
+
+
+def render(place: Place, harness: str, source: str, entries: list[Entry], skipped: list[Skipped],
+           max_bytes: int, nested: list[str]) -> str:
+    """The stage output: heading, whole files within ``max_bytes``, then what was left out."""
+    kept = kept_entries(entries, max_bytes)
+    left = entries[len(kept):]
+    if not (kept or left or skipped or nested):
+        return ""
+    who = LABELS.get(harness, harness) if harness else ""
+    lines = ["## Instructions"]
+    if source == "compact":
+        lines.append("Re-emitted after compaction: hook-delivered instructions do not survive it."
+                     + (f" Files {who} keeps by itself are not repeated." if who else ""))
+    if kept:
+        scope = f"{who} does not load by itself" if who else "of this project"
+        lines.append(f"Instruction files {scope}, root first (nearer files are more specific);"
+                     f" project root: {one_line(str(place.root))}")
+    for e in kept:
+        notes = []
+        if e.importer is not None:
+            notes.append(f"imported by {one_line(place.show(e.importer))}")
+        if e.content.lossy:
+            notes.append("not valid UTF-8: decoded with replacement characters")
+        lines.append("")
+        lines.append(f"### {one_line(place.show(e.path))}" + (f" ({'; '.join(notes)})" if notes else ""))
+        if e.content.hidden:
+            lines.append(removed_note(e.content.hidden, one_line(place.show(e.path))))
+        lines.append(e.content.text.rstrip("\n"))
+    if left:
+        lines += ["", f"Left out to stay within {max_bytes} bytes (read them directly):"]
+        lines += [f"- {one_line(str(e.path))} ({e.content.size} bytes)" for e in left]
+    if skipped:
+        lines += ["", "Not included:"]
+        lines += [f"- {one_line(s.what)}" + (f" in {one_line(place.show(s.path))}" if s.path and s.what.startswith("@") else "")
+                  + f": {one_line(s.reason)}" for s in skipped]
+    if nested:
+        shown = nested[:MAX_NESTED_LISTED]
+        lines += ["", "Nested instruction files (read the one covering a subtree before working in it):"]
+        lines += [f"- {p}" for p in shown]
+        if len(nested) > len(shown):
+            lines.append(f"- ... and {len(nested) - len(shown)} more")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception as err:  # a stage exits 0 on every internal failure (memory.md req. 20)
+        warn(f"internal error: {type(err).__name__}: {err}")
+        sys.exit(0)

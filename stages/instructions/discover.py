@@ -1,0 +1,313 @@
+"""Which instruction files each harness loads by itself, and which ones this stage can supply.
+
+Every function returns a deterministic, ordered list of absolute paths (not resolved), each an
+existing regular file; callers de-duplicate by real path. Sources for each convention:
+
+* Claude Code (code.claude.com/docs/en/memory): managed policy file, ``~/.claude/CLAUDE.md``,
+  ``~/.claude/rules/*.md``, then from the filesystem root down to cwd: ``CLAUDE.md``,
+  ``.claude/CLAUDE.md``, ``.claude/rules/*.md``, ``CLAUDE.local.md``; ``@imports`` expanded.
+  It lives in the system prompt and survives compaction.
+* Codex (openai/codex ``project_doc``): global ``$CODEX_HOME/AGENTS.override.md`` else
+  ``AGENTS.md`` (first non-empty); then from the project root (nearest ``.git``) down to cwd,
+  one file per directory: ``AGENTS.override.md`` > ``AGENTS.md`` > ``project_doc_fallback_filenames``,
+  empty files skipped, no more files once ``project_doc_max_bytes`` (32 KiB) is reached.
+* OpenCode (opencode.ai/docs/rules): ``~/.config/opencode/AGENTS.md`` else ``~/.claude/CLAUDE.md``;
+  from cwd up to the project root, ``AGENTS.md`` else ``CLAUDE.md`` per directory (CLAUDE.md
+  files are skipped with ``OPENCODE_DISABLE_CLAUDE_CODE_PROMPT``, project files with
+  ``OPENCODE_DISABLE_PROJECT_CONFIG``). No imports.
+* Pi (pi-mono ``resource-loader.ts``): the agent dir (``PI_CODING_AGENT_DIR``, default
+  ``~/.pi/agent``), then cwd and every ancestor up to ``/``, one file per directory, the first of
+  ``AGENTS.override.md``, ``AGENTS.md``, ``AGENTS.MD``, ``CLAUDE.md``, ``CLAUDE.MD``. No imports.
+* Gemini CLI (gemini-cli 0.61 ``memoryDiscovery.ts``/``memoryTool.ts``): the context file
+  names (``context.fileName``, a string or a list, default ``GEMINI.md``; legacy top-level
+  ``contextFileName``) from the system, user (``~/.gemini``) and workspace (``.gemini``)
+  ``settings.json``, the workspace winning; ``~/.gemini/<name>``, then every name in each
+  directory from cwd up to the git root (no git: cwd only). It expands ``@imports`` itself.
+* Qwen Code (qwen-code ``memoryTool.ts``, PR #2018): as Gemini, with ``~/.qwen`` and
+  ``.qwen/settings.json``, default names ``QWEN.md`` and ``AGENTS.md``; imports expanded.
+* Cursor (cursor.com/docs/rules, CLI docs): ``.cursor/rules`` (its own ``.mdc`` rules) and
+  ``AGENTS.md`` and ``CLAUDE.md`` at the project root; nested ``AGENTS.md`` are applied by
+  Cursor itself when it works on files below them. No imports.
+* Grok CLI (superagent-ai/grok-cli ``src/utils/instructions.ts``): ``~/.grok/AGENTS.md``,
+  then from the git root (no git: cwd) down to cwd, ``AGENTS.override.md`` (when present,
+  even empty) else ``AGENTS.md``, per directory; the older ``@vibe-kit/grok-cli`` reads
+  ``.grok/GROK.md`` in cwd. No imports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from instructions.files import Place, examine, file_size, find_git_root, is_regular, present, read_instruction
+
+CODEX_PROJECT_DOC_MAX_BYTES = 32 * 1024
+_CLAUDE_DIR_FILES = ("CLAUDE.md", ".claude/CLAUDE.md")
+_PI_CANDIDATES = ("AGENTS.override.md", "AGENTS.md", "AGENTS.MD", "CLAUDE.md", "CLAUDE.MD")
+
+
+def _nonempty(path: Path) -> bool:
+    content = read_instruction(path)
+    return content is not None and bool(content.text.strip())
+
+
+def _supplied(path: Path) -> bool:
+    """A project candidate the stage supplies or names: non-empty text, or present but not
+    readable as text (a link out of the project, a FIFO, an oversized or binary file), which
+    the stage then names with its reason instead of letting it disappear (issue 11 item 7)."""
+    if not present(path):
+        return False
+    content, why = examine(path)
+    return bool(why) if content is None else bool(content.text.strip())
+
+
+def _rules(directory: Path) -> list[Path]:
+    """``<directory>/*.md`` rule files (recursive, sorted by relative path)."""
+    if not directory.is_dir():
+        return []
+    return sorted((p for p in directory.rglob("*.md") if is_regular(p)),
+                  key=lambda p: p.relative_to(directory).as_posix())
+
+
+def _ancestors_down(cwd: Path) -> list[Path]:
+    """Filesystem root, then each directory down to ``cwd``."""
+    return [*reversed(cwd.parents), cwd]
+
+
+def claude_managed() -> Path:
+    """The managed-policy CLAUDE.md for this OS."""
+    if sys.platform == "darwin":
+        return Path("/Library/Application Support/ClaudeCode/CLAUDE.md")
+    return Path("/etc/claude-code/CLAUDE.md")
+
+
+def claude_loads(place: Place) -> list[Path]:
+    """Files Claude Code loads into its system prompt (before imports)."""
+    out = [claude_managed(), place.home / ".claude" / "CLAUDE.md",
+           *_rules(place.home / ".claude" / "rules")]
+    for d in _ancestors_down(place.cwd):
+        out += [d / "CLAUDE.md", d / ".claude" / "CLAUDE.md", *_rules(d / ".claude" / "rules"),
+                d / "CLAUDE.local.md"]
+    return [p for p in out if is_regular(p)]
+
+
+def codex_home(place: Place) -> Path:
+    return Path(os.environ.get("CODEX_HOME") or place.home / ".codex")
+
+
+def codex_settings(place: Place) -> tuple[tuple[str, ...], int]:
+    """``(project_doc_fallback_filenames, project_doc_max_bytes)`` from Codex's config.toml."""
+    try:
+        with open(codex_home(place) / "config.toml", "rb") as fh:
+            cfg = tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return (), CODEX_PROJECT_DOC_MAX_BYTES
+    fallbacks = cfg.get("project_doc_fallback_filenames", [])
+    if not isinstance(fallbacks, list):
+        fallbacks = []
+    cap = cfg.get("project_doc_max_bytes", CODEX_PROJECT_DOC_MAX_BYTES)
+    if not isinstance(cap, int) or isinstance(cap, bool) or cap < 0:
+        cap = CODEX_PROJECT_DOC_MAX_BYTES
+    return tuple(str(f) for f in fallbacks if isinstance(f, str) and f), cap
+
+
+def codex_loads(place: Place) -> list[Path]:
+    """Files Codex loads: the global one, then its project chain up to its byte cap."""
+    out: list[Path] = []
+    home = codex_home(place)
+    for name in ("AGENTS.override.md", "AGENTS.md"):
+        if is_regular(home / name) and _nonempty(home / name):
+            out.append(home / name)
+            break
+    fallbacks, cap = codex_settings(place)
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    used = 0
+    for d in dirs:
+        if used >= cap:
+            break  # Codex stops adding project docs once its budget is spent
+        for name in ("AGENTS.override.md", "AGENTS.md", *fallbacks):
+            p = d / name
+            if is_regular(p) and _nonempty(p):
+                out.append(p)
+                used += max(file_size(p), 0)
+                break
+    return out
+
+
+def opencode_loads(place: Place) -> list[Path]:
+    """Files OpenCode loads: the global one, then AGENTS.md (else CLAUDE.md) per directory."""
+    no_claude = bool(os.environ.get("OPENCODE_DISABLE_CLAUDE_CODE_PROMPT"))
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or place.home / ".config")
+    out: list[Path] = []
+    for p in (config / "opencode" / "AGENTS.md",
+              *(() if no_claude else (place.home / ".claude" / "CLAUDE.md",))):
+        if is_regular(p):
+            out.append(p)
+            break
+    if os.environ.get("OPENCODE_DISABLE_PROJECT_CONFIG"):
+        return out
+    for d in reversed(place.dirs_root_to_cwd()):  # nearest first, as OpenCode orders them
+        for name in ("AGENTS.md", *(() if no_claude else ("CLAUDE.md",))):
+            if is_regular(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+def pi_loads(place: Place) -> list[Path]:
+    """Files Pi loads: the agent dir's file, then one per directory from ``/`` down to cwd."""
+    agent_dir = Path(os.path.expanduser(os.environ.get("PI_CODING_AGENT_DIR") or "~/.pi/agent"))
+    out: list[Path] = []
+    for d in (agent_dir, *_ancestors_down(place.cwd)):
+        for name in _PI_CANDIDATES:
+            if is_regular(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+def _settings_names(paths: list[Path], default: tuple[str, ...]) -> tuple[str, ...]:
+    """Context file names from Gemini-style ``settings.json`` files (later files win).
+
+    ``context.fileName`` (string or list of strings) or the legacy top-level
+    ``contextFileName``; an unreadable, non-JSON or oddly typed file is ignored, and so is a
+    FIFO, device or oversized file (read through :func:`examine`: never blocking, capped; a
+    planted ``.gemini/settings.json`` FIFO used to hold the stage until the budget killed it).
+    """
+    names = default
+    for path in paths:
+        content = examine(path)[0]
+        if content is None:
+            continue
+        try:
+            data = json.loads(content.text)
+        except (ValueError, RecursionError, MemoryError):
+            continue
+        if not isinstance(data, dict):
+            continue
+        context = data.get("context")
+        value = context.get("fileName") if isinstance(context, dict) else None
+        if value is None:
+            value = data.get("contextFileName")
+        found = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+        clean = tuple(os.path.normpath(n.strip()) for n in found if isinstance(n, str) and n.strip())
+        if clean:
+            names = clean
+    return names
+
+
+def _upward_names(place: Place, names: tuple[str, ...]) -> list[Path]:
+    """Every ``names`` file in each directory from the git root (cwd without git) down to cwd."""
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    return [d / n for d in dirs for n in names if is_regular(d / n)]
+
+
+def gemini_names(place: Place) -> tuple[str, ...]:
+    """Gemini CLI's context file names (``context.fileName``, default ``GEMINI.md``)."""
+    system = os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or "/etc/gemini-cli/settings.json"
+    return _settings_names([Path(system), place.home / ".gemini" / "settings.json",
+                            place.root / ".gemini" / "settings.json"], ("GEMINI.md",))
+
+
+def gemini_loads(place: Place) -> list[Path]:
+    """Files Gemini CLI loads: ``~/.gemini/<name>``, then cwd up to the git root."""
+    names = gemini_names(place)
+    out = [place.home / ".gemini" / n for n in names if is_regular(place.home / ".gemini" / n)]
+    return out + _upward_names(place, names)
+
+
+def qwen_names(place: Place) -> tuple[str, ...]:
+    """Qwen Code's context file names (``context.fileName``, default QWEN.md and AGENTS.md)."""
+    return _settings_names([place.home / ".qwen" / "settings.json",
+                            place.root / ".qwen" / "settings.json"], ("QWEN.md", "AGENTS.md"))
+
+
+def qwen_loads(place: Place) -> list[Path]:
+    """Files Qwen Code loads: ``~/.qwen/<name>``, then cwd up to the git root."""
+    names = qwen_names(place)
+    out = [place.home / ".qwen" / n for n in names if is_regular(place.home / ".qwen" / n)]
+    return out + _upward_names(place, names)
+
+
+def cursor_loads(place: Place) -> list[Path]:
+    """Files Cursor applies itself: ``AGENTS.md`` and ``CLAUDE.md`` at the project root, and
+    ``AGENTS.md`` in each directory down to cwd (nested ones apply to work below them)."""
+    out = [p for p in (place.root / "AGENTS.md", place.root / "CLAUDE.md") if is_regular(p)]
+    return out + [d / "AGENTS.md" for d in place.dirs_root_to_cwd()[1:] if is_regular(d / "AGENTS.md")]
+
+
+def grok_loads(place: Place) -> list[Path]:
+    """Files Grok CLI loads: ``~/.grok/AGENTS.md``, the AGENTS chain git root -> cwd, and
+    the older CLI's ``.grok/GROK.md``."""
+    out = [p for p in (place.home / ".grok" / "AGENTS.md",) if is_regular(p) and _nonempty(p)]
+    git_root = find_git_root(place.cwd)
+    dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
+    for d in dirs:
+        override = d / "AGENTS.override.md"
+        if override.exists():
+            out += [override] if is_regular(override) and _nonempty(override) else []
+            continue
+        if is_regular(d / "AGENTS.md") and _nonempty(d / "AGENTS.md"):
+            out.append(d / "AGENTS.md")
+    legacy = place.cwd / ".grok" / "GROK.md"
+    return out + ([legacy] if is_regular(legacy) else [])
+
+
+#: harness -> (what it loads by itself, whether it expands @imports in those files itself)
+NATIVE = {
+    "claude": (claude_loads, True),
+    "codex": (codex_loads, False),
+    "opencode": (opencode_loads, False),
+    "pi": (pi_loads, False),
+    "gemini": (gemini_loads, True),
+    "qwen": (qwen_loads, True),
+    "cursor": (cursor_loads, False),
+    "grok": (grok_loads, False),
+}
+"""Every harness of ``supervisor.adapters`` and the two bridges; a harness missing here is
+assumed to load nothing (the whole chain is supplied)."""
+
+
+def agents_chain(place: Place) -> list[Path]:
+    """The AGENTS.md chain, project root down to cwd, Codex precedence (one file per dir)."""
+    out = []
+    for d in place.dirs_root_to_cwd():
+        for name in ("AGENTS.override.md", "AGENTS.md"):
+            if _supplied(d / name):
+                out.append(d / name)
+                break
+    return out
+
+
+def claude_chain(place: Place) -> list[Path]:
+    """The CLAUDE.md chain, project root down to cwd (CLAUDE.md, .claude/CLAUDE.md, local)."""
+    out = []
+    for d in place.dirs_root_to_cwd():
+        out += [p for p in (*(d / n for n in _CLAUDE_DIR_FILES), d / "CLAUDE.local.md")
+                if present(p)]
+    return out
+
+
+def globals_for(place: Place) -> list[Path]:
+    """User-level files of each convention: Codex's global AGENTS.md and ``~/.claude/CLAUDE.md``."""
+    home = codex_home(place)
+    out = [p for p in (home / "AGENTS.override.md", home / "AGENTS.md") if is_regular(p)][:1]
+    claude = place.home / ".claude" / "CLAUDE.md"
+    return out + ([claude] if is_regular(claude) else [])
+
+
+def supply_chain(place: Place, supply: tuple[str, ...]) -> list[Path]:
+    """Candidate files in emission order: per directory (root first) the AGENTS file, then
+    the CLAUDE files, each convention only when named in ``supply``."""
+    agents = agents_chain(place) if "agents" in supply else []
+    claude = claude_chain(place) if "claude" in supply else []
+    out = []
+    for d in place.dirs_root_to_cwd():
+        out += [p for p in agents if p.parent == d]
+        out += [p for p in claude if p.parent == d or p.parent == d / ".claude"]
+    return out

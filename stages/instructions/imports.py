@@ -1,0 +1,203 @@
+"""``@path`` imports in instruction files, the way Claude Code expands them in CLAUDE.md.
+
+Rules (Claude Code memory docs, "Import additional files"): an import is ``@`` followed by a
+path, at the start of a line or after whitespace; the path is relative to the importing file,
+``@~/...`` is relative to the home directory, absolute paths are allowed; imports nest up to a
+hop limit (5 by default); imports inside code spans and fenced code blocks are not expanded;
+cycles are broken. Claude asks before following an import outside the project; this stage does
+not follow one at all unless the ``allow_outside`` / ``allow_paths`` options say so.
+
+To keep ``@mentions`` in prose from being reported as missing files, a token counts as an import
+only when it looks like a path: it contains ``/`` or ``.``, or starts with ``~``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from instructions.files import FileText, examine, real, special_location
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_IMPORT = re.compile(r"(?:(?<=\s)|^)@((?:\\ |[^\s])+)")
+_TRAILING = ".,;:!?)]}'\""
+
+
+def strip_code(text: str) -> str:
+    """``text`` with fenced code blocks and inline code spans blanked out (lines kept)."""
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        m = _FENCE.match(line)
+        if fence is not None:
+            # A closing fence: same character, at least as long, nothing else on the line.
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence) \
+                    and not line.strip().lstrip(fence[0]):
+                fence = None
+            out.append("")
+            continue
+        if m and not (m.group(1)[0] == "`" and "`" in line.strip()[len(m.group(1)):]):
+            fence = m.group(1)
+            out.append("")
+            continue
+        out.append(_strip_spans(line))
+    return "\n".join(out)
+
+
+def _strip_spans(line: str) -> str:
+    """One line with each inline code span (a backtick run to the next run of equal length)
+    replaced by a space; an unmatched run stays literal (CommonMark)."""
+    out: list[str] = []
+    i = 0
+    while i < len(line):
+        if line[i] != "`":
+            out.append(line[i])
+            i += 1
+            continue
+        j = i
+        while j < len(line) and line[j] == "`":
+            j += 1
+        closing = re.compile(r"(?<!`)`{%d}(?!`)" % (j - i)).search(line, j)
+        if closing:
+            out.append(" ")
+            i = closing.end()
+        else:
+            out.append(line[i:j])
+            i = j
+    return "".join(out)
+
+
+def import_tokens(text: str) -> list[str]:
+    """The import paths of ``text`` in order of appearance, each once (``\\ `` is a space)."""
+    seen: dict[str, None] = {}
+    for m in _IMPORT.finditer(strip_code(text)):
+        token = m.group(1).replace("\\ ", " ")
+        if token.startswith("~") or "/" in token or "." in token.rstrip(_TRAILING):
+            seen.setdefault(token, None)
+    return list(seen)
+
+
+def resolve_token(token: str, importer: Path, home: Path) -> tuple[str, Path]:
+    """``(token, path)``: where ``token`` points: ``~/x`` under ``home``, absolute as is, else
+    beside ``importer``. Trailing punctuation (``.,;:)`` ...) is dropped unless the path with
+    it exists ("see @README.md." imports README.md); the token returned is the one used.
+    """
+    def place(t: str) -> Path:
+        if t == "~" or t.startswith("~/"):
+            return home / t[2:]
+        p = Path(t)
+        return p if p.is_absolute() else importer.parent / p
+
+    target = place(token)
+    stripped = token.rstrip(_TRAILING)
+    if stripped and stripped != token and not os.path.lexists(target):
+        return stripped, place(stripped)
+    return token, target
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One instruction file to emit, in order.
+
+    Attributes:
+        path: absolute path as discovered (not resolved), for display.
+        real: its real path (the dedup key).
+        content: the file as read.
+        importer: the file that imported it, or None for a discovered file.
+    """
+
+    path: Path
+    real: str
+    content: FileText
+    importer: Path | None = None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file or import not followed: ``what`` (display text), ``reason``, ``path``."""
+
+    what: str
+    reason: str
+    path: Path | None = None
+
+
+@dataclass
+class Walk:
+    """Depth-first expansion of discovered files and their imports.
+
+    Args:
+        known: real paths already supplied by the harness: never emitted; traversed for
+            imports only when ``follow_known`` (False when the harness expands imports itself).
+        imports: expand ``@path`` imports at all.
+        max_depth: hop limit; a file reached through more hops than this is not read.
+        allowed: predicate on a target's real path; False means "outside the project".
+        home: the home directory for ``@~/`` imports.
+    """
+
+    known: set[str]
+    imports: bool
+    max_depth: int
+    allowed: Callable[[str], bool]
+    home: Path
+    follow_known: bool = True
+    entries: list[Entry] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    _traversed: set[str] = field(default_factory=set)
+    _emitted: set[str] = field(default_factory=set)
+
+    def visit(self, path: Path, *, emit: bool = True, importer: Path | None = None,
+              depth: int = 0, trusted: bool = False) -> None:
+        """Visit ``path`` (emitting it unless known or already emitted), then its imports.
+
+        A discovered file (``importer`` None) must resolve inside the project like an import
+        (``allowed``), unless ``trusted``: the harness's own documented locations in the
+        user's home (``~/.claude/CLAUDE.md``, Codex's global AGENTS.md), which may link
+        anywhere but into ``/proc``, ``/sys`` or ``/dev`` (issue 11 item 7: ``ln -s
+        /etc/passwd AGENTS.md`` put the password file in the model's context).
+        """
+        key = real(path)
+        if key in self._traversed:
+            return  # a cycle or a second route: each file once
+        self._traversed.add(key)
+        if emit and importer is None and not trusted and key not in self.known \
+                and not special_location(key) and not self.allowed(key):
+            self.skipped.append(Skipped(str(path), f"refused: it resolves to {key}, outside the "
+                                        "project; allow it with the allow_outside or "
+                                        "allow_paths option", path))
+            return
+        content, why = examine(path)
+        if content is None:
+            if emit and key not in self.known:
+                self.skipped.append(Skipped(str(path), why, path))
+            return
+        if emit and key not in self.known and key not in self._emitted and content.text.strip():
+            self._emitted.add(key)
+            self.entries.append(Entry(path, key, content, importer))
+        if not self.imports or (key in self.known and not self.follow_known):
+            return
+        for token in import_tokens(content.text):
+            token, target = resolve_token(token, path, self.home)
+            what = f"@{token}"
+            if not os.path.exists(target):
+                self.skipped.append(Skipped(what, f"not found ({target})", path))
+                continue
+            target_key = real(target)
+            if target_key in self._traversed:
+                continue
+            where = special_location(target_key)
+            if where is not None:
+                self.skipped.append(Skipped(what, f"refused: it resolves to {target_key}, in "
+                                                  f"{where} (a kernel or device file system); "
+                                                  "never read", path))
+                continue
+            if depth + 1 > self.max_depth:
+                self.skipped.append(Skipped(what, f"hop limit {self.max_depth} reached", path))
+                continue
+            if not self.allowed(target_key):
+                self.skipped.append(Skipped(what, f"outside the project ({target}); "
+                                                  "allow it with the allow_outside or allow_paths option", path))
+                continue
+            self.visit(target, emit=True, importer=path, depth=depth + 1)

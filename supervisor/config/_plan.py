@@ -1,0 +1,257 @@
+"""The validated digest as the engine runs it: stdlib frozen dataclasses, no pydantic.
+
+``supervise.toml`` is validated once by the pydantic models of :mod:`supervisor.config._schema`; the
+result is a :class:`DigestPlan`, which :mod:`supervisor.config._plancache` caches as JSON so that a
+hook run whose config did not change never imports pydantic. This module holds the plan's
+shape, its limits and the environment overrides (``SUPERVISE_TIMEOUT``, ``SUPERVISE_GRACE``);
+it imports neither the config models nor the cache (data flows config -> plan, never back).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from .._errors import ConfigError
+from ._limits import MAX_GRACE as MAX_GRACE
+from ._limits import MAX_SECONDS as MAX_SECONDS
+
+DEFAULT_MAX_TASKS = 512
+"""Processes a stage's tree may hold at once (``max_tasks``); a fork bomb stops here."""
+MAX_TASKS_LIMIT = 4_194_304
+"""Largest ``max_tasks`` accepted (the kernel's own pid limit)."""
+MIN_MEMORY = 1 << 20
+"""Smallest ``max_memory`` accepted, in bytes (1 MiB: less cannot start an interpreter)."""
+MAX_MEMORY_LIMIT = 1 << 50
+"""Largest ``max_memory`` accepted, in bytes (1 PiB)."""
+
+CONFIG_FILE = "supervise.toml"
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    """One stage, validated (field meanings: docs/stage-authors.md, "Config keys")."""
+
+    name: str
+    run: tuple[str, ...] | None = None
+    builtin: str | None = None
+    args: tuple[str, ...] = ()
+    shell: bool = False
+    title: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    max_output: int | None = None
+    max_tasks: int = DEFAULT_MAX_TASKS
+    max_memory: int | None = None
+    needs: tuple[str, ...] = ()
+    deferred: bool = False
+    reemit: bool = False
+    exclusive: bool = False
+    options: dict[str, Any] = field(default_factory=dict)
+    ok_exit: tuple[int, ...] = (0,)
+    when: dict[str, tuple[str, ...]] | None = None
+    """``{"source": (...), "harness": (...)}`` (either may be absent): see :func:`unmet`."""
+    stderr: Literal["context", "log", "drop"] = "log"
+    """Where the stage's stderr goes: the stage log (:mod:`supervisor.engine._stagelog`), merged
+    into its stdout (``context``), or nowhere (``drop``)."""
+
+
+WHEN_SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
+"""Values ``when.source`` takes (the routed sources of ``supervisor.session._payload.SOURCES``)."""
+WHEN_HARNESSES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "qwen", "grok", "pi",
+                                   "opencode", "terminal")
+"""Values ``when.harness`` takes: the harness names, and ``terminal`` for no harness."""
+
+
+def unmet(stage: StagePlan, source: str, harness: str) -> str:
+    """Why ``stage``'s ``when`` condition excludes a run with this routed ``source`` and
+    ``harness`` (one clause, e.g. ``when.source is startup, clear; this run's is compact``),
+    or ``""`` when it takes part. ``source`` ``""`` (a terminal, an unrecognized source)
+    counts as ``startup``; ``harness`` ``""`` as ``terminal``."""
+    if not stage.when:
+        return ""
+    have = {"source": source or "startup", "harness": harness or "terminal"}
+    for key in ("source", "harness"):
+        allowed = stage.when.get(key)
+        if allowed is not None and have[key] not in allowed:
+            return f"when.{key} is {', '.join(allowed)}; this run's is {have[key]}"
+    return ""
+
+
+DEFAULT_MAX_PARALLEL = 64
+"""Stages running at once by default (``max_parallel``; 0 = no limit). Each running stage holds
+a pipe and a process group: 64 keeps a digest far below the usual 1,024 open-file limit, and
+no digest of fewer stages waits at all (docs/benchmarks.md)."""
+
+
+@dataclass(frozen=True)
+class DigestPlan:
+    """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes."""
+
+    budget: float = 120.0
+    grace: float = 1.0
+    max_output: int = 1024 * 1024
+    reemit_budget: int = 24 * 1024
+    max_parallel: int = DEFAULT_MAX_PARALLEL
+    scope: Literal["primary", "any"] = "primary"
+    gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
+    gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)
+    inline_cap: dict[str, int] = field(default_factory=dict)
+    stages: tuple[StagePlan, ...] = ()
+    source: str = "<embedded default>"
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any]) -> DigestPlan:
+        """Build from an already-validated mapping (``model_dump()`` or the cache)."""
+        known = {f.name for f in fields(cls)}
+        stage_known = {f.name for f in fields(StagePlan)}
+        top = {k: v for k, v in data.items() if k in known and k != "stages"}
+        for key in ("gate_env", "gate_common_dirs"):
+            if key in top:
+                top[key] = tuple(top[key])
+        stages = []
+        for raw in data.get("stages", ()):
+            item = {k: v for k, v in raw.items() if k in stage_known}
+            for key in ("run", "args", "needs", "ok_exit"):
+                if item.get(key) is not None:
+                    item[key] = tuple(item[key])
+            if item.get("when") is not None:
+                item["when"] = {k: tuple(v) for k, v in item["when"].items() if v is not None}
+            stages.append(StagePlan(**item))
+        return cls(**top, stages=tuple(stages))
+
+    def to_mapping(self) -> dict[str, Any]:
+        """A JSON-ready mapping (inverse of :meth:`from_mapping`)."""
+        return asdict(self)
+
+    def stage(self, name: str) -> StagePlan:
+        """The stage called ``name``. Raises KeyError when there is none."""
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+
+MAX_CONFIG_BYTES = 1024 * 1024
+"""Bytes read of a config file (``supervise.toml``, ``pyproject.toml``, ``--config``): a larger
+file is a config error, never read whole (a planted 3 GiB file cost the hook its deadline)."""
+
+
+def read_config_bytes(path: Path, *, special_ok: bool = False) -> bytes:
+    """The bytes of config file ``path``, at most :data:`MAX_CONFIG_BYTES`, never blocking on a
+    planted FIFO: opened with ``O_NONBLOCK`` and ``fstat``-ed; only a regular file is read
+    (``special_ok``: also a pipe, for ``--config <(...)``, which the user named themselves).
+
+    Raises:
+        ConfigError: one line naming the file and the true reason: not a regular file (a FIFO,
+            socket, device or folder), too large (its size), or cannot be read (the OS error).
+    """
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if special_ok else os.O_NONBLOCK))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) or not (stat.S_ISREG(st.st_mode)
+                                            or (special_ok and stat.S_ISFIFO(st.st_mode))):
+            raise ConfigError(f"{path}: not a regular file (a folder, FIFO, socket or device); "
+                              "not read")
+        if st.st_size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: too large ({st.st_size} bytes; a config file is at most "
+                              f"{MAX_CONFIG_BYTES} bytes); not read")
+        chunks: list[bytes] = []
+        got = 0
+        while got <= MAX_CONFIG_BYTES and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    finally:
+        os.close(fd)
+    if got > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: too large (over {MAX_CONFIG_BYTES} bytes); not read")
+    return b"".join(chunks)
+
+
+def find_config(project_dir: Path) -> Path | None:
+    """Return the file that configures ``project_dir``, or None for the embedded default.
+
+    ``supervise.toml`` wins whenever it exists, even as a FIFO, folder or dangling link (the
+    load then names why it cannot be used rather than silently running the default); else
+    ``pyproject.toml`` when it is a regular file with a ``[tool.supervise]`` table in its first
+    :data:`MAX_CONFIG_BYTES` bytes (a pyproject that cannot be read is not ours to judge).
+    """
+    candidate = project_dir / CONFIG_FILE
+    if os.path.lexists(candidate):
+        return candidate
+    pyproject = project_dir / "pyproject.toml"
+    try:
+        fd = os.open(pyproject, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        head = os.read(fd, MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return pyproject if b"[tool.supervise" in head else None
+
+
+def _env_seconds(name: str, positive: bool) -> float | None:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return None
+    want = ("a number of seconds greater than 0" if positive
+            else "a number of seconds, 0 or more")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (value > 0 if positive else value >= 0) or value == float("inf"):
+        raise ConfigError(f"environment: {name}={raw!r}: expected {want}")
+    limit = MAX_GRACE if name == "SUPERVISE_GRACE" else MAX_SECONDS
+    if value > limit:
+        raise ConfigError(f"environment: {name}={raw!r}: expected at most {limit:g} seconds")
+    return value
+
+
+def env_overrides() -> dict[str, float]:
+    """``{"budget": ..., "grace": ...}`` from ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE``
+    (seconds), only for the variables that are set.
+
+    Raises:
+        ConfigError: a variable is set to something that is not a non-negative number (or a
+            zero budget).
+    """
+    update: dict[str, float] = {}
+    budget = _env_seconds("SUPERVISE_TIMEOUT", positive=True)
+    if budget is not None:
+        update["budget"] = budget
+    grace = _env_seconds("SUPERVISE_GRACE", positive=False)
+    if grace is not None:
+        update["grace"] = grace
+    return update
+
+
+def apply_env_overrides(plan: DigestPlan) -> DigestPlan:
+    """``plan`` with :func:`env_overrides` applied. Raises ConfigError like it."""
+    update = env_overrides()
+    return replace(plan, **update) if update else plan  # type: ignore[arg-type]
+
+
+def as_plan(config: Any) -> DigestPlan:
+    """``config`` as a :class:`DigestPlan`: a plan is returned as is; a pydantic
+    :class:`~supervisor.config._schema.DigestConfig` is converted (no new imports either way)."""
+    if isinstance(config, DigestPlan):
+        return config
+    return DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})

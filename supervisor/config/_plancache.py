@@ -1,0 +1,131 @@
+"""The digest plan, cached: a hook run whose config did not change never imports pydantic.
+
+``supervise.toml`` is validated by the pydantic models of :mod:`supervisor.config._schema` (about
+80 ms of imports); the resulting :class:`~supervisor.config._plan.DigestPlan` is cached as JSON in the
+user's cache dir, keyed by the config file's identity (path, size, mtime, inode) and the
+package's own files (:data:`_CODE_FILES`), so a later run loads it with :mod:`json` alone.
+Environment overrides (``SUPERVISE_TIMEOUT``, ``SUPERVISE_GRACE``) are applied after the cache,
+so they are never cached.
+
+Kept apart from :mod:`supervisor.config._plan` so that data flows one way: this loader sits above both
+the config models and the plan (``_plancache -> _config -> _plan``), and neither imports it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .._errors import ConfigError
+from ._plan import DigestPlan, apply_env_overrides, find_config
+
+CACHE_FILE = "config-cache.json"
+"""Name pattern of the cache file: :func:`cache_file` adds the installation's tag."""
+_MAX_CACHE = 1024 * 1024
+"""Bytes: the config cache is read up to this; a bigger file is not ours (set aside)."""
+_CODE_FILES = ("config/_schema.py", "config/_plan.py", "config/_plancache.py", "default.toml")
+"""The package's files (relative to its folder) whose change invalidates every cached plan."""
+
+
+def _package_dir() -> Path:
+    """The ``supervisor`` package's folder (whatever subpackage this module sits in)."""
+    return Path(str(sys.modules[__name__.partition(".")[0]].__file__)).resolve().parent
+
+
+def _identity(path: Path | None) -> list[Any]:
+    here = _package_dir()
+    key: list[Any] = []
+    for name in _CODE_FILES:
+        try:
+            st = (here / name).stat()
+            key.append([name, st.st_size, st.st_mtime_ns])
+        except OSError:
+            key.append([name, None])
+    if path is not None:
+        st = path.stat()
+        key.append([str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])
+    return key
+
+
+def _short_name(raw: bytes) -> str:
+    import zlib  # a short stable name, not a security hash; hashlib costs ~2.5 ms of imports
+
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+
+
+def cache_file(cache_dir: Path) -> Path:
+    """The config cache of *this installation* in ``cache_dir``:
+    ``config-cache-<tag>.json``, the tag named after the package's folder, so two
+    installations used on one project (a venv and a user install, two checkouts) each keep
+    their own entry instead of evicting each other on every hook."""
+    here = str(_package_dir()).encode("utf-8", "surrogateescape")
+    stem, _, suffix = CACHE_FILE.rpartition(".")
+    return cache_dir / f"{stem}-{_short_name(here)}.{suffix}"
+
+
+def default_cache_dir(project_dir: Path) -> Path:
+    """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
+    a terminal digest must not create ``.supervise/`` in a project that never installed us."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "watchkeeper" / _short_name(str(project_dir).encode("utf-8", "surrogateescape"))
+
+
+def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> DigestPlan:
+    try:
+        return apply_env_overrides(plan)
+    except ConfigError as err:
+        if on_env_error is None:
+            raise
+        on_env_error(str(err))
+        return plan
+
+
+def load_plan(project_dir: Path, explicit: Path | None = None,
+              cache_dir: Path | None = None,
+              on_env_error: Callable[[str], None] | None = None) -> DigestPlan:
+    """Load the digest for ``project_dir`` as a plan, from the cache when it is current.
+
+    Same order and errors as :func:`supervisor.config._schema.load_config`; ``cache_dir`` (default:
+    :func:`default_cache_dir`) holds one cache file per installation (:func:`cache_file`);
+    an unwritable cache dir just means
+    no cache. Environment overrides are applied to the result; a bad one raises, or, with
+    ``on_env_error``, is reported through it (one line) and ignored.
+
+    Raises:
+        ConfigError: one line naming the file and the key.
+    """
+    path = explicit if explicit is not None else find_config(project_dir)
+    try:
+        key = _identity(path)
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
+    if cache_dir is None:
+        cache_dir = default_cache_dir(project_dir)
+    from .._errors import StateError
+    from ..state._statedir import StateDir
+
+    cache_name = cache_file(cache_dir).name
+    try:  # through the state door: no link followed, capped, a corrupt cache set aside
+        cache = StateDir.open_existing(cache_dir)
+        if cache is not None:
+            with cache:
+                cached = cache.read_json(cache_name, _MAX_CACHE)
+            if (isinstance(cached, dict) and cached.get("key") == key
+                    and isinstance(cached.get("plan"), dict)):
+                return _with_env(DigestPlan.from_mapping(cached["plan"]), on_env_error)
+    except (StateError, ValueError, TypeError, AttributeError, RecursionError):
+        pass
+    from ._schema import load_config_raw
+
+    config = load_config_raw(project_dir, explicit)
+    plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
+    try:
+        with StateDir.open(cache_dir, create=True) as cache:
+            cache.write(cache_name, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
+    except StateError:
+        pass
+    return _with_env(plan, on_env_error)

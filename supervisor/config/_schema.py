@@ -1,0 +1,448 @@
+"""Digest configuration: ``supervise.toml``, ``[tool.supervise]`` or the embedded default.
+
+The file is parsed with :mod:`tomllib` and validated by frozen pydantic models that reject
+unknown keys, so a typo is an error naming the file and the key, never a silent default.
+"""
+
+from __future__ import annotations
+
+import shlex
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .._errors import ConfigError
+from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
+                    MIN_MEMORY, find_config, read_config_bytes)
+
+DEFAULT_BUDGET = 120.0
+"""Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
+DEFAULT_GRACE = 1.0
+"""Seconds between SIGTERM and SIGKILL (``grace``; ``SUPERVISE_GRACE`` overrides)."""
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+"""Total bytes a digest may print before its output is cut with a marker."""
+
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+
+MIN_INLINE_CAP = 1000
+"""Smallest ``inline_cap`` accepted (characters): room for the line naming the saved digest."""
+
+
+def _reject_bool(value: object) -> object:
+    """A numeric key's raw value, unless it is (or holds) a TOML boolean.
+
+    Pydantic's lax mode reads ``true`` as 1, so ``budget = true`` would become one second and
+    ``ok_exit = [true]`` would make status 0 a failure; a boolean is never a number here.
+
+    A quoted number (``budget = "5"``) is refused the same way: TOML has numbers.
+
+    Raises:
+        ValueError: ``value`` is a bool or a string, or a list/table holding one.
+    """
+    items: Any = (value.values() if isinstance(value, dict)
+                  else value if isinstance(value, (list, tuple)) else (value,))
+    for item in items:
+        if isinstance(item, bool):
+            raise ValueError(f"must be a number, not true or false (it is {str(item).lower()})")
+        if isinstance(item, str):
+            shown = repr(item) if len(repr(item)) <= 60 else repr(item)[:57] + "..."
+            raise ValueError(f"must be a number (it is {shown})")
+    return value
+
+
+class StageWhen(_Frozen):
+    """A stage's condition (``when = { source = [...], harness = [...] }``): the stage runs
+    only when every list given holds the run's value. An absent list matches everything.
+
+    ``source`` takes the routed sources (``startup``, ``new``, ``clear``, ``compact``,
+    ``resume``, ``reload``, ``fork``); a terminal digest or an unrecognized source counts as
+    ``startup`` (it runs as a full start). ``harness`` takes the harness names
+    (``claude``, ``codex``, ``cursor``, ``gemini``, ``qwen``, ``grok``, ``pi``,
+    ``opencode``) and ``terminal`` for a run with no harness. Modelled on Claude Code's hook
+    ``matcher`` (SessionStart matches on the source), extended to the harness.
+    """
+
+    source: tuple[str, ...] | None = None
+    harness: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _known_values(self) -> StageWhen:
+        from ._plan import WHEN_HARNESSES, WHEN_SOURCES
+
+        for key, known in (("source", WHEN_SOURCES), ("harness", WHEN_HARNESSES)):
+            values = getattr(self, key)
+            if values is None:
+                continue
+            if not values:
+                raise ValueError(f"when.{key} is empty, so the stage would never run; list "
+                                 f"values from {', '.join(known)}, or drop the key")
+            unknown = [v for v in values if v not in known]
+            if unknown:
+                raise ValueError(f"when.{key}: {unknown[0]!r} is not one of {', '.join(known)}")
+        return self
+
+
+class StageSpec(_Frozen):
+    """One stage of a digest: a subprocess with its own process group and limits.
+
+    Exactly one of ``run`` (an argv; a string is split like a POSIX shell would, and runs
+    through ``/bin/sh -c`` only with ``shell = true``) or ``builtin`` (a program from
+    ``stages/``) is given. ``timeout`` and ``max_output`` are in seconds and bytes.
+    ``options`` is passed to the stage as JSON in ``SUPERVISE_STAGE_OPTIONS``.
+    ``when`` (:class:`StageWhen`) limits the runs it takes part in, by source and harness.
+    ``stderr`` is where the stage's stderr goes: ``log`` (default: the stage log in the state
+    dir, :mod:`supervisor.engine._stagelog`; what the model reads is stdout), ``context`` (merged
+    into stdout, as one pipe) or ``drop``.
+    ``max_tasks`` (processes in the stage's tree at once, default 512) and ``max_memory``
+    (bytes of memory of the whole tree, default none) are caps: a stage over one is killed
+    whole (cgroup ``pids.max`` / ``memory.max`` where available, else the watchdog).
+    """
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    run: list[str] | None = None
+    builtin: str | None = None
+    args: tuple[str, ...] = ()
+    shell: bool = False
+    title: str | None = None
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    max_output: int | None = Field(default=None, gt=0)
+    max_tasks: int = Field(default=DEFAULT_MAX_TASKS, ge=1, le=MAX_TASKS_LIMIT)
+    max_memory: int | None = Field(default=None, ge=MIN_MEMORY, le=MAX_MEMORY_LIMIT)
+    needs: tuple[str, ...] = ()
+    deferred: bool = False
+    reemit: bool = False
+    exclusive: bool = False
+    options: dict[str, Any] = Field(default_factory=dict)
+    ok_exit: tuple[int, ...] = (0,)
+    when: StageWhen | None = None
+    stderr: Literal["context", "log", "drop"] = "log"
+
+    DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
+    """Built-ins that run deferred unless the config says ``deferred = false`` (network checks
+    must never hold up a session start)."""
+
+    @field_validator("timeout", "max_output", "max_tasks", "max_memory", "ok_exit", mode="before")
+    @classmethod
+    def _numbers_not_bool(cls, value: object) -> object:
+        return _reject_bool(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deferred_by_default(cls, data: object) -> object:
+        if (isinstance(data, dict) and isinstance(data.get("builtin"), str)
+                and data["builtin"] in cls.DEFERRED_BUILTINS and "deferred" not in data):
+            # a list or table as builtin is a config error (string_type), not a TypeError here
+            return {**data, "deferred": True}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_run(cls, data: object) -> object:
+        if isinstance(data, dict) and isinstance(data.get("run"), str):
+            value = data["run"]
+            if data.get("shell") is True:
+                return {**data, "run": [value]}  # the whole string is the script
+            try:
+                return {**data, "run": shlex.split(value)}
+            except ValueError as err:
+                raise ValueError(f"run: cannot split {value!r} like a shell would: {err}") from err
+        return data
+
+    @model_validator(mode="after")
+    def _one_program(self) -> StageSpec:
+        if (self.run is None) == (self.builtin is None):
+            raise ValueError("give exactly one of 'run' or 'builtin'")
+        if self.run is not None and not self.run:
+            raise ValueError("'run' is empty")
+        if self.shell and self.run is not None and len(self.run) != 1:
+            raise ValueError("with shell = true, 'run' is one string (the script)")
+        if self.name in self.needs:
+            raise ValueError(f"stage '{self.name}' needs itself")
+        if self.builtin is not None:
+            from ._builtins import list_builtins
+
+            known = list_builtins()
+            if self.builtin not in known:
+                raise ValueError(f"'{self.builtin}' is not a built-in stage (the built-ins are "
+                                 f"{', '.join(known) or 'missing: broken install?'})")
+        if not self.ok_exit:
+            raise ValueError("'ok_exit' is empty; list the exit statuses that mean success, "
+                             "e.g. [0, 1]")
+        if any(not 0 <= code <= 255 for code in self.ok_exit):
+            raise ValueError("'ok_exit' holds exit statuses, numbers from 0 to 255")
+        # What execve cannot carry is an error here, not a crash at spawn time.
+        texts = [*(self.run or ()), *self.args, *(self.env.values()), self.cwd or ""]
+        if any("\0" in t for t in texts):
+            raise ValueError("run, args, env and cwd cannot contain a NUL character")
+        bad = [k for k in self.env if not k or "=" in k or "\0" in k]
+        if bad:
+            raise ValueError(f"env: {bad[0]!r} is not a valid variable name")
+        return self
+
+
+class DigestConfig(_Frozen):
+    """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
+
+    ``source`` names where it was read from (a file path or ``<embedded default>``);
+    ``stages_from`` says where the stages came from (a file without a ``stages`` key gets the
+    embedded default stages; ``stages = []`` means none). Both are set by
+    :func:`parse_config`, not read from the file.
+    """
+
+    budget: float = Field(default=DEFAULT_BUDGET, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    grace: float = Field(default=DEFAULT_GRACE, ge=0, le=MAX_GRACE, allow_inf_nan=False)
+    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
+    reemit_budget: int = Field(default=24 * 1024, ge=1024)
+    max_parallel: int = Field(default=DEFAULT_MAX_PARALLEL, ge=0)
+    scope: Literal["primary", "any"] = "primary"
+    gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
+    gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)
+    inline_cap: dict[str, int] = Field(default_factory=dict)
+    stages: tuple[StageSpec, ...] = ()
+    source: str = Field(default="<embedded default>", exclude=True)
+    stages_from: str = Field(default="", exclude=True)
+
+    @field_validator("budget", "grace", "max_output", "reemit_budget", "max_parallel",
+                     "inline_cap", mode="before")
+    @classmethod
+    def _numbers_not_bool(cls, value: object) -> object:
+        return _reject_bool(value)
+
+    @field_validator("inline_cap", mode="after")
+    @classmethod
+    def _known_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        from ..adapters import ADAPTERS
+
+        for harness, cap in value.items():
+            if harness not in ADAPTERS:
+                raise ValueError(f"{harness!r} is not a harness (one of {', '.join(ADAPTERS)})")
+            if cap < MIN_INLINE_CAP:
+                raise ValueError(f"{harness} must be at least {MIN_INLINE_CAP} characters, room "
+                                 f"for the line naming the saved digest (it is {cap})")
+        return value
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> DigestConfig:
+        first: dict[str, int] = {}
+        for number, stage in enumerate(self.stages, 1):
+            if stage.name in first:
+                raise ValueError(f"stages number {first[stage.name]} and {number} are both "
+                                 f"named '{stage.name}'; stage names must be unique")
+            first[stage.name] = number
+        for stage in self.stages:
+            for need in stage.needs:
+                if need not in first:
+                    raise ValueError(f"stage '{stage.name}' needs '{need}', but no stage has "
+                                     "that name")
+        _check_acyclic(self.stages)
+        return self
+
+
+def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
+    needs = {s.name: s.needs for s in stages}
+    done: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in path:
+            raise ValueError("stages need each other in a cycle: " + " -> ".join((*path, name)))
+        if name in done:
+            return
+        for need in needs[name]:
+            visit(need, (*path, name))
+        done.add(name)
+
+    for name in needs:
+        visit(name, ())
+
+
+_PLAIN: dict[str, str] = {
+    "missing": "is required",
+    "string_too_short": "must not be empty",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "int_parsing_size": "is too large for a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "string_type": "must be a string (in quotes)",
+    "list_type": "must be a list, e.g. [\"a\", \"b\"]",
+    "tuple_type": "must be a list, e.g. [\"a\", \"b\"]",
+    "dict_type": "must be a table, e.g. { key = \"value\" }",
+    "model_type": "must be a table",
+    "model_attributes_type": "must be a table",
+}
+"""Pydantic error types in the words a person would use (the value follows in parentheses)."""
+
+
+_BYTE_KEYS = frozenset({"max_memory", "max_output", "reemit_budget"})
+"""Keys whose values are bytes: their bounds are printed as ``1 MiB (1048576 bytes)``."""
+
+
+def _readable_bytes(count: int) -> str:
+    """``count`` bytes for a person: ``1 MiB (1048576 bytes)``, or ``512 bytes``."""
+    for power, unit in ((50, "PiB"), (40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if count >= 1 << power:
+            size = count / (1 << power)
+            shown = f"{size:.0f}" if size == int(size) else f"{size:.1f}"
+            return f"{shown} {unit} ({count} bytes)"
+    return f"{count} bytes"
+
+
+def _plain_message(error: Any, in_stages: bool) -> str:
+    """One validation error as a person would write it (never the validator's own wording)."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "extra_forbidden":
+        return ("unknown key (see docs/stage-authors.md for the keys a stage takes)" if in_stages
+                else "unknown key (see the README's Configuration)")
+    if kind == "value_error":
+        return str(error["msg"]).removeprefix("Value error, ")
+    bounds = {"greater_than": ("more than", "gt"), "greater_than_equal": ("at least", "ge"),
+              "less_than": ("less than", "lt"), "less_than_equal": ("at most", "le")}
+    if kind in bounds:
+        words, key = bounds[kind]
+        limit = ctx.get(key)
+        if isinstance(limit, int) and error["loc"] and error["loc"][-1] in _BYTE_KEYS:
+            text = f"must be {words} {_readable_bytes(limit)}"
+        elif isinstance(limit, int):
+            text = f"must be {words} {limit}"
+        else:
+            text = f"must be {words} {limit:g}" if isinstance(limit, float) else \
+                f"must be {words} {limit}"
+    elif kind == "string_too_long":
+        text = f"must be at most {ctx.get('max_length')} characters"
+    elif kind == "string_pattern_mismatch":
+        text = ("must start with a letter or digit and hold only letters, digits, '.', '_' "
+                "and '-'")
+    elif kind == "literal_error":
+        text = f"must be one of {ctx.get('expected')}"
+    else:
+        text = _PLAIN.get(kind, str(error["msg"]))
+    value = error.get("input")
+    if kind != "missing" and isinstance(value, (str, int, float, bool)):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        text += f" (it is {shown})"
+    return text
+
+
+def _key_path(parts: list[Any]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part + 1}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str:
+    first = err.errors()[0]
+    parts = list(first["loc"])
+    in_stages = parts[:1] == ["stages"]
+    if len(parts) >= 2 and in_stages and isinstance(parts[1], int):
+        # Name the stage, not its 0-based index: `[[stages]] 'todo' (number 5): key 'timeuot'`.
+        stages = data.get("stages")
+        entry = stages[parts[1]] if isinstance(stages, list) and parts[1] < len(stages) else {}
+        name = entry.get("name") if isinstance(entry, dict) else None
+        label = f"'{name}'" if isinstance(name, str) else "(unnamed)"
+        key = _key_path(parts[2:])
+        loc = f"[[stages]] {label} (number {parts[1] + 1})" + (f": key '{key}'" if key else "")
+    elif parts:
+        loc = f"key '{_key_path(parts)}'"
+    else:
+        loc = ""  # a whole-file rule (unique names, needs): the message names the stages
+    msg = _plain_message(first, in_stages)
+    count = err.error_count() - 1
+    more = f" (and {count} more problem{'s' if count > 1 else ''})" if count else ""
+    return f"{where}: {loc + ': ' if loc else ''}{msg}{more}"
+
+
+def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
+    """Validate an already-parsed TOML table into a :class:`DigestConfig`.
+
+    Raises:
+        ConfigError: one line naming ``where``, the key and what is wrong.
+    """
+    stages_from = ("the embedded default stages" if where == "<embedded default>"
+                   else f"the stages of {where}")
+    if "stages" not in data and where != "<embedded default>":
+        # A file that sets only `budget = 60` keeps the default stages (an explicit
+        # `stages = []` means none): a bigger budget must not silently empty the digest.
+        data = {**data, "stages": tomllib.loads(default_config_text())["stages"]}
+        stages_from = f"the embedded default stages ({where} has no 'stages')"
+    try:
+        return DigestConfig.model_validate({**data, "source": where, "stages_from": stages_from})
+    except ValidationError as err:
+        raise ConfigError(_format_error(where, err, data)) from None
+
+
+def _read_toml(path: Path, *, special_ok: bool = False) -> dict[str, Any]:
+    """The TOML table of ``path``, read capped and never blocking
+    (:func:`supervisor.config._plan.read_config_bytes`). Raises ConfigError (one line) for a file that
+    cannot be read or parsed, including nesting too deep for the parser (``RecursionError``)."""
+    data = read_config_bytes(path, special_ok=special_ok)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: not UTF-8 text (byte {err.start})") from None
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"{path}: not valid TOML: {err}") from None
+    except (RecursionError, MemoryError):
+        raise ConfigError(f"{path}: not valid TOML: nested too deeply to parse") from None
+
+
+def default_config_text() -> str:
+    """The embedded default digest as TOML text (``supervisor/default.toml``)."""
+    return resources.files("supervisor").joinpath("default.toml").read_text("utf-8")
+
+
+def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+    """Load and validate the digest for ``project_dir``, without environment overrides.
+
+    Order: ``explicit`` (``--config``), ``supervise.toml``, ``[tool.supervise]`` in
+    ``pyproject.toml``, the embedded default.
+
+    Raises:
+        ConfigError: the file cannot be read, is not TOML, or does not validate; the message
+            is one line naming the file and the key.
+    """
+    path = explicit if explicit is not None else find_config(project_dir)
+    if path is None:
+        return embedded_default()
+    if path.name == "pyproject.toml" and explicit is None:
+        tool = _read_toml(path).get("tool")
+        table = tool.get("supervise") if isinstance(tool, dict) else None
+        if table is None:  # "[tool.supervise" only in a comment or a string
+            return embedded_default()
+        if not isinstance(table, dict):
+            raise ConfigError(f"{path}: key 'tool.supervise': expected a table")
+        return parse_config(table, f"{path} [tool.supervise]")
+    return parse_config(_read_toml(path, special_ok=explicit is not None), str(path))
+
+
+def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+    """:func:`load_config_raw` plus ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds).
+
+    The hook's hot path uses :func:`supervisor.config._plancache.load_plan` instead (cached, no pydantic).
+
+    Raises:
+        ConfigError: as :func:`load_config_raw`, or a bad environment override.
+    """
+    from ._plan import env_overrides
+
+    config = load_config_raw(project_dir, explicit)
+    update = env_overrides()
+    return config.model_copy(update=update) if update else config
+
+
+def embedded_default() -> DigestConfig:
+    """The embedded default digest, without environment overrides."""
+    return parse_config(tomllib.loads(default_config_text()), "<embedded default>")

@@ -1,0 +1,107 @@
+"""The deferred runner: ``python -m supervisor.engine._deferred_runner``, one deferred stage, detached.
+
+:func:`supervisor.engine._deferred.launch_all` spawns this program in its own session (stdio on
+``/dev/null``) for each deferred stage. It becomes its own child subreaper, runs the stage
+through the engine (:func:`supervisor.engine._run.run_digest`) under the stage's own deadline,
+and writes the signed result to ``<state>/deferred/<stage>/result-<run id>.json``, or a
+``lost-<run id>.json`` record saying why there is none.
+
+Kept apart from :mod:`supervisor.engine._deferred` so that the engine can import the deferred
+stages' launch and delivery without the runner importing the engine back (no cycle).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ._deferred import _encode_result, _read, open_stage_dir, result_cap, result_key
+from .._errors import StateError
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one deferred stage to its result file; the exit status is 0, or 1 when no result
+    could be written (a ``lost-<run id>.json`` record says why when it can)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m supervisor.engine._deferred_runner")
+    parser.add_argument("--dir", required=True, type=Path)
+    parser.add_argument("--run-id", required=True)
+    parser.add_argument("--spec", required=True, help="the stage, as JSON (StagePlan fields)")
+    parser.add_argument("--deadline", required=True, type=float)
+    parser.add_argument("--grace", type=float, default=1.0)
+    parser.add_argument("--cwd", type=Path, default=Path.cwd())
+    args = parser.parse_args(argv)
+
+    import anyio
+
+    from . import _tree
+    from ..config._context import SessionContext
+    from ._run import run_digest
+    from ..config._plan import DigestPlan
+
+    _tree.enable_subreaper()
+    # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
+    # environment already carries the stage env, and run_digest rebuilds it from the spec.
+    spec = DigestPlan.from_mapping({"stages": [json.loads(args.spec)]}).stages[0]
+    # The stage gets its whole deadline as its own timeout (status timed_out, no digest
+    # banner); the runner's budget leaves room for the kill sequence after it.
+    spec = replace(spec, timeout=args.deadline)
+    config = DigestPlan(budget=args.deadline + args.grace + 1.0, grace=args.grace,
+                        max_output=spec.max_output or 1 << 20, stages=(spec,))
+    context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
+                             source=os.environ.get("SUPERVISE_SOURCE", ""),
+                             mode=os.environ.get("SUPERVISE_MODE", "full"),  # type: ignore[arg-type]
+                             harness=os.environ.get("SUPERVISE_HARNESS", ""),
+                             session_id=os.environ.get("SUPERVISE_SESSION_ID", ""))
+    started = time.time()
+    title = spec.title or spec.name
+    record: dict[str, Any] = {"name": spec.name, "title": title, "run_id": args.run_id,
+                              "started": started}
+    try:  # every folder from the state dir down is opened again without following links
+        directory = open_stage_dir(args.dir.parent.parent, args.dir.name)
+    except StateError:
+        directory = None
+    if directory is None:
+        return 1  # the folder was replaced by a link meanwhile: nothing is written anywhere
+    with directory:
+        try:
+            result = anyio.run(run_digest, config, context)
+            stage = result.stages[0]
+            data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
+                                   "seconds": round(stage.seconds, 3), "finished": time.time(),
+                                   "output": stage.output}, result_cap(spec.max_output),
+                                  result_key(create=False))
+            directory.write(f"result-{args.run_id}.json", data, fsync=True)
+        except BaseException as err:  # noqa: BLE001 - disk full, killed by TERM: say so later
+            # A small record has the best chance when the big one did not fit; if even this
+            # fails, running.json stays behind and the next digest reports the run as lost.
+            why = (f"{type(err).__name__}: {err}" if not isinstance(err, StateError)
+                   else str(err))
+            try:
+                directory.write_json(f"lost-{args.run_id}.json",
+                                     {**record, "finished": time.time(), "error": why[:500]},
+                                     fsync=True)
+            except (StateError, OSError):
+                pass
+            if not isinstance(err, Exception):
+                raise
+            return 1
+        finally:
+            _tree.reap_zombie_children()
+        try:
+            with directory.flock(".lock", timeout=10.0) as held:
+                if held and (_read(directory, "running.json") or {}).get("run_id") == args.run_id:
+                    directory.remove("running.json")
+        except StateError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

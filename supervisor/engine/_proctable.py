@@ -1,0 +1,266 @@
+"""A bounded snapshot of the process table: ``/proc`` on Linux, psutil elsewhere.
+
+The watchdog (:mod:`supervisor.engine._tree`) attributes processes to stages from one table per
+scan instead of asking psutil per process: on Linux one read of ``/proc/<pid>/stat`` gives
+the parent, process group, session, state, start time and resident set of a process (about
+15 µs), where psutil's recursive ``children()`` plus ``environ()`` took seconds over thousands
+of processes (issue 10, example 2). A scan takes a ``deadline`` and returns what it has read
+by then, so its cost is bounded by design; it is meant to run in a worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+PORTABLE_VAR = "SUPERVISE_PORTABLE"
+"""Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
+no ``/proc`` (psutil rows), no child subreaper, no cgroup. Read once, at import."""
+PORTABLE = os.environ.get(PORTABLE_VAR, "").strip().lower() not in ("", "0", "no", "false", "off")
+"""Whether :data:`PORTABLE_VAR` forces the portable path in this process."""
+_LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and not PORTABLE
+PROCFS = _LINUX
+"""Whether rows come from ``/proc`` (about 15 µs each) rather than psutil (the portable
+path: several calls per process, milliseconds each on a starved host)."""
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+CHURN = [0]
+"""Processes an incremental scan listed as new but found gone when it read them: a fork-and-
+exit chain's generations (a caller compares the count before and after a scan)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One process: ``pid``, ``ppid``, process group ``pgid``, session ``sid``, ``zombie``
+    (exited, not yet reaped), ``start`` (an opaque start stamp: equal stamps = same process,
+    the pid-reuse check), ``rss`` (resident bytes; 0 when unknown) and ``threads`` (its tasks,
+    1 for a single-threaded process: what cgroup ``pids.max`` counts)."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    zombie: bool
+    start: float
+    rss: int
+    stopped: bool = False
+    """Stopped by a signal (``T``): it cannot fork until continued."""
+    threads: int = 1
+    """Threads (kernel tasks) of the process: ``max_tasks`` counts these, like ``pids.max``,
+    so a thread bomb is capped like a fork bomb (both spend the kernel's pids)."""
+
+
+def _parse_stat(pid: int, raw: bytes) -> Row | None:
+    right = raw.rfind(b")")  # comm may contain spaces and parentheses: it ends at the LAST ')'
+    fields = raw[right + 2:].split()
+    if len(fields) < 22:
+        return None
+    state = fields[0]
+    return Row(pid, int(fields[1]), int(fields[2]), int(fields[3]), state in (b"Z", b"X"),
+               float(fields[19]), int(fields[21]) * _PAGE, state in (b"T", b"t"),
+               max(int(fields[17]), 1))
+
+
+def stat(pid: int) -> Row | None:
+    """The row of ``pid`` now, or None when it is gone or unreadable. Never raises."""
+    if _LINUX:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                return _parse_stat(pid, f.read())
+        except (OSError, ValueError, IndexError):
+            return None
+    return _psutil_row(pid)
+
+
+def _threads(proc: Any) -> int:
+    """Threads of a psutil process (inside ``oneshot()``: on macOS the same task-info call as
+    its memory; on Linux, where this is the forced portable test mode, one more read of
+    ``/proc/<pid>/status``, within the noise of a psutil row: 19-26 ms per 100 rows with or
+    without it, 2026-11-30), so the portable run tests what a Mac counts."""
+    try:
+        return max(int(proc.num_threads()), 1)
+    except Exception:  # noqa: BLE001 - unknown: count the process once
+        return 1
+
+
+def _psutil_row(pid: int) -> Row | None:
+    """The portable row (psutil: ``sysctl(KERN_PROC_PID)`` and ``proc_pidinfo`` on macOS).
+    A fact another user's process withholds (macOS refuses its resident set, its session
+    may be refused) is left unknown (``rss`` 0, ``pgid``/``sid`` -1: no stage's) rather than
+    dropping the row: only a process that is gone has no row, so a scan tells the two apart
+    (an unreadable row would look new, and gone, on every scan)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        with proc.oneshot():
+            status: str = "?"
+            try:
+                status = proc.status()
+            except psutil.AccessDenied:
+                pass
+            zombie = status == psutil.STATUS_ZOMBIE
+            try:
+                rss = 0 if zombie else proc.memory_info().rss
+            except psutil.AccessDenied:
+                rss = 0
+            ppid, start = proc.ppid(), proc.create_time()
+            threads = _threads(proc) if not zombie else 1
+    except psutil.ZombieProcess:  # macOS refuses most facts of a zombie
+        return Row(pid, 0, -1, -1, True, 0.0, 0)
+    except (psutil.Error, OSError):
+        return None
+    try:
+        pgid, sid = os.getpgid(pid), os.getsid(pid)
+    except ProcessLookupError:
+        return None
+    except OSError:  # EPERM (macOS may refuse another session's): not ours
+        pgid = sid = -1
+    return Row(pid, ppid, pgid, sid, zombie, start, rss, status == psutil.STATUS_STOPPED,
+               threads)
+
+
+def start_stamp(pid: int) -> float | None:
+    """The start stamp of ``pid`` (:attr:`Row.start`), or None when it is gone: the
+    pid-reuse check before a signal, one read (``/proc/<pid>/stat``; psutil's
+    ``create_time``, cached by its constructor, elsewhere). Never raises."""
+    if _LINUX:
+        row = stat(pid)
+        return None if row is None else row.start
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.Error, OSError):
+        return None
+
+
+_PID_SPACE = 1 << 22  # above any pid_max; a modulus that keeps the order of the newest
+
+
+def _last_pid(pids: list[int], previous: dict[int, Row] | None) -> int:
+    """The pid the kernel handed out last: ``/proc/loadavg``'s last field on Linux; on the
+    portable path (no ``/proc``) the newest of the pids new since ``previous``: pids are
+    handed out in increasing order and wrap around, so new pids below the largest known one
+    mean the allocator wrapped since that one was handed out, and the largest of those is
+    the newest."""
+    if _LINUX:
+        try:
+            with open("/proc/loadavg", "rb") as f:
+                return int(f.read().split()[-1])
+        except (OSError, ValueError, IndexError):
+            return _PID_SPACE - 1
+    if previous:
+        top = max(previous)
+        new = [pid for pid in pids if pid not in previous]
+        wrapped = [pid for pid in new if pid < top]
+        return max(wrapped or new or [top])
+    return _PID_SPACE - 1
+
+
+def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
+         reread: set[int] | frozenset[int] = frozenset(),
+         first: set[int] | frozenset[int] = frozenset(),
+         classify: Callable[[Row], bool] | None = None) -> tuple[dict[int, Row], bool]:
+    """Every process visible now, as ``({pid: Row}, complete)``.
+
+    ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
+    has read with ``complete`` False. With ``previous`` (an earlier scan), only pids new since
+    then and those in ``reread`` are read again (an incremental scan: a fork-and-exit chain's
+    new generations are new pids); the others keep their earlier rows. Pids in ``first``
+    (the stages' leaders and known members) are read before the others, then the newest pids:
+    a scan cut short by its deadline (a starved host) has read what matters most.
+    ``classify`` is called on each row as soon as it is read (before the next pid is read:
+    the watchdog reads the stage token there, and freezes a member at once); it returns
+    False when the process turned out to be gone (a zombie too). A new pid gone by the time
+    it is read or classified counts in :data:`CHURN`: it may have been a chain's generation
+    whose successor this listing missed. Never raises.
+    """
+    rows: dict[int, Row] = {}
+    if _LINUX:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return rows, False
+        pids = [int(name) for name in names if name.isdigit()]
+    else:
+        import psutil
+
+        try:
+            pids = psutil.pids()
+        except (psutil.Error, OSError):
+            return rows, False
+    if _LINUX or previous:
+        last = _last_pid(pids, previous)  # pids wrap: the newest are just below the last one
+        order: Callable[[int], int] = lambda pid: (last - pid) % _PID_SPACE  # noqa: E731
+    else:
+        # A first scan without /proc: the pids handed out after the oldest stage leader's
+        # (the stages' processes) come first, before every older process, whatever wrapped.
+        anchor = min(first, default=0)
+        order = lambda pid: (pid - anchor) % _PID_SPACE  # noqa: E731
+    if previous is not None:  # incremental on both paths: a chain's new generations are new pids
+        for pid in pids:
+            old = previous.get(pid)
+            if old is not None and pid not in reread:
+                rows[pid] = old
+        pids = [pid for pid in pids if pid not in rows]
+    pids.sort(key=lambda pid: (pid not in first, order(pid)))
+    read = stat if _LINUX else _psutil_row
+    for i, pid in enumerate(pids):
+        if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
+            return rows, False
+        row = read(pid)
+        new = previous is None or pid not in previous
+        if row is not None:
+            rows[pid] = row
+            if classify is not None and not classify(row) and new:
+                CHURN[0] += 1  # exited between the listing and its classification
+        elif new:
+            CHURN[0] += 1  # born after the last scan and gone before this read
+    return rows, True
+
+
+class Gone(Exception):
+    """The process is gone (or a zombie): raised by :func:`environ_of`."""
+
+
+def environ_of(pid: int, name: str) -> str | None:
+    """The value of environment variable ``name`` in process ``pid`` as it was started, or
+    None (absent, not ours to read: another user's process). ``/proc/<pid>/environ`` on
+    Linux; psutil elsewhere (``sysctl(KERN_PROCARGS2)`` on macOS, readable for this user's
+    processes). Raises :class:`Gone` when the process has exited (a zombie has no
+    environment left to read)."""
+    if _LINUX:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                raw = f.read(1 << 20)
+        except (FileNotFoundError, ProcessLookupError):
+            raise Gone(pid) from None
+        except OSError:
+            return None
+        key = name.encode() + b"="
+        for item in raw.split(b"\0"):
+            if item.startswith(key):
+                return item[len(key):].decode("utf-8", "replace")
+        return None
+    import psutil
+
+    try:
+        return psutil.Process(pid).environ().get(name)
+    except psutil.NoSuchProcess:  # ZombieProcess too
+        raise Gone(pid) from None
+    except (psutil.Error, OSError):
+        return None
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """Like :func:`environ_of`, with None for a process that is gone. Never raises."""
+    try:
+        return environ_of(pid, name)
+    except Gone:
+        return None

@@ -1,0 +1,244 @@
+"""The digest engine: concurrent bounded stages, declared-order streaming, one deadline.
+
+Public entry points: :func:`run_digest` (a whole digest) and :func:`run_command` (bound one
+command tree, ``supervise run``). Both are async (anyio) so an extension bridge or any other
+program can embed, cancel and observe them. One stage's life is in :mod:`supervisor.engine._stage`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Collection
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import anyio
+
+from . import _banner, _cgroup, _deferred, _spawn, _tree
+from ..config._context import SessionContext
+from ._output import ChunkSink, OrderedOutput, Sink
+from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
+from ..state._project import ensure_state_dir
+from ..state._statedir import link_notice, take_notices
+from ._results import DigestResult, StageResult
+from ._stage import KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
+
+if TYPE_CHECKING:
+    from ..config._schema import DigestConfig
+
+__all__ = ("DigestResult", "StageResult", "run_command", "run_digest", "stage_argv", "stage_env")
+
+
+async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext, *, sink: Sink | None = None,
+                     only: Collection[str] | None = None, abort: anyio.Event | None = None,
+                     abort_reason: str | Callable[[], str] = "signal",
+                     rerun_hint: str | None = None,
+                     on_stage: Callable[[str, StageResult | None], None] | None = None,
+                     keep_output: bool = True) -> DigestResult:
+    """Run a digest: every stage concurrently, output in declared order, one deadline.
+
+    Args:
+        config: the digest (stages, ``budget`` and ``grace`` in seconds, ``max_output`` bytes).
+        context: the session context passed to every stage as ``SUPERVISE_*``.
+        sink: where the text goes as it streams; kept in memory only when None.
+        only: names of the stages to run (a re-emit); the others are ``skipped``. A stage
+            whose ``when`` condition excludes ``context.source``/``context.harness`` is
+            ``skipped`` too (:func:`supervisor.config._plan.unmet`); it counts as completed.
+        abort: when set, the digest ends as if its budget ran out (a signal to the
+            supervisor): running stages are killed, a banner is printed.
+        abort_reason: how the banner names an abort (e.g. ``"SIGTERM"``), or a callable
+            returning it, called when the abort happens.
+        rerun_hint: the exact command the banner tells the user to re-run with (without the
+            ``--budget`` part, which the banner adds).
+        on_stage: observer called as ``on_stage(name, None)`` when a stage starts and
+            ``on_stage(name, result)`` when it ends (live progress, bridges' events). It runs
+            in the event loop: keep it quick and never raise from it.
+        keep_output: False when the caller needs only what streamed to ``sink`` (a terminal
+            digest): no text is kept, so memory stays flat whatever the stages print, and the
+            result's ``text`` and each stage's ``output`` are empty.
+
+    Returns:
+        A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
+        the stages do (the kill budget is reserved inside the budget).
+
+    Raises:
+        Nothing for stage failures (they are results). A cancellation from the caller kills
+        every stage (bounded, shielded) and propagates.
+    """
+    return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
+                          on_stage=on_stage, keep_output=keep_output)
+
+
+async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
+                   only: Collection[str] | None, abort: anyio.Event | None,
+                   abort_reason: str | Callable[[], str],
+                   rerun_hint: str | None, *, transparent: bool = False,
+                   on_stage: Callable[[str, StageResult | None], None] | None = None,
+                   inherit_stdio: bool = False, keep_output: bool = True) -> DigestResult:
+    started = anyio.current_time()
+    wall0 = time.time()
+    buffer = ChunkSink()  # references, not copies: the output is held once
+    tee = _Tee(sink, None if transparent or not keep_output else buffer)
+    if transparent:
+        # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
+        # sequence (grace + KILL) comes after it.
+        grace = config.grace
+        kill_at = started + config.budget
+    else:
+        # A digest reserves its kill sequence inside the budget: it returns by budget + 0.25 s.
+        grace = min(config.grace, config.budget / 3)
+        kill_at = started + config.budget - grace - KILL_MARGIN
+    # Bookkeeping by name (names are unique): linear in the number of stages.
+    selected = [s for s in config.stages  # `only`, then each stage's `when` condition
+                if (only is None or s.name in only)
+                and not unmet(s, context.source, context.harness)]
+    chosen = {s.name for s in selected}
+    live = [s for s in selected if not s.deferred]
+    position = {s.name: i for i, s in enumerate(live)}
+    out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
+                        config.max_output, transparent=transparent, keep=keep_output)
+    run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
+               anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
+               cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
+               inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
+               watch=_tree.Watch(exclude=_deferred.spawned_pids),
+               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent,
+               vfork=_spawn.may_vfork())
+    for spec in config.stages:
+        if spec.name not in chosen or spec.deferred:
+            run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
+    deferred = [s for s in selected if s.deferred]
+    if (live or deferred) and not transparent and context.mode != "read-only":
+        try:  # stages keep their state here; a first run must not leave it untracked
+            ensure_state_dir(context.state_dir)
+        except OSError:
+            pass  # stages report an unusable state dir themselves
+    launched = _deferred.launch_all(deferred, context, config, run)
+    async with anyio.create_task_group() as tg:
+        if abort is not None:
+            async def watch_abort() -> None:
+                await abort.wait()
+                run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
+                run.abort_all()
+            tg.start_soon(watch_abort)
+        watchdog = anyio.CancelScope()
+
+        async def watchdog_tasks() -> None:
+            with watchdog:
+                async with anyio.create_task_group() as wg:
+                    wg.start_soon(run.watch.reaper)  # adopted orphans never pile up
+                    wg.start_soon(run.watch.monitor)  # caps; members for the kill
+
+        if live:
+            tg.start_soon(watchdog_tasks)
+        for index, spec in enumerate(live):
+            tg.start_soon(run_stage, run, index, spec)
+        # wait for the stages, then stop the abort watcher
+        async with anyio.create_task_group() as inner:
+            inner.start_soon(_all_done, run, live)
+        tg.cancel_scope.cancel()
+    truncated = any(run.results.get(s.name, StageResult(s.name, "not_started")).status
+                    in ("killed", "not_started") for s in live)
+    notice = out.total_cut_notice()
+    if notice:
+        out.write_notice(notice)
+    deliveries = {d.name: d for d in _deferred.collect(deferred, context, launched)}
+    for delivery in deliveries.values():
+        out.write_notice(delivery.text)
+    if not transparent:
+        refused = link_notice(context.state_dir)  # a symlinked state dir, named once
+        if refused:
+            out.write_notice(refused)
+        for line in take_notices():  # planted or corrupt state files, named once
+            out.write_notice(line)
+    results = []
+    for spec in config.stages:
+        if spec.name not in chosen:
+            results.append(StageResult(spec.name, "skipped"))
+        elif spec.deferred:
+            results.append(_deferred_result(spec.name, deliveries.get(spec.name)))
+        else:
+            found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
+            # Every stage has flushed by now: take its output as the digest finally showed it
+            # (a later stage's text may have been cut by the total cap after it ended).
+            shown = out.stage_text(position[spec.name])
+            results.append(replace(found, output=shown) if shown != found.output else found)
+    reason = (run.abort_reason or ("stage" if run.abnormal else "budget")) if truncated else None
+    if truncated and not transparent:
+        out.write_notice(_banner.truncation_banner(
+            config.budget, results, reason, rerun_hint, started, anyio.current_time(),
+            abnormal=run.abnormal))
+    return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
+                        buffer.text(), tuple(out.notices))
+
+
+def _deferred_result(name: str, delivery: _deferred.Delivery | None) -> StageResult:
+    """A deferred stage's entry in the result: status ``deferred``; its output is the block
+    the digest shows for it (so ``--format json`` carries what the text carries), its exit
+    code, seconds and bytes those of the result delivered, if any."""
+    if delivery is None:
+        return StageResult(name, "deferred")
+    record = delivery.record or {}
+    code, seconds, output = record.get("exit_code"), record.get("seconds"), record.get("output")
+    return StageResult(name, "deferred",
+                       exit_code=code if isinstance(code, int) and not isinstance(code, bool) else None,
+                       seconds=float(seconds) if isinstance(seconds, (int, float)) else 0.0,
+                       bytes=len(output.encode()) if isinstance(output, str) else 0,
+                       output=delivery.text)
+
+
+async def _all_done(run: DigestRun, live: list[StagePlan]) -> None:
+    for spec in live:
+        await run.done[spec.name].wait()
+
+
+class _Tee:
+    def __init__(self, sink: Sink | None, buffer: ChunkSink | None) -> None:
+        self._sink, self._buffer = sink, buffer
+
+    def write(self, data: bytes) -> None:
+        if self._buffer is not None:
+            self._buffer.write(data)
+        if self._sink is not None:
+            self._sink.write(data)
+
+
+async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
+                      sink: Sink | None = None, cwd: Path | None = None,
+                      abort: anyio.Event | None = None) -> StageResult:
+    """Run one command tree under a deadline (``supervise run``); the whole tree dies.
+
+    Unlike a digest, the command gets its whole budget (GNU ``timeout`` semantics): at
+    ``budget`` seconds the tree gets TERM, then KILL after ``grace``; the call returns by
+    ``budget + grace + 0.25`` seconds.
+
+    Args:
+        argv: the command (no shell).
+        budget: seconds until the tree is signalled.
+        grace: seconds between TERM and KILL.
+        sink: where its stdout goes (stderr merged), byte for byte; None: the command uses
+            this process's stdin, stdout and stderr directly, as under GNU ``timeout``.
+        cwd: working directory (default: the current one).
+        abort: when set, the tree is killed at once (a signal to the supervisor).
+
+    The command gets this process's environment unchanged plus ``SUPERVISE_STAGE_TOKEN``
+    (the watchdog's token), like GNU ``timeout``: none of a stage's ``SUPERVISE_*`` variables.
+
+    Returns:
+        A :class:`StageResult` named ``run``: ``ok``/``failed`` with the command's exit code,
+        or ``killed`` at the budget (the CLI maps that to exit 124).
+    """
+    if cwd is None:
+        try:
+            cwd = Path.cwd()
+        except OSError:  # started in a deleted directory: the command inherits it as is
+            cwd = None
+    spec = StagePlan(name="run", run=tuple(argv), cwd=str(cwd) if cwd else None,
+                     max_output=1 << 62, stderr="context")  # like timeout(1): stderr is kept
+    config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
+    context = SessionContext(project_dir=cwd or Path("/"), state_dir=Path("/nonexistent"))
+    result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True,
+                            inherit_stdio=sink is None)
+    return result.stages[0]

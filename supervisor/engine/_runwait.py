@@ -1,0 +1,479 @@
+"""``supervise run``'s lean path: spawn, wait under the budget, hand the kill to the watchdog.
+
+GNU ``timeout`` costs a fork and an exec; ``supervise run`` used to start the whole anyio
+engine (asyncio with ``ssl``, the watchdog's dataclasses) before the command even started.
+Here (Linux) the command starts with ``os.posix_spawnp`` (``setsid=True``: its own session
+and process group, like a stage; inherited stdio, or a pipe for ``--format json``) and this
+process, a child subreaper, waits in one ``poll`` on a self-pipe that ``SIGCHLD``,
+``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``), reaping adopted
+orphans at each wakeup. The watchdog (:mod:`supervisor.engine._tree`, anyio) is loaded only when
+the command has run :data:`WATCH_AFTER` seconds or is within :data:`PREFETCH` seconds of its
+deadline (it then scans, as the engine's monitor, so that a kill knows the tree), or when
+there is something to kill:
+
+- at the deadline, or on a signal to us: :meth:`supervisor.engine._tree.Watch.kill_stage` (TERM,
+  grace, freeze, KILL, the whole tree: group, ``setsid`` escapees, double forks);
+- after a normal exit, when something may be left behind (the process group is not empty,
+  the command's cgroup is not empty, or one of our children is alive: with the child
+  subreaper every orphan of the tree becomes our child, so this check is complete):
+  :meth:`~supervisor.engine._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
+  stage (systemd control-group semantics, design rule 8).
+
+No second kill sequence lives here. Imports at module level are stdlib only and cheap
+(``os``, ``select``, ``signal``, ``sys``, ``time``): the hot-path import guard in
+``tests/test_run_verb.py`` keeps anyio, asyncio, psutil, pydantic and dataclasses out.
+Without a child subreaper (macOS, ``SUPERVISE_PORTABLE``) :func:`available` is False and
+``supervise run`` uses the engine, whose scans run from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from pathlib import Path
+
+TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
+"""The watchdog's token variable (the same name as :data:`supervisor.engine._tree.TOKEN_VAR`)."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+"""Signals to us that kill the command's whole tree (with grace) instead of killing us."""
+KILL_MARGIN = 0.25
+"""Seconds after budget + grace by which :func:`run` returns after a kill (as
+:data:`supervisor.engine._stage.KILL_MARGIN`)."""
+DRAIN_RESERVE = 0.08
+"""Seconds of :data:`KILL_MARGIN` kept for the drain (as :data:`supervisor.engine._stage.DRAIN_RESERVE`)."""
+DRAIN = 0.2
+"""Seconds the captured output is still read after the command's end (as
+:data:`supervisor.engine._stage.DRAIN`): never read to EOF, a leftover may hold the pipe (rule 6)."""
+READ_SIZE = 1 << 20
+"""Bytes asked for per read of the captured output."""
+PREFETCH = 3.0
+"""Seconds before the deadline from which the watchdog is loaded and scans the process
+table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
+the deadline knowing the tree's members: the kill has only grace + 0.17 s, too short to find
+a ``setsid`` escapee from nothing on a starved host, and loading the watchdog (about 0.1 s of
+imports) took up to 1.8 s on a 2-core host at load average 30."""
+WATCH_AFTER = 1.0
+"""Seconds of the command's life after which the watchdog is loaded and scans anyway: a
+command that runs this long gets the engine's watch (a signal to us, or its exit, then finds
+a tree already known), and one that ends sooner never pays for it."""
+REAP_BATCH = 4096
+"""Most adopted orphans reaped per wakeup (the wakeup stays bounded)."""
+_PORTABLE_OFF = ("", "0", "no", "false", "off")
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+class Outcome:
+    """How the command ended.
+
+    Attributes:
+        status: ``"ok"`` (exit status 0), ``"failed"`` (another status or a signal death the
+            supervisor did not cause), or ``"killed"`` (the budget ran out or a signal to us:
+            the whole tree was killed).
+        exit_code: the command's status; negative ``-n`` for a death by signal ``n``; None
+            when it could not be reaped within the kill's bound.
+        seconds: wall seconds from the spawn to the end of the sweep.
+        signum: the first of :data:`FORWARDED` we received while it ran, or None.
+        output: what the command printed (stdout and stderr merged), when captured; else b"".
+        swept: whether the watchdog ran (a kill, or leftovers looked for after an exit).
+    """
+
+    __slots__ = ("status", "exit_code", "seconds", "signum", "output", "swept")
+
+    def __init__(self, status: str, exit_code: int | None, seconds: float, signum: int | None,
+                 output: bytes, swept: bool) -> None:
+        self.status, self.exit_code, self.seconds = status, exit_code, seconds
+        self.signum, self.output, self.swept = signum, output, swept
+
+
+def portable_forced() -> bool:
+    """Whether ``SUPERVISE_PORTABLE`` forces the portable path (the same reading as
+    :data:`supervisor.engine._proctable.PORTABLE`, without importing the process table)."""
+    return os.environ.get("SUPERVISE_PORTABLE", "").strip().lower() not in _PORTABLE_OFF
+
+
+def available() -> bool:
+    """Whether this path runs here: Linux with ``/proc`` and ``posix_spawnp`` (its ``setsid``
+    support is checked at the spawn: :class:`NotImplementedError` then), the portable path
+    not forced. Elsewhere (macOS, ``SUPERVISE_PORTABLE``) there is no child subreaper: only
+    the watchdog's scans, running from the start, find a ``setsid`` escapee in time, so
+    ``supervise run`` uses the engine there (:func:`supervisor.run_command`)."""
+    return (hasattr(os, "posix_spawnp") and sys.platform.startswith("linux")
+            and os.path.isdir("/proc/self") and not portable_forced())
+
+
+def _enable_subreaper() -> bool:
+    """Become a child subreaper (Linux), as :func:`supervisor.engine._tree.enable_subreaper` does
+    (which the kill path calls too, so the watchdog knows). False where unsupported."""
+    if not sys.platform.startswith("linux") or portable_forced():
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def _cgroup_root() -> Path | None:
+    """The cgroup root the command's cgroup goes under (:func:`supervisor.engine._cgroup.cgroup_root`),
+    without importing it where none can exist: portable, ``SUPERVISE_CGROUP_ROOT=off``, or
+    our cgroup is the hierarchy's root (never used implicitly)."""
+    if portable_forced():
+        return None
+    raw = os.environ.get("SUPERVISE_CGROUP_ROOT")
+    if raw is None:
+        if not sys.platform.startswith("linux"):
+            return None
+        try:
+            with open("/proc/self/cgroup", "rb") as f:
+                own = f.read()
+        except OSError:
+            return None
+        if b"0::" not in own or any(line.strip() == b"0::/" for line in own.splitlines()):
+            return None
+    elif raw.strip().lower() in ("off", "none", "0", "no", "false"):
+        return None
+    from . import _cgroup
+
+    return _cgroup.cgroup_root()
+
+
+def _our_children() -> list[int] | None:
+    """Pids of our direct children from ``/proc/self/task/*/children``; None when unknown."""
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            continue  # a thread that ended
+        except (OSError, ValueError):
+            return None
+    return pids
+
+
+def _reap_adopted(leader: int) -> None:
+    """Reap zombie children other than ``leader`` (adopted orphans), at most
+    :data:`REAP_BATCH`. Never raises."""
+    for _ in range(REAP_BATCH):
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            return
+        if info is None or info.si_pid in (0, leader):
+            return
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return
+
+
+def _wait_readable(fds: list[int], seconds: float) -> list[int]:
+    """The fds of ``fds`` readable (or at EOF) within ``seconds``; [] on timeout. ``poll``,
+    not ``select``: an fd number above 1023 (many inherited files) is fine."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return [fd for fd, _ in poller.poll(max(0.0, seconds) * 1000)]
+
+
+def _status(raw: int) -> int:
+    return os.waitstatus_to_exitcode(raw)
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError, OSError):
+        pass
+
+
+def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) -> Outcome:
+    """Run ``argv`` (no shell) in its own session until it ends, ``budget`` seconds pass, or
+    we get one of :data:`FORWARDED`; kill its whole tree at the deadline or on the signal,
+    sweep its leftovers after a normal exit.
+
+    Args:
+        argv: the command; ``argv[0]`` is looked up in ``PATH`` when it has no ``/``.
+        budget: seconds the command gets (GNU ``timeout`` semantics: the kill comes after).
+        grace: seconds between TERM and KILL.
+        capture: False: the command uses our stdin, stdout and stderr. True: stdin is
+            ``/dev/null`` and stdout and stderr go, merged, to :attr:`Outcome.output`.
+
+    Returns:
+        An :class:`Outcome`; the call returns by ``budget + grace + 0.25`` seconds.
+
+    Raises:
+        OSError: the command could not be started (``FileNotFoundError`` when not found,
+            ``PermissionError`` when not executable, ...): nothing was started.
+        NotImplementedError: ``posix_spawn`` cannot start a new session on this platform.
+        ValueError: not called from the main thread (signal handlers are installed for the
+            wait, and put back before it returns). Meant for the ``supervise`` CLI process,
+            which owns all of its children (it reaps every zombie child it has).
+    """
+    token = os.urandom(16).hex()
+    env = dict(os.environ)
+    env[TOKEN_VAR] = token
+    subreaper = _enable_subreaper()
+    root = _cgroup_root()
+    cgroup: Path | None = None
+    spawn_argv = argv
+    if root is not None:
+        from . import _cgroup
+
+        cgroup = _cgroup.create(root)
+        if cgroup is not None:
+            spawn_argv = _cgroup.wrap(cgroup, argv)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    out_r = out_w = -1
+    actions: list[tuple[int, ...] | tuple[int, int, str, int, int]] = []
+    if capture:
+        out_r, out_w = os.pipe()
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, out_w, 1), (os.POSIX_SPAWN_DUP2, out_w, 2)]
+    got: list[int] = []
+
+    def on_signal(signum: int, frame: object) -> None:
+        if not got:
+            got.append(signum)
+
+    before = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    chunks: list[bytes] = []
+    try:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)  # wakes the select
+        for sig in FORWARDED:
+            signal.signal(sig, on_signal)
+        restore = tuple(s for s in (getattr(signal, "SIGPIPE", None),
+                                    getattr(signal, "SIGXFSZ", None)) if s is not None)
+        started = time.monotonic()
+        try:
+            pid = os.posix_spawnp(spawn_argv[0], spawn_argv, env, file_actions=actions,
+                                  setsid=True, setsigdef=restore)
+        except BaseException:
+            if cgroup is not None:
+                from . import _cgroup
+
+                _cgroup.remove(cgroup)
+            raise
+        finally:
+            if out_w >= 0:
+                os.close(out_w)
+        kill_at = started + budget
+        end_at = kill_at + grace + KILL_MARGIN
+        raw: int | None = None
+        reason = "exited"
+        dog: _Watchdog | None = None
+        try:
+            while True:
+                try:
+                    done, wait_status = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:  # pragma: no cover - someone else reaped it
+                    done, wait_status = pid, 0
+                if done:
+                    raw = wait_status
+                    break
+                if subreaper:
+                    _reap_adopted(pid)
+                if got:
+                    reason = "signal"
+                    break
+                left = kill_at - time.monotonic()
+                if left <= 0:
+                    reason = "deadline"
+                    break
+                watch_at = min(kill_at - PREFETCH, started + WATCH_AFTER)
+                if time.monotonic() >= watch_at:
+                    if dog is None:  # now, so that a kill starts on time, knowing the tree
+                        dog = _Watchdog(pid, token, cgroup)
+                    if time.monotonic() >= dog.next_scan:
+                        dog.scan(kill_at)  # who the kill must reach, as the monitor knows
+                        continue
+                    timeout = min(left, dog.next_scan - time.monotonic())
+                else:
+                    timeout = watch_at - time.monotonic()
+                ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r], timeout)
+                if wake_r in ready:
+                    _drain(wake_r)
+                if out_r >= 0 and out_r in ready:
+                    data = os.read(out_r, READ_SIZE)
+                    if data:
+                        chunks.append(data)
+                    else:
+                        os.close(out_r)
+                        out_r = -1
+        except BaseException:
+            # An error of ours while it runs: the whole tree still dies (bounded), then the
+            # error propagates.
+            (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
+            raise
+        swept = False
+        if reason != "exited":
+            swept = True
+            raw = (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
+        elif _may_have_leftovers(pid, cgroup, subreaper):
+            swept = True
+            (dog or _Watchdog(pid, token, cgroup)).sweep(grace, end_at)
+        if out_r >= 0:
+            until = min(time.monotonic() + DRAIN, end_at)
+            while (left := until - time.monotonic()) > 0:
+                if not _wait_readable([out_r], left):
+                    break
+                data = os.read(out_r, READ_SIZE)
+                if not data:
+                    break
+                chunks.append(data)
+        if cgroup is not None:
+            from . import _cgroup
+
+            give_up = time.monotonic() + 1.0
+            while not _cgroup.remove(cgroup) and time.monotonic() < give_up:
+                time.sleep(0.005)  # empties within ms of the kill
+        if subreaper:
+            _reap_adopted(0)
+        seconds = time.monotonic() - started
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        for sig, handler in before.items():
+            try:
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+            except (OSError, ValueError, TypeError):
+                pass
+        for fd in (wake_r, wake_w, out_r):
+            if fd >= 0:
+                os.close(fd)
+    code = None if raw is None else _status(raw)
+    if reason != "exited":
+        ended = "killed"
+    else:
+        ended = "ok" if code == 0 else "failed"
+    return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept)
+
+
+def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bool:
+    """After the leader exited and was reaped: whether anything of its tree may be alive.
+    Cheap and complete with the subreaper (its group, its cgroup, our children); without it
+    only a scan of the process table can tell (True)."""
+    if cgroup is not None:
+        from . import _cgroup
+
+        if _cgroup.pids(cgroup):
+            return True
+    try:
+        os.killpg(leader, 0)
+        return True  # its group is not empty (the id stays ours while it is not)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if not subreaper:
+        return True
+    _reap_adopted(0)
+    children = _our_children()
+    return children is None or bool(children)
+
+
+class _Watchdog:
+    """The watchdog (:class:`supervisor.engine._tree.Watch`) of the command's tree, loaded only
+    when it may be needed: after :data:`WATCH_AFTER` seconds or :data:`PREFETCH` seconds
+    before the deadline (then it scans, as the engine's monitor does, so that a kill knows
+    the tree's members), or at a signal, or for a sweep. Its kill and sweep are the watchdog's own (``kill_stage``,
+    ``has_leftovers``); nothing here signals a process."""
+
+    def __init__(self, leader: int, token: str, cgroup: Path | None) -> None:
+        import anyio._backends._asyncio  # noqa: F401  (anyio.run imports it at its first call)
+
+        from . import _tree
+
+        _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
+        self.leader = leader
+        self.reaped = False
+        self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup)
+        self.watch = _tree.Watch()
+        self.watch.add(self.tree)
+        self.next_scan = time.monotonic()
+        """When the next scan is due (monotonic seconds)."""
+
+    def scan(self, until: float) -> None:
+        """One bounded scan (returns by ``until``, monotonic seconds, and by the watchdog's
+        longest period); the next is due one period later."""
+        import anyio
+
+        from . import _tree
+
+        period = _tree.MONITOR_MAX_PERIOD
+
+        async def refresh() -> None:
+            offset = anyio.current_time() - time.monotonic()
+            await self.watch.refresh(min(until, time.monotonic() + period) + offset)
+
+        anyio.run(refresh)
+        self.next_scan = time.monotonic() + min(max(0.1, 4 * self.watch.scan_seconds), period)
+
+    def kill(self, grace: float, end_at: float) -> int | None:
+        """The kill sequence (``kill_stage`` with ``grace``; the leader is not yet reaped),
+        then the leader reaped. Returns its raw wait status, None when it could not be
+        reaped within :data:`supervisor.engine._tree.KILL_WAIT`."""
+        from . import _tree
+
+        self._run(grace, end_at, sweep=False)
+        give_up = time.monotonic() + _tree.KILL_WAIT
+        while True:
+            try:
+                done, status = os.waitpid(self.leader, os.WNOHANG)
+            except ChildProcessError:  # pragma: no cover - someone else reaped it
+                return None
+            if done:
+                self.reaped = True
+                return status
+            if time.monotonic() >= give_up:
+                return None
+            time.sleep(0.005)
+
+    def sweep(self, grace: float, end_at: float) -> None:
+        """After a normal exit (the leader reaped): ``has_leftovers`` then, if any,
+        ``kill_stage``, as the engine sweeps a stage."""
+        self.reaped = True
+        self._run(grace, end_at, sweep=True)
+
+    def _run(self, grace: float, end_at: float, *, sweep: bool) -> None:
+        """Deadlines are the engine's: ``min(now + grace + KILL_WAIT, end_at -
+        DRAIN_RESERVE)`` (``end_at``: monotonic seconds); the reaper and the monitor run
+        beside it, as in a digest."""
+        import anyio
+
+        from . import _tree
+
+        watch, tree = self.watch, self.tree
+
+        async def body() -> None:
+            offset = anyio.current_time() - time.monotonic()  # asyncio's clock is monotonic
+            limit = end_at + offset - DRAIN_RESERVE
+
+            def kill_deadline() -> float:
+                return min(anyio.current_time() + grace + _tree.KILL_WAIT, limit)
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch.reaper)
+                tg.start_soon(watch.monitor)
+                with anyio.CancelScope(shield=True):
+                    if not sweep:
+                        await watch.kill_stage(tree, grace, kill_deadline())
+                    elif await watch.has_leftovers(
+                            tree, min(anyio.current_time() + _tree.KILL_WAIT, limit)):
+                        await watch.kill_stage(tree, grace, kill_deadline())
+                tg.cancel_scope.cancel()
+
+        anyio.run(body)

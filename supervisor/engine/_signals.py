@@ -1,0 +1,93 @@
+"""Signals become an abort, not a death: shared by the terminal verbs and a session start."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+class Aborter:
+    """An abort event set by SIGTERM/SIGINT/SIGHUP, remembering the first signal."""
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.signum: int | None = None
+
+    def reason(self) -> str:
+        """The first signal's name (``'SIGTERM'``), or ``'signal'``."""
+        if self.signum is None:
+            return "signal"
+        try:
+            return signal.Signals(self.signum).name
+        except ValueError:
+            return f"signal {self.signum}"
+
+
+async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
+    """Run ``body(aborter)`` while SIGTERM/SIGINT/SIGHUP set ``aborter.event`` instead of
+    killing us (design rule 15: the same path as the deadline). Returns the body's result and
+    the aborter (``aborter.signum`` is the signal received, or None)."""
+    aborter = Aborter()
+    before = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
+    try:
+        async with anyio.create_task_group() as tg:
+            async def listen() -> None:
+                with anyio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
+                    early = take_early_signal()  # one that came while the loop was starting
+                    if early is not None:
+                        aborter.signum = early
+                        aborter.event.set()
+                    async for signum in signals:
+                        if aborter.signum is None:
+                            aborter.signum = int(signum)
+                        aborter.event.set()
+
+            tg.start_soon(listen)
+            await anyio.sleep(0)  # let the receiver install its handlers before work starts
+            result = await body(aborter)
+            tg.cancel_scope.cancel()
+    finally:
+        # The event loop's own handlers are gone now: put back what was there (the hook's
+        # quiet exit), so a signal while the result is written is not a death by signal.
+        for sig, handler in before.items():
+            try:
+                if handler is not None:
+                    signal.signal(sig, handler)
+            except (OSError, ValueError, TypeError):
+                pass
+    return result, aborter
+
+
+_early: list[int] = []
+
+
+def note_early_signal(signum: int) -> bool:
+    """Called from a quiet-exit signal handler: when an event loop is running in this thread,
+    raising there would tear through its task groups (an ``ExceptionGroup ... SystemExit``
+    traceback and "coroutine was never awaited" warnings, issue 10 example 7). Then the
+    signal is remembered instead, and :func:`with_signals` turns it into an abort as soon as
+    it starts listening. Returns True when it was remembered (the caller must not raise)."""
+    import sys
+
+    # asyncio may be half imported when the signal lands (``asyncio.events`` not yet set: an
+    # AttributeError here became "internal error" on stderr): only a finished import can run
+    # a loop, and then ``asyncio.events`` is in sys.modules
+    events = sys.modules.get("asyncio.events")
+    running = getattr(events, "_get_running_loop", None)
+    if running is None or running() is None:
+        return False
+    if not _early:
+        _early.append(signum)
+    return True
+
+
+def take_early_signal() -> int | None:
+    """The signal :func:`note_early_signal` remembered (once), or None."""
+    return _early.pop() if _early else None

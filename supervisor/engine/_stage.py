@@ -1,0 +1,418 @@
+"""One stage of a digest: spawn it in its own session, stream it, end it, sweep its tree.
+
+:func:`run_stage` is what the engine (:mod:`supervisor.engine._run`) starts once per stage in its
+task group; :class:`DigestRun` is the state the stages of one digest share (deadline, abort,
+output multiplexer, parallelism limit, results).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import anyio
+
+from . import _cgroup, _spawn, _stagelog, _tree
+from ..config._builtins import builtin_argv
+from ..config._context import SessionContext
+from .._errors import ConfigError, StateError
+from ._output import OrderedOutput
+from ..config._plan import DigestPlan, StagePlan
+from ._results import StageResult, StageStatus
+from ._stagelog import StderrCapture
+from ..state._statedir import usable_path
+
+DRAIN = 0.2
+"""Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
+READ_SIZE = 1 << 20
+"""Bytes asked for per read of a stage's pipe: whatever the transport has buffered (up to
+256 KiB per wakeup) comes in one piece, so a flood costs few loop iterations."""
+KILL_MARGIN = 0.25
+"""Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
+DRAIN_RESERVE = 0.08
+"""Seconds of :data:`KILL_MARGIN` kept after the kill sequence for the drain and the banner."""
+
+_STDERR: dict[str, _spawn.Stderr] = {"context": "stdout", "log": "pipe", "drop": "null"}
+_STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
+
+
+
+@dataclass
+class DigestRun:
+    """Mutable state of one digest run (private)."""
+
+    config: DigestPlan
+    context: SessionContext
+    out: OrderedOutput
+    kill_at: float
+    grace: float
+    abort: anyio.Event
+    limiter: anyio.CapacityLimiter
+    done: dict[str, anyio.Event]
+    results: dict[str, StageResult] = field(default_factory=dict)
+    running: dict[str, float] = field(default_factory=dict)
+    leaders: set[int] = field(default_factory=set)
+    abort_reason: str | None = None
+    cgroup_root: Path | None = None
+    on_stage: Callable[[str, StageResult | None], None] | None = None
+    inherit_stdio: bool = False
+    """``supervise run`` without capture: the command uses our stdin/stdout/stderr directly."""
+    room: Callable[[], Awaitable[None]] | None = None
+    """Back-pressure from the sink (a reader that does not keep up), bounded by deadlines."""
+    watch: _tree.Watch = field(default_factory=_tree.Watch)
+    """The watchdog: shared scans, continuous reaping, caps, bounded kills."""
+    end_at: float = float("inf")
+    """When the digest must have returned (anyio clock): every kill sequence ends before."""
+    transparent: bool = False
+    """``supervise run``: the command's own signal death is its exit status, not ours to name."""
+    abnormal: dict[str, str] = field(default_factory=dict)
+    """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
+    vfork: bool = True
+    """Stages may be started with ``posix_spawn`` (:func:`supervisor.engine._spawn.may_vfork`)."""
+    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    """Each stage's current wait (for its turn, or for its leader), cancelled by an abort or
+    by a cap: one scope per stage instead of a task racing each wait."""
+
+    def interruptible(self, name: str, deadline: float) -> anyio.CancelScope:
+        """A cancel scope for stage ``name`` ending at ``deadline`` (anyio clock) that an
+        abort (:meth:`abort_all`) cancels too."""
+        scope = anyio.CancelScope(deadline=deadline)
+        if self.abort.is_set():
+            scope.cancel()
+        self.scopes[name] = scope
+        return scope
+
+    def abort_all(self) -> None:
+        """The digest is aborted: end every stage's wait (they are then killed whole)."""
+        for scope in list(self.scopes.values()):
+            scope.cancel()
+
+    def report(self, name: str, result: StageResult | None) -> None:
+        """Tell the observer a stage started (None) or ended (its result)."""
+        if result is not None:
+            self.results[name] = result
+        if self.on_stage is not None:
+            self.on_stage(name, result)
+
+
+def stage_argv(spec: StagePlan) -> list[str]:
+    """The argv a stage runs (shell-free unless ``shell = true``).
+
+    Raises:
+        ConfigError: an unknown builtin.
+    """
+    if spec.builtin is not None:
+        return builtin_argv(spec.builtin, spec.args)
+    assert spec.run is not None
+    if spec.shell:
+        return ["/bin/sh", "-c", spec.run[0], *spec.args]
+    return [*spec.run, *spec.args]
+
+
+def stage_env(spec: StagePlan, context: SessionContext, token: str,
+              digest: DigestPlan | None = None) -> dict[str, str]:
+    """The curated environment of a stage (see docs/stage-authors.md); ``digest`` lets the
+    stage know which built-ins run beside it (``SUPERVISE_DIGEST_BUILTINS``)."""
+    env = dict(_inherited_env())
+    env.update(spec.env)
+    env.update(context.env())
+    # a symlinked state dir is never written, by stages either: they get none (the digest
+    # names the link once, see supervisor.state._statedir)
+    env["SUPERVISE_STATE_DIR"] = usable_path(context.state_dir)
+    env["SUPERVISE_STAGE_NAME"] = spec.name
+    env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
+    if digest is not None:
+        env["SUPERVISE_DIGEST_BUILTINS"] = _digest_builtins(digest)
+    env[_tree.TOKEN_VAR] = token
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+_inherited: tuple[dict[bytes, bytes] | None, dict[str, str]] | None = None
+_builtins_of: tuple[DigestPlan, str] | None = None
+
+
+def _inherited_env() -> dict[str, str]:
+    """This process's environment without git's and our own variables, decoded and filtered
+    once per change of ``os.environ`` (not once per stage: a digest of many stages)."""
+    global _inherited
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping: compared, not decoded
+    if _inherited is None or raw is None or _inherited[0] != raw:
+        _inherited = (dict(raw) if raw is not None else None,
+                      {k: v for k, v in os.environ.items()
+                       if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")})
+    return _inherited[1]
+
+
+def _digest_builtins(digest: DigestPlan) -> str:
+    """``SUPERVISE_DIGEST_BUILTINS`` of ``digest``, computed once per digest."""
+    global _builtins_of
+    if _builtins_of is None or _builtins_of[0] is not digest:
+        _builtins_of = (digest, ",".join(dict.fromkeys(s.builtin for s in digest.stages
+                                                       if s.builtin)))
+    return _builtins_of[1]
+
+
+def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
+    if spec.cwd is None:
+        return context.project_dir
+    cwd = Path(spec.cwd).expanduser()
+    return cwd if cwd.is_absolute() else context.project_dir / cwd
+
+
+async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
+    """Run stage ``index`` of ``run`` to its end: wait for its needs and a slot, spawn, stream,
+    stop it at its deadline, sweep its tree; record its result and mark it done."""
+    out = run.out
+    try:
+        await _run_stage_inner(run, index, spec)
+    finally:
+        out.finish(index)
+        run.done[spec.name].set()
+
+
+async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
+    acquired = False
+    if not spec.needs and not run.abort.is_set():
+        try:  # the common case: a free slot now, nothing to wait for
+            run.limiter.acquire_on_behalf_of_nowait(spec.name)
+            acquired = True
+        except anyio.WouldBlock:
+            pass
+    if not acquired:
+        # Waiting for needs or a free slot is bounded by the budget and by an abort.
+        with run.interruptible(spec.name, run.kill_at):
+            for need in spec.needs:  # `needs` orders starts
+                await run.done[need].wait()
+            await run.limiter.acquire_on_behalf_of(spec.name)
+            acquired = True
+    if not acquired or run.abort.is_set() or anyio.current_time() >= run.kill_at:
+        if acquired:
+            run.limiter.release_on_behalf_of(spec.name)
+        run.report(spec.name, StageResult(spec.name, "not_started"))
+        return
+    try:
+        await _spawn_and_watch(run, index, spec)
+    finally:
+        run.limiter.release_on_behalf_of(spec.name)
+
+
+async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
+    out, now = run.out, anyio.current_time
+    token = uuid.uuid4().hex
+    started = now()
+    cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
+              if run.cgroup_root is not None else None)
+    run.watch.spawning += 1
+    try:
+        argv = stage_argv(spec)
+        if cgroup is not None:
+            argv = _cgroup.wrap(cgroup, argv)
+        # `supervise run` (transparent): our environment as is, like GNU timeout, plus the
+        # token; a stage gets its curated environment (docs/stage-authors.md).
+        env = ({**os.environ, _tree.TOKEN_VAR: token} if run.transparent
+               else stage_env(spec, run.context, token, run.config))
+        # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's own;
+        # else stderr is merged into stdout ("context"), its own pipe for the log, or nowhere
+        proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context), env=env,
+                            capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
+                            vfork=run.vfork)
+    except (OSError, ValueError, ConfigError) as err:
+        run.watch.spawning -= 1
+        reason = getattr(err, "strerror", None) or str(err)
+        if isinstance(err, OSError) and err.filename is None and spec.run:
+            reason = f"{spec.run[0]}: {reason}"
+        elif isinstance(err, OSError) and err.filename is not None:
+            reason = f"{err.filename}: {reason}"
+        if cgroup is not None:
+            _cgroup.remove(cgroup)
+        out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
+        run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
+        return
+    deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
+    waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
+    tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
+                           spec.max_tasks, spec.max_memory, on_cap=waiting.cancel,
+                           detach_mark=spec.name if spec.builtin is not None else None)
+    run.watch.add(tree)
+    run.watch.spawning -= 1
+    run.report(spec.name, None)
+    run.leaders.add(proc.pid)
+    run.running[spec.name] = started
+    eof = anyio.Event()
+    room = run.room
+    drain = _spawn.Discard()
+
+    async def reader() -> None:
+        fd = proc.stdout
+        try:
+            while fd is not None:
+                try:  # read first: a quick stage's output (or end) is there already
+                    data = os.read(fd, READ_SIZE)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                out.feed(index, data)
+                if out.full(index):
+                    # Past its cap: the rest is only counted, off the event loop.
+                    proc.stdout = None  # the drain owns the descriptor now
+                    await drain.run(fd, lambda n: out.skip(index, n))
+                    break
+                if len(data) >= _spawn.PIPE_DEFAULT:
+                    _spawn.widen(fd)  # a stage that fills its pipe: fewer, larger reads
+                if room is not None:
+                    await room()  # a reader of our stdout that lags: wait, within the deadline
+        finally:
+            eof.set()
+
+    capture = StderrCapture()
+    err_eof = anyio.Event()
+
+    async def err_reader() -> None:  # stderr = "log": kept apart, bounded, logged at the end
+        fd = proc.stderr
+        try:
+            while fd is not None:
+                try:
+                    data = os.read(fd, 65536)
+                except BlockingIOError:
+                    await anyio.wait_readable(fd)
+                    continue
+                except OSError:
+                    break
+                if not data:
+                    break
+                capture.feed(data)
+        finally:
+            err_eof.set()
+
+    def kill_deadline() -> float:
+        # The kill sequence ends by the digest's end (budget + 0.25 s at most), whatever the
+        # stage does; the drain and the banner get what is left of KILL_MARGIN.
+        # Away from the digest's end (a stage's own timeout, leftovers) the hard phase may
+        # take up to KILL_WAIT; it ends as soon as nothing is left.
+        return min(now() + run.grace + _tree.KILL_WAIT, run.end_at - DRAIN_RESERVE)
+
+    status: StageStatus
+    outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
+    try:
+        async with anyio.create_task_group() as tg:
+            if proc.stdout is not None:
+                tg.start_soon(reader)
+            else:
+                eof.set()
+            if proc.stderr is not None:
+                tg.start_soon(err_reader)
+            else:
+                err_eof.set()
+            with waiting:
+                await proc.wait()
+                outcome = "exited"
+            if outcome != "exited":
+                outcome = "exited" if proc.poll() is not None else (
+                    "cap" if tree.over_cap else "abort" if run.abort.is_set() else "deadline")
+            if cgroup is not None and tree.over_cap is None:
+                # pids.max refuses a fork (the stage may then exit on its own) and memory.max
+                # OOM-kills: the cgroup's event counters say which cap it was.
+                tree.over_cap = _cgroup.over_cap(cgroup)
+            with anyio.CancelScope(shield=True):
+                if outcome != "exited":
+                    await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,
+                                               kill_deadline())
+                elif await run.watch.has_leftovers(tree, min(now() + _tree.KILL_WAIT,
+                                                              run.end_at - DRAIN_RESERVE)):
+                    # systemd control-group semantics: leftovers die with the stage (rule 8).
+                    await run.watch.kill_stage(tree, run.grace, kill_deadline())
+                with anyio.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)
+                    await eof.wait()
+                    await err_eof.wait()
+            tg.cancel_scope.cancel()
+    except BaseException:
+        # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
+        # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
+        with anyio.CancelScope(shield=True):
+            await run.watch.kill_stage(tree, run.grace,
+                                       now() + run.grace + _tree.HARD_PHASE + DRAIN_RESERVE)
+        raise
+    finally:
+        if run.scopes.get(spec.name) is waiting:
+            del run.scopes[spec.name]
+        try:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
+                await drain.stop()  # counts what was drained past the cap
+                if proc.poll() is None:
+                    try:
+                        os.kill(proc.pid, signal.SIGKILL)  # unreaped: the pid is still ours
+                    except ProcessLookupError:
+                        pass
+                    await proc.wait()  # reaps the leader
+                while cgroup is not None and not _cgroup.remove(cgroup):
+                    await anyio.sleep(0.005)  # empties within ms of the kill
+        finally:
+            proc.close()
+        run.watch.discard(tree)
+        run.running.pop(spec.name, None)
+        run.leaders.discard(proc.pid)
+    seconds = now() - started
+    code = proc.returncode
+    if outcome == "exited" and tree.over_cap is None and (code is None or code >= 0
+                                                          or run.transparent):
+        status = "ok" if code in spec.ok_exit else "failed"
+        if status == "failed":
+            last = capture.last_line()
+            why = (f"; its stderr ends: {last!r} (all of it: supervise status, "
+                   f"{_stagelog.log_path(run.context.state_dir, spec.name)})" if last else "")
+            out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}{why}")
+    elif outcome in ("exited", "cap"):
+        # An abnormal end we did not cause by the deadline: a cap, or a signal we never sent
+        # (an out-of-memory kill is a SIGKILL). Named like a killed stage; the start is
+        # incomplete (the session protocol writes no completion record).
+        status = "killed"
+        what = ("its output above is incomplete" if out.stage_bytes(index)[0]
+                else "it printed nothing before that")
+        if tree.over_cap == "max_tasks":
+            why = (f"went over max_tasks = {spec.max_tasks} tasks (processes and their threads) "
+                   "and was killed whole")
+        elif tree.over_cap == "max_memory":
+            why = f"went over max_memory = {spec.max_memory} bytes and was killed whole"
+        else:
+            why = f"died of {_signal_name(-(code or 0))} (a signal the supervisor did not send)"
+        out.note(index, f"[supervise] stage '{spec.name}' {why}; {what}")
+        run.abnormal[spec.name] = tree.over_cap or _signal_name(-(code or 0))
+    elif outcome == "deadline" and spec.timeout is not None and started + spec.timeout <= run.kill_at:
+        status = "timed_out"
+        what = ("its output above is incomplete" if out.stage_bytes(index)[0]
+                else "it printed nothing before that")
+        out.note(index, f"[supervise] stage '{spec.name}' timed out after {spec.timeout:g}s and "
+                        f"was killed; {what}")
+    else:
+        status = "killed"
+        if run.abort_reason is None:
+            run.abort_reason = "budget" if outcome == "deadline" else "signal"
+    if capture.data:
+        try:
+            _stagelog.write_entry(run.context.state_dir, spec.name,
+                                  _stagelog.header(run.context, status), capture)
+        except StateError as err:  # the stderr is lost; say so where the user will see it
+            out.note(index, f"[supervise] stage '{spec.name}': its stderr could not be logged: "
+                            f"{err}")
+    raw, cut = out.stage_bytes(index)
+    out.finish(index)  # flush a cut character before the text is taken
+    run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
+                                      out.stage_text(index)))
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

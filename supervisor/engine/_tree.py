@@ -1,0 +1,810 @@
+"""The watchdog: who belongs to which stage, continuous reaping, caps, and a bounded kill.
+
+Follows the design rules of ``docs/engine.md`` (brief: supervisor.md §3, rules 3, 7-11) and
+issue 10 ("the watchdog holds under stress"):
+
+- **Membership** comes from one process table per scan (:mod:`supervisor.engine._proctable`): a
+  process is a member of a stage when it is in the stage's session or process group, descends
+  from a member, or carries the stage's token (read only for our unclaimed descendants with
+  the subreaper, for unclaimed processes without it). Scans run in a worker thread under a
+  deadline and are shared by every stage (:class:`Watch`); nothing unbounded runs on the
+  event loop.
+- **Reaping**: with the child subreaper, orphans adopted from stages are reaped while the
+  digest runs (:meth:`Watch.reap`), never with ``waitpid(-1)`` and never a pid we spawned
+  ourselves (the engine reaps those, :mod:`supervisor.engine._spawn`).
+- **The kill** (:func:`kill_stage`) has a hard wall-clock bound: TERM + CONT, grace, then
+  freeze (cgroup ``cgroup.freeze``, else SIGSTOP to the process group and to each member
+  outside it, repeated on fresh scans until nothing new appears), then SIGKILL per process
+  group before per process (``cgroup.kill`` when there is a cgroup). ``killpg`` is used only
+  while the group id is provably ours (pgid-reuse guard); a pid is signalled only while its
+  start stamp is the one we saw (pid-reuse guard).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from . import _cgroup, _proctable
+from ._proctable import PORTABLE, Gone, Row, environ_of, environ_value, scan, start_stamp, stat
+
+TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
+"""Every process of a stage inherits this variable; the sweep finds escapees by it."""
+DETACH_VAR = "SUPERVISE_DETACHED_FROM"
+"""Set to a built-in stage's name in a process that stage starts on purpose to outlive it (the
+memory stage's consolidation wrapper, ``stages/memory/consolidate.py``). Honoured only for
+built-in stages (:attr:`StageTree.detach_mark`) and only for a process that left the stage's
+session; a configured command cannot detach this way."""
+
+POLL = 0.02
+"""Seconds between liveness polls during the grace period, and between reaper ticks."""
+KILL_WAIT = 1.0
+"""Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
+HARD_PHASE = 0.12
+"""Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
+FULL_SCAN_PERIOD = 5.0
+"""On the portable path (psutil rows), the watchdog's periodic scans are incremental (new
+pids, plus every stage's members for the caps) and read the whole table again at most
+this often, in seconds (a pid reused in between keeps its old row until then)."""
+MONITOR_MAX_PERIOD = 0.5
+"""Longest pause between two watchdog scans, in seconds (a starved host's slow scans would
+otherwise space them out past a short digest's whole life)."""
+LEFTOVER_SCANS = 6
+"""Most scans that look for leftovers of a stage whose leader exited (fewer without churn)."""
+REAP_BATCH = 4096
+"""Most zombies reaped per reaper tick (the tick stays bounded whatever the stages do)."""
+
+_PR_SET_CHILD_SUBREAPER = 36
+_subreaper: bool | None = None
+
+
+def enable_subreaper() -> bool:
+    """Make this process a child subreaper (Linux >= 3.4); idempotent.
+
+    Orphaned descendants of our stages (double forks, ``setsid`` daemons) are then re-parented
+    to us instead of init, so the sweep can find them and the reaper reaps them. Returns False
+    where unsupported (macOS, old kernels); the sweep then reads every process's token.
+    Call it only in a process that owns all of its children (the CLI, the deferred runner).
+    """
+    global _subreaper
+    if _subreaper is None:
+        _subreaper = False
+        if sys.platform.startswith("linux") and not PORTABLE:  # forced off: the macOS path
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+            except (OSError, AttributeError):
+                _subreaper = False
+    return _subreaper
+
+
+def subreaper_enabled() -> bool:
+    """Whether :func:`enable_subreaper` succeeded in this process."""
+    return bool(_subreaper)
+
+
+def our_children() -> list[int]:
+    """Pids of this process's direct children, read from ``/proc/self/task/*/children``
+    (Linux with ``CONFIG_PROC_CHILDREN``); [] where unavailable. Cheap (one small read per
+    thread), unlike a scan of the whole process table. Never raises."""
+    if PORTABLE or not sys.platform.startswith("linux"):
+        return []
+    pids: list[int] = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return []
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/children", "rb") as f:
+                pids.extend(int(x) for x in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return pids
+
+
+def _live(pid: int, start: float | None = None) -> bool:
+    row = stat(pid)
+    return row is not None and not row.zombie and (start is None or row.start == start)
+
+
+def group_is_ours(leader_unreaped: bool, members: Iterable[int], pgid: int) -> bool:
+    """Whether ``killpg(pgid)`` can only hit our stage (design rule 10).
+
+    A process group id cannot be reissued while its leader's pid is unreaped or while any
+    member is still in the group; only then is the group id provably still ours.
+    ``members`` are pids; each is checked now.
+    """
+    if leader_unreaped:
+        return True
+    for pid in members:
+        row = stat(pid)
+        if row is not None and not row.zombie and row.pgid == pgid:
+            return True
+    return False
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _kill_checked(pid: int, start: float, sig: int) -> None:
+    """Signal ``pid`` only while it is still the process we saw (same start stamp)."""
+    if start_stamp(pid) != start:
+        return
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@dataclass
+class StageTree:
+    """One running stage as the watchdog knows it.
+
+    ``leader`` is the leader's pid (= its process group and session id: stages run with
+    ``setsid``); ``leader_unreaped()`` is True until the engine has reaped it; ``token`` is its
+    ``SUPERVISE_STAGE_TOKEN``; ``cgroup`` its cgroup, if any; ``max_tasks`` and ``max_memory``
+    (bytes) its caps, None for none.
+    """
+
+    leader: int
+    leader_unreaped: Callable[[], bool]
+    token: str
+    cgroup: Path | None = None
+    max_tasks: int | None = None
+    max_memory: int | None = None
+    members: dict[int, Row] = field(default_factory=dict)
+    """Live members at the last scan (pid -> row)."""
+    group_verified: bool = False
+    """The process group was provably ours when the current kill began (pgid-reuse guard)."""
+    over_cap: str | None = None
+    """Set by the watchdog: which cap the stage went over (``"max_tasks"``/``"max_memory"``)."""
+    on_cap: Callable[[], None] | None = None
+    detach_mark: str | None = None
+    """For a built-in stage, its name: a child that left the stage's session and carries
+    ``SUPERVISE_DETACHED_FROM=<name>`` (:data:`DETACH_VAR`) is not a member, nor are its
+    descendants. None (configured commands): nothing detaches."""
+
+
+@dataclass(frozen=True)
+class KillReport:
+    """What a kill did: members found, how many needed SIGKILL, how many survived it, and its
+    duration in seconds."""
+
+    members: int
+    hard_killed: int
+    survivors: int
+    seconds: float
+
+
+class Watch:
+    """The watchdog of one digest: shared scans, continuous reaping, caps, membership.
+
+    Create one per digest (inside its event loop), :meth:`add` each stage after its spawn,
+    run :meth:`monitor` in the digest's task group while it runs. ``exclude`` returns pids
+    that are never members (deferred runners).
+    """
+
+    def __init__(self, exclude: Callable[[], set[int]] = set) -> None:
+        self.stages: dict[str, StageTree] = {}
+        self.protected: set[int] = set()
+        """Pids this process spawned itself (stage leaders): the engine reaps them, never us."""
+        self.spawning = 0
+        """Spawns in flight: until they return, a new leader's pid is not yet protected."""
+        self.exclude = exclude
+        self.table: dict[int, Row] = {}
+        self.scanned_at = -math.inf
+        self.scan_seconds = 0.0
+        self.reaped = 0
+        self.last_complete = False
+        self.last_churn = 0
+        """New processes the last applied scan found gone before it could classify them."""
+        self.full_at = -math.inf
+        """When the last complete full scan began (anyio clock)."""
+        self._tokens: dict[tuple[int, float], str | None] = {}
+        self._ever: dict[int, str] = {}
+        self._ever_tokens: set[str] = set()
+        self._sticky: dict[tuple[int, float], str] = {}
+        self._detach: dict[tuple[int, float], bool] = {}
+        """Processes seen to be a built-in stage's deliberate detach (positive answers only)."""
+        self.focus: set[str] = set()
+        self.freezing: set[str] = set()
+        """Tokens of the stages in their freeze phase: every scan stops their members at once."""
+        self._tg: anyio.abc.TaskGroup | None = None
+        """Tokens of the stages being killed or checked right now."""
+        self._inflight: tuple[anyio.Event, float] | None = None
+        self._me = os.getpid()
+
+    # -- membership ---------------------------------------------------------------------
+    def add(self, tree: StageTree) -> None:
+        """Watch a freshly spawned stage."""
+        self.stages[tree.token] = tree
+        self.protected.add(tree.leader)
+
+    def discard(self, tree: StageTree) -> None:
+        """Stop watching a stage (its leader is reaped, its tree swept)."""
+        self.stages.pop(tree.token, None)
+
+    def _attribute(self, rows: dict[int, Row], limit: float, sessions: dict[int, str],
+                   exclude: set[int]) -> dict[str, dict[int, Row]]:
+        known = set(sessions.values())
+        owner: dict[int, str] = {}
+        children: dict[int, list[int]] = {}
+        for row in rows.values():
+            children.setdefault(row.ppid, []).append(row.pid)
+            if row.pid in exclude or row.zombie:
+                continue
+            token = sessions.get(row.sid) or sessions.get(row.pgid) or self._sticky.get(
+                (row.pid, row.start)) or (self._ever.get(row.ppid) if row.ppid not in rows else None)
+            if token is not None:
+                owner[row.pid] = token
+        # Escapees (setsid, then maybe a double fork): find them by token.
+        candidates: list[int] = []
+        if subreaper_enabled():
+            # our descendants, and orphans whose parent is gone (on their way to us)
+            stack = list(children.get(self._me, ()))
+            stack += [r.pid for r in rows.values() if r.ppid not in rows and r.ppid > 1]
+            while stack:
+                pid = stack.pop()
+                if pid in owner or pid in exclude:
+                    continue
+                candidates.append(pid)
+                stack.extend(children.get(pid, ()))
+        else:
+            candidates = [pid for pid in rows if pid not in owner and pid not in exclude]
+        # The newest first (by start stamp, not pid: pids wrap around), so a scan that runs
+        # out of time has read the likeliest escapees.
+        candidates.sort(key=lambda pid: rows[pid].start, reverse=True)
+        for pid in candidates:
+            row = rows[pid]
+            if row.zombie:
+                continue
+            key = (pid, row.start)
+            if key not in self._tokens:
+                if time.monotonic() > limit:
+                    break
+                self._tokens[key] = environ_value(pid, TOKEN_VAR)
+            token = self._tokens[key]
+            if token in known:
+                owner[pid] = token
+        # Descendants of a member are members (a child that cleared its environment).
+        stack = list(owner)
+        while stack:
+            pid = stack.pop()
+            for child in children.get(pid, ()):
+                if child not in owner and child not in exclude and not rows[child].zombie:
+                    owner[child] = owner[pid]
+                    stack.append(child)
+        self._release_detached(owner, rows, children)
+        found: dict[str, dict[int, Row]] = {token: {} for token in known}
+        for pid, token in owner.items():
+            if token not in found:  # sticky from a stage no longer watched (discarded)
+                continue
+            found[token][pid] = rows[pid]
+            self._ever[pid] = token  # its children outlive it: they are members too
+            self._sticky[(pid, rows[pid].start)] = token  # once a member, always (re-parented)
+            if pid not in sessions:
+                self._ever_tokens.add(token)  # the stage had more than its leader
+        if len(self._ever) > 65536:
+            self._ever.clear()
+            self._sticky.clear()
+        if len(self._tokens) > 65536:
+            self._tokens.clear()
+            self._detach.clear()
+        return found
+
+    def _release_detached(self, owner: dict[int, str], rows: dict[int, Row],
+                          children: dict[int, list[int]]) -> None:
+        """Drop from ``owner`` (pid -> token) each built-in stage's deliberate detach and its
+        descendants: a member out of the stage's session whose environment carries
+        :data:`DETACH_VAR` set to the stage's name. Checked on every scan, not only the first:
+        a scan that lands between the detaching child's fork and its ``setsid``/``exec`` sees it
+        in the stage's session with the stage's environment (and makes it a sticky member), so
+        only a positive answer is cached."""
+        # This runs in the scan's worker thread while the event loop adds and discards
+        # stages: copy the dict in one C-level step (no bytecode runs in between, so the loop
+        # cannot mutate it mid-copy), and iterate the copy.
+        marked = {t.token: t for t in list(self.stages.values()) if t.detach_mark is not None}
+        if not marked:
+            return
+        for pid, token in list(owner.items()):
+            tree = marked.get(token)
+            row = rows[pid]
+            if tree is None or row.sid == tree.leader or owner.get(pid) != token:
+                continue
+            key = (pid, row.start)
+            if key not in self._detach:
+                if environ_value(pid, DETACH_VAR) != tree.detach_mark:
+                    continue
+                self._detach[key] = True
+            stack = [pid]
+            while stack:
+                gone = stack.pop()
+                if owner.get(gone) == token:
+                    del owner[gone]
+                    self._sticky.pop((gone, rows[gone].start), None)
+                    self._ever.pop(gone, None)
+                    stack.extend(children.get(gone, ()))
+
+    def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
+                   previous: dict[int, Row] | None, reread: set[int], first: set[int],
+                   began: float) -> bool:
+        """The scan itself (in a worker thread). It applies its own result, so a scan whose
+        waiter gave up at its deadline still updates the members when it completes (under a
+        heavy load a scan can outlast every short wait); a result older than the one already
+        applied is dropped."""
+        t0 = time.monotonic()
+        churn = _proctable.CHURN[0]
+        # Without the subreaper an escapee is found only by its token: read it as soon as
+        # the row is read, newest first, and freeze a member of a stage being killed at once
+        # (a fork-and-exit chain's generation lives a few ms: reading every row first and
+        # the tokens after let it fork and exit in between).
+        classify = None if subreaper_enabled() else partial(self._classify, exclude)
+        rows, complete = scan(limit, previous, reread, first, classify)
+        churn = _proctable.CHURN[0] - churn
+        found = self._attribute(rows, limit, sessions, exclude)
+        for token in list(self.freezing):
+            # Freeze as found, in this thread: a fork-and-exit chain's head lives a few ms,
+            # and handing it to the event loop first can take longer than that on a starved
+            # host.
+            for row in found.get(token, {}).values():
+                if not row.stopped:
+                    _kill_checked(row.pid, row.start, signal.SIGSTOP)
+        if began < self.scanned_at:
+            return complete
+        self.table = rows
+        if previous is None:
+            self.scan_seconds = time.monotonic() - t0
+        self.scanned_at = began
+        self.last_complete = complete
+        self.last_churn = churn
+        if previous is None and complete:
+            self.full_at = began
+        for token, members in found.items():
+            tree = self.stages.get(token)
+            if tree is not None:
+                if not complete:  # cut by its deadline: members it did not read stay members
+                    members = {**{pid: r for pid, r in tree.members.items() if pid not in rows},
+                               **members}
+                tree.members = members
+        return complete
+
+    def _classify(self, exclude: set[int], row: Row) -> bool:
+        """Read the token of a freshly read process at once (in the scan's thread, without
+        the subreaper) and SIGSTOP it when it belongs to a stage in its freeze phase.
+        Returns False when the process is gone (a zombie, or exited before its read)."""
+        if row.zombie:
+            return False
+        if row.pid in exclude:
+            return True
+        key = (row.pid, row.start)
+        if key not in self._tokens:
+            try:
+                self._tokens[key] = environ_of(row.pid, TOKEN_VAR)
+            except Gone:
+                now = stat(row.pid)  # a kernel thread has no environment either, yet lives
+                if now is None or now.zombie or now.start != row.start:
+                    return False
+                self._tokens[key] = None
+        token = self._tokens[key]
+        if token is not None and token in self.freezing and not row.stopped:
+            _kill_checked(row.pid, row.start, signal.SIGSTOP)
+        return True
+
+    async def refresh(self, deadline: float, max_age: float = 0.0,
+                      started_after: float | None = None, incremental: bool = False,
+                      every_member: bool = False) -> bool:
+        """Scan the process table in a worker thread and update every stage's members.
+
+        ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
+        returns by then whatever happens (a scan still running is abandoned). Concurrent
+        callers share one scan unless it started before ``started_after`` (anyio clock); a
+        table younger than ``max_age`` seconds is reused. ``incremental`` reads only new pids
+        and the members of the stages being killed or checked (of every stage with
+        ``every_member``: the caps need their sizes; see :func:`supervisor.engine._proctable.scan`).
+        Returns True when a complete scan (or a shared one) updated the members by the
+        deadline; a scan cut short keeps the members it did not read.
+        """
+        if anyio.current_time() - self.scanned_at <= max_age:
+            return True
+        complete = False
+        with anyio.move_on_at(deadline):
+            while self._inflight is not None:
+                event, began = self._inflight
+                await event.wait()
+                if started_after is None or began >= started_after:
+                    return self.last_complete
+            event = anyio.Event()
+            self._inflight = (event, anyio.current_time())
+            try:
+                remaining = max(0.0, deadline - anyio.current_time())
+                limit = time.monotonic() + remaining
+                sessions = {t.leader: t.token for t in self.stages.values()}
+                exclude = set(self.exclude()) | {self._me}
+                previous = self.table if incremental and self.table else None
+                # Re-read only the stages being killed or checked (their members' states
+                # matter); the others keep their rows (a member's group and session
+                # attribution stays right even when stale).
+                focus = [t for t in self.stages.values() if every_member or t.token in self.focus]
+                reread = {pid for t in focus for pid in t.members}
+                reread.update(t.leader for t in focus)
+                first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
+                complete = await anyio.to_thread.run_sync(
+                    self._scan_sync, limit, sessions, exclude, previous, reread, first,
+                    self._inflight[1], abandon_on_cancel=True)
+            finally:
+                self._inflight = None
+                event.set()
+        return complete
+
+    # -- reaping ------------------------------------------------------------------------
+    def reap(self) -> int:
+        """Reap zombie children adopted from stages (subreaper only); return how many.
+
+        A child is reaped only when it is not a pid we spawned (the engine reaps those: reaping
+        one here would yield "returncode 255"). ``waitid(WNOWAIT)`` peeks at one zombie
+        without reaping it; when the first zombie is one of ours, the last table names the
+        others. Bounded: at most :data:`REAP_BATCH` per call. Never raises.
+        """
+        if not subreaper_enabled():
+            return 0
+        count = 0
+        blocked = False
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        while count < REAP_BATCH:
+            try:
+                info = os.waitid(os.P_ALL, 0, flags)
+            except (ChildProcessError, OSError):
+                break
+            if info is None or info.si_pid == 0:
+                break
+            if not self._may_reap(info.si_pid):
+                blocked = True
+                break
+            count += self._reap_one(info.si_pid)
+        if blocked:
+            for row in list(self.table.values()):
+                if row.ppid == self._me and row.zombie and self._may_reap(row.pid):
+                    count += self._reap_one(row.pid)
+        self.reaped += count
+        return count
+
+    def _may_reap(self, pid: int) -> bool:
+        if pid in self.protected:
+            return False
+        if self.spawning:
+            row = stat(pid)  # a leader not yet protected is a session leader
+            return row is not None and row.sid != pid
+        return True
+
+    @staticmethod
+    def _reap_one(pid: int) -> int:
+        try:
+            got, _ = os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            return 0
+        return 1 if got else 0
+
+    async def reaper(self) -> None:
+        """Reap adopted orphans every :data:`POLL` seconds until cancelled (subreaper only)."""
+        if not subreaper_enabled():
+            return
+        while True:
+            self.reap()
+            await anyio.sleep(POLL)
+
+    # -- caps ---------------------------------------------------------------------------
+    async def monitor(self) -> None:
+        """Scan periodically (off the loop) and enforce ``max_tasks`` / ``max_memory``.
+
+        The period adapts to the scan's cost (four times its duration, at least 0.1 s, at most
+        :data:`MONITOR_MAX_PERIOD`), so on an idle host the watchdog takes at most about a
+        fifth of a core. A stage over a cap gets
+        ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
+        """
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            try:
+                await self._monitor()
+            finally:
+                self._tg = None
+
+    async def _monitor(self) -> None:
+        while True:
+            if self.stages:
+                now = anyio.current_time()
+                # psutil rows cost milliseconds each on a starved host: read only new pids
+                # and the stages' members, and the whole table now and then.
+                cheap = not _proctable.PROCFS and now - self.full_at < FULL_SCAN_PERIOD
+                await self.refresh(now + 1.0, incremental=cheap, every_member=cheap)
+                for tree in list(self.stages.values()):
+                    self._check_caps(tree)
+            await anyio.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
+
+    def _check_caps(self, tree: StageTree) -> None:
+        if tree.over_cap is not None:
+            return
+        which = None
+        if tree.cgroup is not None:
+            which = _cgroup.over_cap(tree.cgroup)
+        if which is None:
+            live = [r for r in tree.members.values() if not r.zombie]
+            if tree.max_tasks is not None and sum(r.threads for r in live) > tree.max_tasks:
+                which = "max_tasks"
+            elif tree.max_memory is not None and sum(r.rss for r in live) > tree.max_memory:
+                which = "max_memory"
+        if which is not None:
+            tree.over_cap = which
+            if tree.on_cap is not None:
+                tree.on_cap()
+
+    # -- the kill -----------------------------------------------------------------------
+    def _group_ok(self, tree: StageTree) -> bool:
+        if tree.group_verified and _killpg(tree.leader, 0):
+            # Verified ours when this kill began, and not empty since: the kernel keeps a pid
+            # number while any process still has it as its process group, so the id cannot
+            # have been reissued in between (a reissue needs the group emptied first and the
+            # whole pid space cycled within this bounded kill).
+            return True
+        in_group = [r.pid for r in self.table.values() if r.pgid == tree.leader]
+        return group_is_ours(tree.leader_unreaped(), [*tree.members, *in_group], tree.leader)
+
+    def _scan_soon(self, deadline: float) -> None:
+        """Start a scan in the background (bounded by ``deadline``) unless one is under way."""
+        if self._inflight is not None or self._tg is None:
+            return
+        try:
+            self._tg.start_soon(self.refresh, deadline)
+        except RuntimeError:  # the watchdog's task group is closing (a cancelled digest)
+            pass
+
+    def adopted(self, tree: StageTree) -> list[Row]:
+        """Live processes of ``tree`` among this process's direct children (subreaper only):
+        with the subreaper every orphan of a stage becomes our child the moment its parent
+        exits, so a fork-and-exit chain's current generation is found here with one small
+        read instead of a scan of the whole table (which a generation living a few ms can
+        outrun on a starved host). A child belongs to ``tree`` when a scan made it a member
+        or it carries the stage's token; stage leaders, excluded pids (deferred runners) and
+        built-in detaches never do. Bounded by the number of children; never raises."""
+        if not subreaper_enabled():
+            return []
+        excluded = self.exclude()
+        found: list[Row] = []
+        for pid in our_children():
+            if pid in self.protected or pid in excluded:
+                continue
+            row = stat(pid)
+            if row is None or row.zombie:
+                continue
+            key = (pid, row.start)
+            if self._detach.get(key):
+                continue
+            token = self._sticky.get(key)
+            if token is None:
+                if key not in self._tokens:
+                    self._tokens[key] = environ_value(pid, TOKEN_VAR)
+                token = self._tokens[key]
+            if token == tree.token:
+                found.append(row)
+        return found
+
+    def _outside_group(self, tree: StageTree) -> list[Row]:
+        return [r for r in tree.members.values() if r.pgid != tree.leader]
+
+    def _anything_alive(self, tree: StageTree) -> bool:
+        """Cheap: stops at the first live member found (cgroup, leader, members, group)."""
+        if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
+            return True
+        if tree.leader_unreaped() and _live(tree.leader):
+            return True
+        if any(_live(r.pid, r.start) for r in tree.members.values()):
+            return True
+        if self.adopted(tree):
+            return True
+        # kill(0) also succeeds for zombies: then ask the last table which are live.
+        return _killpg(tree.leader, 0) and self._group_ok(tree) and any(
+            r.pgid == tree.leader and _live(r.pid, r.start) for r in self.table.values())
+
+    def _signal(self, tree: StageTree, sig: int, rows: Iterable[Row] | None = None) -> None:
+        """``sig`` to the process group (when provably ours) and to each member outside it."""
+        group = self._group_ok(tree)
+        if group:
+            _killpg(tree.leader, sig)
+        for row in (tree.members.values() if rows is None else rows):
+            if group and row.pgid == tree.leader and rows is None:
+                continue
+            _kill_checked(row.pid, row.start, sig)
+
+    async def _freeze(self, tree: StageTree, until: float, seen: dict[int, Row]) -> None:
+        """SIGSTOP every member, rescanning (incrementally, off the loop) until the fixpoint
+        or ``until``. A fork in flight when SIGSTOP is sent can still attach a child after a
+        scan has listed ``/proc``; so the fixpoint is two complete scans in a row that find no
+        new member while every member seen is stopped (a stopped process cannot fork)."""
+        frozen: set[int] = set()
+        quiet = 0
+        self.freezing.add(tree.token)
+        try:
+            await self._freeze_rounds(tree, until, seen, frozen, quiet)
+        finally:
+            self.freezing.discard(tree.token)
+
+    async def _freeze_rounds(self, tree: StageTree, until: float, seen: dict[int, Row],
+                             frozen: set[int], quiet: int) -> None:
+        while True:
+            fresh = [r for pid, r in tree.members.items() if pid not in frozen]
+            self._signal(tree, signal.SIGSTOP, fresh)
+            frozen.update(r.pid for r in fresh)
+            seen.update(tree.members)
+            if anyio.current_time() >= until or tree.cgroup is not None:
+                return
+            if self._stop_adopted(tree, frozen, seen):
+                quiet = 0
+            complete = await self.refresh(until, started_after=anyio.current_time(),
+                                          incremental=True)
+            # Without the subreaper a new process gone before its token was read may have
+            # been a chain's generation whose successor the listing missed: not settled.
+            settled = complete and all(
+                pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items()
+            ) and (subreaper_enabled() or self.last_churn == 0)
+            quiet = quiet + 1 if settled else 0
+            if quiet >= 2:
+                return
+
+    def _stop_adopted(self, tree: StageTree, frozen: set[int], seen: dict[int, Row]) -> bool:
+        """SIGSTOP the stage's adopted children (:meth:`adopted`) until a round finds none
+        new (at most 64 rounds, each one small read); they join ``seen`` and ``frozen``.
+        Returns whether any was new."""
+        new_any = False
+        for _ in range(64):
+            fresh = [r for r in self.adopted(tree) if r.pid not in frozen or not r.stopped]
+            if not fresh:
+                break
+            for row in fresh:
+                _kill_checked(row.pid, row.start, signal.SIGSTOP)
+                frozen.add(row.pid)
+                seen[row.pid] = row
+                tree.members.setdefault(row.pid, row)
+            new_any = True
+        return new_any
+
+    async def kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
+        """Kill every member of ``tree``, returning by ``deadline`` (anyio clock) whatever
+        the stage does.
+
+        TERM + CONT to the group and each member; poll every 20 ms up to ``grace`` seconds
+        (ending early when nothing is alive); then freeze (``cgroup.freeze``, else SIGSTOP
+        to the group and to every member found, repeated on fresh bounded scans until none
+        is new), SIGKILL (``cgroup.kill``, the group, then each member outside it), and wait
+        for them to be gone. The hard phase starts no later than ``deadline`` minus
+        :data:`HARD_PHASE`. Cancellation-safe: call it inside a shielded scope.
+        """
+        self.focus.add(tree.token)
+        try:
+            return await self._kill_stage(tree, grace, deadline)
+        finally:
+            self.focus.discard(tree.token)
+
+    async def _kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
+        t0 = anyio.current_time()
+        now = anyio.current_time
+        hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
+        tree.group_verified = self._group_ok(tree)
+        if not tree.members:  # a scan under way applies its result when done (no wait here)
+            self._scan_soon(hard_at)
+        if tree.cgroup is not None:
+            _cgroup.signal_all(tree.cgroup, signal.SIGTERM)
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            self._signal(tree, sig)
+        termed = set(tree.members)
+        while now() < hard_at and self._anything_alive(tree):
+            await anyio.sleep(POLL)
+            if now() - self.scanned_at > 0.1 and not self._inflight:
+                # members born during the grace get their TERM too (scan off the loop)
+                await self.refresh(min(hard_at, now() + 0.1))
+                new = [r for pid, r in tree.members.items() if pid not in termed]
+                self._signal(tree, signal.SIGTERM, new)
+                self._signal(tree, signal.SIGCONT, new)
+                termed.update(r.pid for r in new)
+        # Hard phase. A stopped process cannot fork: freeze first, so a fork-and-exit chain
+        # or a fork bomb cannot outrun the kill, then kill the frozen set whole.
+        seen: dict[int, Row] = dict(tree.members)
+        if tree.cgroup is not None:
+            _cgroup.freeze(tree.cgroup)
+        kill_by = deadline - HARD_PHASE / 3
+        await self._freeze(tree, kill_by, seen)
+        if tree.cgroup is not None:
+            _cgroup.kill(tree.cgroup)
+        self._signal(tree, signal.SIGKILL)
+        self._signal(tree, signal.SIGKILL, list(seen.values()))
+        hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
+        while now() < deadline and self._anything_alive(tree):
+            self.reap()
+            await anyio.sleep(0.005)
+            adopted = self.adopted(tree)  # one that outran the freeze: kill it too
+            for row in adopted:
+                _kill_checked(row.pid, row.start, signal.SIGKILL)
+                seen.setdefault(row.pid, row)
+            if now() - self.scanned_at > 0.05:
+                await self.refresh(deadline, incremental=True)
+                late = [r for pid, r in tree.members.items() if pid not in seen]
+                seen.update(tree.members)
+                self._signal(tree, signal.SIGKILL, late)
+        self.reap()
+        survivors = sum(1 for r in seen.values() if _live(r.pid, r.start))
+        return KillReport(len(seen), hard, survivors, now() - t0)
+
+    async def has_leftovers(self, tree: StageTree, deadline: float) -> bool:
+        """Whether a stage whose leader has exited left anything behind: its cgroup or process
+        group is not empty, a scan ever saw another member, or one of two fresh incremental
+        scans (bounded by ``deadline``) sees one. A member seen counts even if it is gone
+        now: a fork-and-exit chain's generation lives shorter than a scan, but its successor
+        is alive (issue 10, example 4); the kill sequence then finds it."""
+        self.focus.add(tree.token)
+        try:
+            return await self._has_leftovers(tree, deadline)
+        finally:
+            self.focus.discard(tree.token)
+
+    async def _has_leftovers(self, tree: StageTree, deadline: float) -> bool:
+        if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
+            return True
+        if _killpg(tree.leader, 0):
+            # The leader is reaped and its group is not empty: members are left (zombies are
+            # reaped within a tick). The group id stays ours while it is not empty (the kernel
+            # keeps a pid number while any process has it as its process group).
+            tree.group_verified = True
+            return True
+        for attempt in range(LEFTOVER_SCANS):
+            if any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens:
+                return True
+            if self.adopted(tree):
+                return True
+            if anyio.current_time() >= deadline:
+                break
+            churn = _proctable.CHURN[0]
+            await self.refresh(deadline, started_after=anyio.current_time(), incremental=True)
+            # A new process that died between the listing and its read may have been a
+            # generation of a chain whose successor the listing missed: look again (a few
+            # times); without such churn two scans settle it.
+            if attempt >= 1 and _proctable.CHURN[0] == churn:
+                break
+        return any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens
+
+
+def reap_zombie_children(keep: Iterable[int] = ()) -> int:
+    """Reap every zombie child of this process except ``keep``; return how many.
+
+    Only for a process that owns all of its children (the ``supervise`` CLI, the deferred
+    runner): an embedding program's own children must be left to it.
+    """
+    skip = set(keep)
+    count = 0
+    while True:
+        try:
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except (ChildProcessError, OSError):
+            break
+        if info is None or info.si_pid == 0 or info.si_pid in skip:
+            break
+        try:
+            os.waitpid(info.si_pid, os.WNOHANG)
+            count += 1
+        except (ChildProcessError, OSError):
+            break
+    return count

@@ -1,0 +1,309 @@
+"""The session lock and the completion record, in the state dir.
+
+Files (all JSON, written to a temp file, fsynced and ``os.replace``-d into place, under an
+exclusive ``fcntl.flock`` on ``lock.flock``):
+
+* ``lock.json``: :class:`LockRecord`, who holds the helm: harness process ``(pid,
+  create_time)``, harness, session id, a random nonce, when, and where the pid means
+  something: the owner's pid namespace and boot id. A reader in another pid namespace (a
+  devcontainer sharing the checkout) or under another kernel cannot tell whether that owner
+  lives, so it never replaces the lock silently: its full start is read-only with the reason
+  (``--take-lock`` overrides; issue 12, item 5).
+* ``complete.json``: :class:`CompletionRecord`, "the full start under nonce N finished every
+  stage". Cleared (under the same flock) the moment a full start takes the lock, written only
+  when that start completed, and only while the lock still carries the same nonce.
+
+Why a nonce and ownership, not a pid: with pid equality, session A completes, B runs
+read-only, A exits, and B's ``clear`` would re-emit on A's proof and skip B's own full start
+(the reference runner's PR #1781 bug). A re-emit therefore needs the record's nonce to match
+the *current* lock and the lock to be owned by *this* session.
+
+Every access goes through the state door (:mod:`supervisor.state._statedir`): a symlinked state dir
+is refused with :class:`StateError` (its text is the read-only reason shown to the model); a
+link, special file, oversized or unparsable record (``RecursionError`` included) is set aside,
+named once, and replaced; nothing here follows a symlink or blocks on a FIFO.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from ._ancestry import CREATE_TIME_TOLERANCE, ProcessId, is_alive
+from .._errors import StateError
+from ..state._records import dump_record
+from ..state._statedir import StateDir
+
+LOCK_FILE = "lock.json"
+COMPLETE_FILE = "complete.json"
+MUTEX_FILE = "lock.flock"
+MUTEX_TIMEOUT = 5.0
+"""Seconds to wait for the state mutex before giving up (read-only, "state dir busy")."""
+_MAX_RECORD = 16 * 1024
+"""Bytes: a lock or completion record is about 300; anything over this cap is corrupt."""
+
+
+@dataclass(frozen=True)
+class LockRecord:
+    """Who holds the lock. ``create_time`` and ``acquired_at`` are seconds since the epoch."""
+
+    pid: int
+    create_time: float
+    harness: str
+    session_id: str
+    nonce: str
+    acquired_at: float
+    pid_ns: str = ""
+    """The owner's pid namespace (``pid:[4026531836]``); ``""`` in records of older versions."""
+    boot_id: str = ""
+    """The owner's kernel boot id; ``""`` in records of older versions."""
+
+    @property
+    def ident(self) -> ProcessId:
+        """The owner's identity: (pid, process create time)."""
+        return ProcessId(self.pid, self.create_time)
+
+
+def unseen_reason(record: LockRecord) -> str:
+    """Why ``record``'s owner cannot be seen from here (so its pid proves nothing), or ``""``.
+
+    Another pid namespace (same kernel): a container or ``unshare --pid`` sharing the state
+    dir. Another boot id with the lock taken after this kernel booted: another machine or VM
+    sharing the checkout. Another boot id with the lock older than this boot is simply stale
+    (the machine rebooted), so ``""``. Fields absent (an older record, no ``/proc``): ``""``.
+    """
+    from ._procinfo import boot_time, namespace_identity
+
+    pid_ns, boot_id = namespace_identity()
+    if record.boot_id and boot_id and record.boot_id != boot_id:
+        if record.acquired_at < boot_time():
+            return ""
+        return (f"it was taken under another kernel (boot id {record.boot_id}; here {boot_id}): "
+                "another machine or VM sharing this checkout")
+    if record.pid_ns and pid_ns and record.pid_ns != pid_ns:
+        from ._procinfo import find_in_namespace
+
+        visible, host_pid = find_in_namespace(record.pid_ns, record.pid, record.create_time,
+                                              CREATE_TIME_TOLERANCE)
+        if visible:  # from the host every namespace is seen: the owner lives or it does not
+            if host_pid is None:
+                return ""  # its container ended: the lock is simply stale
+            return (f"its owner runs in another pid namespace ({record.pid_ns}; here {pid_ns}), "
+                    f"e.g. a container sharing this checkout, and is alive (pid {host_pid} here)")
+        return (f"its owner runs in another pid namespace ({record.pid_ns}; here {pid_ns}), e.g. "
+                "a container sharing this checkout, so whether it is alive cannot be seen from here")
+    return ""
+
+
+def _foreign_namespace(record: LockRecord) -> bool:
+    """``record`` was taken in another pid namespace: its pid names nothing here."""
+    from ._procinfo import namespace_identity
+
+    pid_ns = namespace_identity()[0]
+    return bool(record.pid_ns and pid_ns and record.pid_ns != pid_ns)
+
+
+@dataclass(frozen=True)
+class CompletionRecord:
+    """A full start under lock nonce ``nonce`` ran every stage to its end (no truncation)."""
+
+    nonce: str
+    pid: int
+    session_id: str
+    completed_at: float
+
+
+R = TypeVar("R")
+
+
+def prepare_state_dir(state_dir: Path) -> StateDir:
+    """Open ``state_dir`` through the state door (:mod:`supervisor.state._statedir`), creating it if
+    needed. The caller closes the returned handle.
+
+    Raises:
+        StateError: it is a symlink, not a directory, or cannot be created.
+    """
+    return StateDir.open(state_dir, create=True)
+
+
+@contextmanager
+def state_mutex(state: Path | StateDir, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<state dir>/lock.flock`` for the ``with`` body.
+
+    Raises:
+        StateError: the state dir or mutex file cannot be opened, or another process held
+            the mutex for ``timeout`` seconds.
+    """
+    with ExitStack() as stack:
+        sd = state if isinstance(state, StateDir) else stack.enter_context(
+            StateDir.open(state))
+        held = stack.enter_context(sd.flock(MUTEX_FILE, timeout))
+        if not held:
+            raise StateError(f"{sd.path / MUTEX_FILE} stayed locked for {timeout:g}s")
+        yield
+
+
+def read_record(path: Path, model: type[R]) -> R | None:
+    """The record in state file ``path`` (``<state dir>/<name>``), or ``None`` when absent or
+    corrupt: a link, special file, oversized or unparsable file (``RecursionError`` included)
+    is set aside and named once (see :mod:`supervisor.state._statedir`).
+
+    Raises:
+        StateError: the state dir is a symlink or not a directory, or the file cannot be read.
+    """
+    sd = StateDir.open_existing(path.parent)
+    if sd is None:
+        return None
+    with sd:
+        return sd.read_record(path.name, model, _MAX_RECORD)
+
+
+def write_record(path: Path, record: object) -> None:
+    """Atomically replace state file ``path`` with ``record`` (temp file, fsync, rename); a
+    link or folder in its place is replaced or set aside, never followed.
+
+    Raises:
+        StateError: the state dir is unusable, or the write failed (disk full included).
+    """
+    with StateDir.open(path.parent, create=True) as sd:
+        sd.write(path.name, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
+
+
+def remove_record(path: Path) -> None:
+    """Delete state file ``path`` if present.
+
+    Raises:
+        StateError: it cannot be removed (a missing file or state dir is fine).
+    """
+    sd = StateDir.open_existing(path.parent)
+    if sd is not None:
+        with sd:
+            sd.remove(path.name)
+
+
+def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id: str) -> bool:
+    """The lock belongs to this session: its process, in our pid namespace, is one of our
+    ancestors. A session is (harness process, session id): another live process that
+    carries the same session id is another owner candidate, not us, so 40 processes sharing
+    one id still yield one owner (issue 12, item 4). ``session_id`` is kept for callers
+    that tell sessions of one process apart."""
+    if _foreign_namespace(record) or unseen_reason(record):
+        return False  # our ancestors are in our namespace; its pid means something else here
+    return any(record.ident.same(a) for a in ancestors)
+
+
+@dataclass(frozen=True)
+class LockOutcome:
+    """What a full start got.
+
+    ``status``: ``acquired`` (we hold ``record``; ``previous`` is what we replaced),
+    ``foreign`` (``record`` is a live owner that is not us), ``unseen`` (``record``'s owner
+    cannot be seen from here, ``reason`` says why), ``unusable`` (``reason``).
+    """
+
+    status: Literal["acquired", "foreign", "unseen", "unusable"]
+    record: LockRecord | None = None
+    previous: LockRecord | None = None
+    reason: str = ""
+
+
+def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, session_id: str,
+                           ancestors: list[ProcessId], *, take_unseen: bool = False) -> LockOutcome:
+    """Take (or renew) the lock for a full start and clear the completion record.
+
+    Under the state mutex: a lock owned by this session is renewed with a fresh nonce (same
+    owner process); an absent, corrupt or stale one (owner dead, or its pid now names another
+    process) is replaced; a live foreign owner is left alone; an owner that cannot be seen
+    from here (:func:`unseen_reason`) is left alone too (``status="unseen"``) unless
+    ``take_unseen`` (``--take-lock``). Never raises: an unusable state dir or file is
+    ``status="unusable"`` with the reason.
+    """
+    from ._procinfo import namespace_identity
+
+    try:
+        with prepare_state_dir(state_dir) as sd, state_mutex(sd):
+            current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
+            unseen = unseen_reason(current) if current is not None else ""
+            if current is not None and unseen and not take_unseen:
+                return LockOutcome("unseen", current, reason=unseen)
+            mine = current is not None and owned_by_session(current, ancestors, session_id)
+            if (current is not None and not unseen and not mine and not _foreign_namespace(current)
+                    and is_alive(current.ident)):
+                return LockOutcome("foreign", current)  # (a foreign-namespace owner seen gone
+                # from the host is stale: its pid names another process here)
+            pid, ctime = owner.pid, owner.create_time
+            if current is not None and mine:
+                pid, ctime, harness = current.pid, current.create_time, current.harness or harness
+            pid_ns, boot_id = namespace_identity()
+            record = LockRecord(pid=pid, create_time=ctime, harness=harness, session_id=session_id,
+                                nonce=os.urandom(16).hex(), acquired_at=time.time(),
+                                pid_ns=pid_ns, boot_id=boot_id)
+            sd.remove(COMPLETE_FILE)
+            sd.write(LOCK_FILE, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
+            return LockOutcome("acquired", record, previous=current)
+    except StateError as err:
+        return LockOutcome("unusable", reason=str(err))
+
+
+@dataclass(frozen=True)
+class LockView:
+    """A read of the lock and completion record (for re-emit decisions and ``status``)."""
+
+    lock: LockRecord | None
+    completion: CompletionRecord | None
+    reason: str = ""
+    """Non-empty when the state could not be read (symlink, unreadable)."""
+
+
+def read_state(state_dir: Path) -> LockView:
+    """Read lock and completion record consistently (under the mutex when possible). Never
+    raises: a corrupt record reads as absent (and is set aside), an unusable state dir gives
+    ``reason``."""
+    try:
+        sd = StateDir.open_existing(state_dir)
+        if sd is None:
+            return LockView(None, None)
+        with sd:
+            try:
+                with state_mutex(sd):
+                    return LockView(sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD),
+                                    sd.read_record(COMPLETE_FILE, CompletionRecord, _MAX_RECORD))
+            except StateError:
+                # Read-only dir: no mutex, but each file is replaced atomically, so still sound.
+                return LockView(sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD),
+                                sd.read_record(COMPLETE_FILE, CompletionRecord, _MAX_RECORD))
+    except StateError as err:
+        return LockView(None, None, reason=str(err))
+
+
+def proven_start(view: LockView, ancestors: list[ProcessId], session_id: str) -> bool:
+    """A re-emit is allowed: the completion nonce matches the lock, and the lock is ours."""
+    return (view.lock is not None and view.completion is not None
+            and view.completion.nonce == view.lock.nonce
+            and owned_by_session(view.lock, ancestors, session_id))
+
+
+def record_completion(state_dir: Path, nonce: str, session_id: str) -> str:
+    """Write the completion record for the full start that holds ``nonce``.
+
+    Returns:
+        ``""`` when written, else the reason it was not (the lock changed hands meanwhile,
+        or the state could not be written).
+    """
+    try:
+        with StateDir.open(state_dir) as sd, state_mutex(sd):
+            current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
+            if current is None or current.nonce != nonce:
+                return "the lock changed hands while the digest ran"
+            done = CompletionRecord(nonce=nonce, pid=current.pid, session_id=session_id,
+                                    completed_at=time.time())
+            sd.write(COMPLETE_FILE, json.dumps(dump_record(done)).encode() + b"\n", fsync=True)
+            return ""
+    except StateError as err:
+        return str(err)

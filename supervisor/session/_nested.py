@@ -1,0 +1,426 @@
+"""Nested AGENTS.md on demand: when the agent reads a file in a subtree (below the session's cwd)
+that has its own ``AGENTS.md``, inject that file once per session and compaction epoch.
+
+Behaviour follows OpenCode's nested-instruction loader and its fix for lost re-injection after
+compaction (anomalyco/opencode PR #43723, seed ``003``): the in-flight claim only guards a load
+while it runs and is released when the load settles; the durable ledger is the single authority,
+and compaction makes it forget. Here the claim is an ``fcntl.flock`` on a per-session lock file
+(released by the kernel even if the process dies, so never held forever), and the ledger is a
+per-session JSON file in the state dir carrying the session's compaction epoch::
+
+    <state_dir>/nested/<sha256(session_id)[:32]>.json
+    {"version": 1, "epoch": 2, "injected": {"<real path>": 2}, "retry_at": {"<real path>": 1.7e9}}
+
+A path counts as delivered only when ``injected[path] == epoch``. :func:`advance_epoch` (to be
+called by the session protocol at ``compact`` and ``clear``) bumps the epoch, so the next read in
+the subtree injects again. An unreadable file is skipped and retried after ``retry_after``
+seconds (a negative cache: no read storm, never a blocking open).
+
+Entry points: :func:`handle_post_tool` (Claude ``PostToolUse`` payload), :func:`advance_epoch`,
+and ``python -m supervisor.session._nested post-tool|advance-epoch`` (payload on stdin) for scripts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .._errors import StateError
+from .._sanitize import clean, one_line, removed_note
+
+if TYPE_CHECKING:
+    from ..config._context import SessionContext
+
+#: Claude Code tools whose ``tool_input`` names one file the agent is working on.
+FILE_TOOLS = frozenset({"Read", "Edit", "MultiEdit", "Write", "NotebookRead", "NotebookEdit"})
+#: Per directory, the first of these that exists is that subtree's instruction file (Codex order).
+NAMES = ("AGENTS.override.md", "AGENTS.md")
+RETRY_AFTER = 30.0  # seconds before an unreadable instruction file is tried again
+LOCK_WAIT = 2.0  # seconds to wait for another hook process's in-flight load of this session
+MAX_INJECT_BYTES = 32 * 1024  # per injection, whole files only; bigger ones are named
+_MAX_READ = 4 * 1024 * 1024
+_MAX_LEDGER = 256 * 1024  # bytes: a session's ledger; a bigger file is corrupt (set aside)
+_IMPORTS_AGENTS = re.compile(r"(?:^|\s)@(?:\./)?AGENTS\.md(?:\s|$)")
+
+
+def _ledger_base(context: SessionContext, session_id: str) -> Path:
+    key = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return Path(context.state_dir) / "nested" / key
+
+
+class _Claim:
+    """An exclusive ``flock`` on ``<state>/nested/<key>.lock``, waited for at most ``wait``
+    seconds, through the state door (:mod:`supervisor.state._statedir`: no link followed, a planted
+    ledger set aside). ``acquired`` is False when another process still holds it after
+    ``wait``; the kernel drops the lock when the holder exits, so a crash never leaves it held.
+
+    Raises:
+        StateError: the state dir or the ledger folder cannot be used (a symlinked state dir).
+    """
+
+    def __init__(self, base: Path, wait: float) -> None:
+        from contextlib import ExitStack
+
+        from ..state._statedir import StateDir
+
+        self.base = base
+        self.key = base.name
+        self._stack = ExitStack()
+        try:
+            state = self._stack.enter_context(StateDir.open(base.parent.parent, create=True))
+            folder = state.sub(base.parent.name, create=True)
+            assert folder is not None
+            self.folder = self._stack.enter_context(folder)
+            self.acquired = self._stack.enter_context(self.folder.flock(f"{self.key}.lock", wait, poll=0.01))
+        except BaseException as err:
+            self._stack.close()
+            if isinstance(err, StateError):
+                raise StateError(f"cannot use the nested-instructions ledger: {err}") from err
+            raise
+
+    def release(self) -> None:
+        """Release the lock and close the folders."""
+        self._stack.close()
+
+
+def _load(claim: _Claim) -> dict[str, object]:
+    try:
+        data = claim.folder.read_json(f"{claim.key}.json", _MAX_LEDGER)
+    except StateError:
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    epoch = data.get("epoch")
+    return {
+        "version": 1,
+        "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
+        "injected": data.get("injected") if isinstance(data.get("injected"), dict) else {},
+        "retry_at": data.get("retry_at") if isinstance(data.get("retry_at"), dict) else {},
+    }
+
+
+def _save(claim: _Claim, ledger: dict[str, object]) -> None:
+    data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+    if len(data) > _MAX_LEDGER:  # thousands of nested files: start the session's ledger over
+        ledger = {**ledger, "injected": {}, "retry_at": {}}
+        data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+    claim.folder.write(f"{claim.key}.json", data)
+
+
+def _read(path: Path) -> tuple[str, int, bool] | None:
+    """``(text, size in bytes, lossy)`` of a regular file, never blocking; None if unreadable."""
+    got = _examine(path)
+    return None if isinstance(got, str) else got
+
+
+_SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
+
+
+def _examine(path: Path) -> tuple[str, int, bool] | str:
+    """``(text, size in bytes, lossy)`` of a regular text file, never blocking; else why not
+    (a FIFO or device, too large, binary, unreadable), one true reason (issue 11 item 7)."""
+    where = os.path.realpath(path)
+    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
+        return f"refused: it resolves to {where} (a kernel or device file system)"
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return "not a regular file (a FIFO, socket or device); not read"
+        if st.st_size > _MAX_READ:
+            return f"too large ({st.st_size} bytes); not read"
+        data = b""
+        while len(data) <= _MAX_READ and (chunk := os.read(fd, 1 << 16)):
+            data += chunk
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    finally:
+        os.close(fd)
+    if len(data) > _MAX_READ:
+        return f"too large (over {_MAX_READ} bytes); not read"
+    if b"\0" in data:
+        return "binary (it contains NUL bytes); not read"
+    try:
+        return data.decode("utf-8"), len(data), False
+    except UnicodeDecodeError:
+        return data.decode("utf-8", errors="replace"), len(data), True
+
+
+def subtree_file(directory: Path) -> Path | None:
+    """The instruction file of ``directory``: the first of :data:`NAMES` present there (a link,
+    dangling or not, and a FIFO count as present, so they are named rather than skipped for
+    the next name), else None. One rule for the post-tool injection and the digest's listing of
+    nested files (stages/instructions/__main__.py), so both name the same file."""
+    for name in NAMES:
+        candidate = directory / name
+        if os.path.lexists(candidate):
+            return candidate
+    return None
+
+
+def listing_note(path: Path, roots: set[str]) -> str | None:
+    """Why :func:`handle_post_tool` would not inject ``path``, told without reading it (a link
+    out of ``roots``, real paths of the project and cwd, or into ``/proc``, ``/sys``, ``/dev``;
+    not a regular file; over 4 MiB), else None. For the digest's listing of nested files."""
+    where = os.path.realpath(path)
+    refused = _refusal(where, roots)
+    if refused:
+        return refused
+    try:
+        st = os.stat(where)
+    except OSError as err:
+        return f"unreadable ({err.strerror or err})"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file (a FIFO, socket or device); not read"
+    if st.st_size > _MAX_READ:
+        return f"too large ({st.st_size} bytes); not read"
+    return None
+
+
+def _refusal(where: str, roots: set[str]) -> str | None:
+    """Why the real path ``where`` is refused (in ``/proc``, ``/sys``, ``/dev``, or outside
+    ``roots``), else None."""
+    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
+        return f"refused: it resolves to {where} (a kernel or device file system)"
+    if not _inside(where, roots):
+        return f"refused: it resolves to {where}, outside the project"
+    return None
+
+
+def _inside(real_path: str, roots: set[str]) -> bool:
+    return any(real_path == r or real_path.startswith(r.rstrip("/") + "/") for r in roots)
+
+
+def _claude_loads(directory: Path, candidate: Path) -> bool:
+    """True when Claude Code itself loads ``candidate`` with the directory's nested CLAUDE.md:
+    a CLAUDE.md that is the same file (symlinked pair) or that imports ``@AGENTS.md``."""
+    for claude in (directory / "CLAUDE.md", directory / ".claude" / "CLAUDE.md"):
+        if not claude.is_file():
+            continue
+        if os.path.realpath(claude) == os.path.realpath(candidate):
+            return True
+        got = _read(claude)
+        if got and candidate.name == "AGENTS.md" and _IMPORTS_AGENTS.search(got[0]):
+            return True
+    return False
+
+
+def nested_files(file_path: Path, cwd: Path, harness: str = "claude") -> list[Path]:
+    """Instruction files of the subtrees holding ``file_path``, strictly below ``cwd``,
+    outermost first. Files the harness loads by itself are left out (for Claude: an AGENTS.md
+    that is its directory's CLAUDE.md or is imported by it). Dangling or unreadable entries are
+    kept so the caller can record and retry them."""
+    try:
+        rel = file_path.parent.relative_to(cwd)
+    except ValueError:
+        try:  # a path given through a symlink: compare real paths
+            rel = Path(os.path.realpath(file_path.parent)).relative_to(os.path.realpath(cwd))
+        except ValueError:
+            return []
+    out = []
+    directory = cwd
+    for part in rel.parts:
+        directory = directory / part
+        candidate = subtree_file(directory)
+        if candidate is not None and not (harness == "claude" and _claude_loads(directory, candidate)):
+            out.append(candidate)
+    return out
+
+
+def _target(payload: dict[str, object], context: SessionContext) -> tuple[Path, Path] | None:
+    """``(file path, session cwd)`` named by a file tool's payload, else None."""
+    if payload.get("tool_name") not in FILE_TOOLS:
+        return None
+    tool_input = payload.get("tool_input")
+    if not isinstance(tool_input, dict):
+        return None
+    raw = tool_input.get("file_path") or tool_input.get("notebook_path")
+    if not isinstance(raw, str) or not raw:
+        return None
+    cwd_raw = payload.get("cwd")
+    cwd = Path(cwd_raw) if isinstance(cwd_raw, str) and os.path.isabs(cwd_raw) else Path(context.project_dir)
+    path = Path(os.path.expanduser(raw))
+    return Path(os.path.abspath(path if path.is_absolute() else cwd / path)), Path(os.path.abspath(cwd))
+
+
+def _session_id(payload: dict[str, object], context: SessionContext) -> str:
+    sid = payload.get("session_id")
+    return sid if isinstance(sid, str) and sid else context.session_id
+
+
+def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
+                     retry_after: float = RETRY_AFTER, lock_wait: float = LOCK_WAIT) -> str | None:
+    """The nested instructions to inject after a file tool ran, or None.
+
+    Args:
+        payload: a Claude Code ``PostToolUse`` payload (``tool_name``, ``tool_input.file_path``,
+            ``session_id``, ``cwd``); other tools and malformed payloads give None.
+        context: the session context (``state_dir``; ``session_id`` and ``project_dir`` are used
+            when the payload lacks ``session_id`` / ``cwd``; ``harness``, default Claude).
+        retry_after: seconds before an unreadable instruction file is tried again.
+        lock_wait: seconds to wait for a concurrent load of the same session to settle; when it
+            does not, None is returned and the next read tries again.
+
+    Returns:
+        ``"Instructions from: <abs path>\\n<text>"`` blocks joined by blank lines, for files not
+        yet delivered in this session's current compaction epoch; None when there are none.
+
+    Raises:
+        StateError: the ledger under ``context.state_dir`` cannot be created or written.
+    """
+    target = _target(payload, context)
+    if target is None:
+        return None
+    candidates = nested_files(*target, harness=context.harness or "claude")
+    if not candidates:
+        return None
+    base = _ledger_base(context, _session_id(payload, context))
+    claim = _Claim(base, lock_wait)
+    if not claim.acquired:
+        claim.release()
+        return None
+    try:
+        ledger = _load(claim)
+        epoch, injected, retry_at = ledger["epoch"], ledger["injected"], ledger["retry_at"]
+        assert isinstance(injected, dict) and isinstance(retry_at, dict)
+        blocks: list[str] = []
+        delivered: list[str] = []
+        roots = {os.path.realpath(target[1]), os.path.realpath(context.project_dir)}
+        used = 0
+        now = time.time()
+        for path in candidates:
+            key = os.path.realpath(path)
+            shown = one_line(str(path))  # a folder name is untrusted text (ESC, bidi, LF)
+            wait_until = retry_at.get(key)
+            if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
+                continue
+            refused = _refusal(key, roots)
+            if refused:
+                delivered.append(key)  # said once per epoch, like an injection
+                blocks.append(f"Instructions at {shown} not injected: {one_line(refused)}.")
+                continue
+            got = _examine(path)
+            if isinstance(got, str):
+                retry_at[key] = now + retry_after  # negative cache: no read storm
+                if not got.startswith("unreadable") and os.path.lexists(path):
+                    # a FIFO, binary or oversized file is named (with the true reason), not
+                    # silently skipped; tried again after the window
+                    blocks.append(f"Instructions at {shown} not injected: {got}.")
+                continue
+            retry_at.pop(key, None)
+            delivered.append(key)
+            text, size, lossy = got
+            if not text.strip():
+                continue
+            if used + len(text.encode("utf-8")) > MAX_INJECT_BYTES:
+                blocks.append(f"Instructions at {shown} ({size} bytes) are too large to inject "
+                              "here: read that file before working in its subtree.")
+                continue
+            used += len(text.encode("utf-8"))
+            flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
+            text, hidden = clean(text)
+            note = f"{removed_note(hidden, shown)}\n" if hidden else ""
+            blocks.append(f"Instructions from: {shown}{flag}\n{note}{text.rstrip()}")
+        from ..state._delivery import current
+
+        delivery = current()
+        if delivery is None:
+            injected.update(dict.fromkeys(delivered, epoch))
+        elif delivered:  # counted as injected only once the envelope went out (issue 11)
+            delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait),
+                             lambda: None)
+        _save(claim, ledger)
+    finally:
+        claim.release()
+    return "\n\n".join(blocks) + "\n" if blocks else None
+
+
+def _mark_injected(base: Path, keys: list[str], epoch: object, lock_wait: float) -> None:
+    """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since).
+
+    Raises:
+        OSError: the ledger stayed busy or cannot be written.
+    """
+    try:
+        claim = _Claim(base, lock_wait)
+    except StateError as err:
+        raise OSError(str(err)) from err
+    try:
+        if not claim.acquired:
+            raise OSError(f"nested-instructions ledger {base}.json stayed busy")
+        ledger = _load(claim)
+        injected = ledger["injected"]
+        if ledger["epoch"] == epoch and isinstance(injected, dict):
+            injected.update(dict.fromkeys(keys, epoch))
+            try:
+                _save(claim, ledger)
+            except StateError as err:
+                raise OSError(str(err)) from err
+    finally:
+        claim.release()
+
+
+def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> int:
+    """Start a new compaction epoch for ``context.session_id``: every nested file counts as not
+    delivered again. Call it at ``compact`` and ``clear``. Returns the new epoch (>= 1).
+
+    Raises:
+        StateError: the ledger cannot be written, or a concurrent load held the claim for
+            longer than ``lock_wait`` seconds.
+    """
+    base = _ledger_base(context, context.session_id)
+    claim = _Claim(base, lock_wait)
+    if not claim.acquired:
+        claim.release()
+        raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
+    try:
+        ledger = _load(claim)
+        epoch: int = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
+        ledger.update(epoch=epoch, injected={})
+        _save(claim, ledger)
+    finally:
+        claim.release()
+    return epoch
+
+
+def main(argv: list[str]) -> int:
+    """``python -m supervisor.session._nested post-tool|advance-epoch [--harness H]``: payload on stdin
+    (``session_id``, ``cwd``, tool fields); prints the text to inject. Always exits 0."""
+    from ..config._context import SessionContext
+
+    if not argv or argv[0] not in ("post-tool", "advance-epoch"):
+        sys.stderr.write("usage: python -m supervisor.session._nested post-tool|advance-epoch [--harness H]\n")
+        return 2
+    harness = argv[argv.index("--harness") + 1] if "--harness" in argv[:-1] else "claude"
+    try:
+        payload = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}")
+    except ValueError:
+        payload = {}
+    if not isinstance(payload, dict):
+        payload = {}
+    cwd = Path(payload["cwd"]) if isinstance(payload.get("cwd"), str) else Path.cwd()
+    root = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), cwd)
+    sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else ""
+    context = SessionContext.for_project(root, harness=harness, session_id=sid)
+    try:
+        if argv[0] == "advance-epoch":
+            print(advance_epoch(context))
+        elif (text := handle_post_tool(payload, context)) is not None:
+            sys.stdout.buffer.write(text.encode("utf-8", "replace"))
+    except StateError as err:
+        sys.stderr.write(f"supervise: {err}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,299 @@
+"""Changed instructions refreshed: a long session must not work from stale rules.
+
+When a session starts (or re-emits), the ``instructions`` stage records a **baseline** for
+that session: every instruction file the session now has (the ones the digest injected, and
+the ones the harness loads by itself, e.g. ``CLAUDE.md`` for Claude Code, ``AGENTS.md`` for
+Codex) with the SHA-256 of its content and, within bounds, the content itself
+(:func:`record_baseline`). The baseline lives in ``<state>/refresh/<session key>.json``; the
+key is a checksum of the session id (the id itself is never a path part).
+
+At the next per-prompt hook (Claude ``UserPromptSubmit``, Codex, Gemini ``BeforeAgent``, the
+Pi and OpenCode bridges' per-turn ask), :func:`take_changed` hashes those files again. A file
+whose hash differs is injected **once**, whole, under a one-line note of what changed (lines
+added and removed, the first changed line), and the baseline moves to the new hash; a
+deleted file gets one line saying so. An unchanged file is never re-injected. Concurrent
+prompt hooks of one session inject once (a ``flock`` around the compare-and-update).
+
+The per-event fast path (``supervisor/hook-fast.sh``) answers "nothing to do" without Python
+unless a watched file's mtime or ctime is newer than the watch list (:func:`supervisor.session._fastpath.set_watch`):
+every baseline's files are on that list. The list is re-stamped only when no baseline of a
+recent session is stale, so one session's refresh never hides a change from another.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from .._errors import StateError
+
+REFRESH_DIR = "refresh"
+"""The folder of the per-session baselines in the state dir."""
+FILE_CAP = 64 * 1024
+"""Bytes of one instruction file a refresh injects (and keeps as its baseline text) at most."""
+HASH_CAP = 8 * 1024 * 1024
+"""Bytes of one file hashed at most (a bigger file is compared by its first 8 MiB)."""
+MAX_FILES = 64
+"""Files one baseline holds at most."""
+TEXT_BUDGET = 512 * 1024
+"""Bytes of baseline text one session keeps (line counts for the note); past it, hashes only."""
+BASELINE_CAP = TEXT_BUDGET * 2 + 256 * 1024
+"""Bytes a baseline file may have when read back (bigger is not ours: set aside)."""
+LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
+          "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
+"""How a note names the harness that loaded a file itself."""
+KEEP_DAYS = 7.0
+"""Baselines untouched for this many days are removed (sessions long gone)."""
+
+
+def session_key(session_id: str) -> str:
+    """A short stable file name for ``session_id`` (checksums, not the id: never a path part)."""
+    raw = session_id.encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
+
+
+def read_file(path: str) -> tuple[str, bytes] | None:
+    """``(sha256 hex of the first HASH_CAP bytes, those bytes up to FILE_CAP + 1)`` of the
+    regular file ``path`` (links followed: an instruction file is often a link), or None when
+    it is absent, not a regular file, or unreadable. Never blocks on a FIFO."""
+    import hashlib
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        digest = hashlib.sha256()
+        head = b""
+        left = HASH_CAP
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            if len(head) <= FILE_CAP:
+                head += chunk[: FILE_CAP + 1 - len(head)]
+            digest.update(chunk)
+            left -= len(chunk)
+        return digest.hexdigest(), head
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _folder(state_dir: Path) -> Any:
+    from ..state._statedir import open_subpath
+
+    folder = open_subpath(state_dir, (REFRESH_DIR,), create=True)
+    if folder is None:  # not with create=True; for the types
+        raise StateError(f"{state_dir / REFRESH_DIR} cannot be created")
+    return folder
+
+
+def _check_baseline(value: Any) -> dict[str, Any]:
+    if not (isinstance(value, dict) and isinstance(value.get("files"), list)):
+        raise ValueError("not a baseline")
+    for entry in value["files"]:
+        if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                and isinstance(entry.get("shown"), str)
+                and (entry.get("sha") is None or isinstance(entry.get("sha"), str))
+                and (entry.get("text") is None or isinstance(entry.get("text"), str))):
+            raise ValueError("not a baseline entry")
+    return value
+
+
+def record_baseline(state_dir: Path, session_id: str, harness: str,
+                    files: Iterable[tuple[str, str, str]]) -> int:
+    """Record what session ``session_id`` has now: ``files`` are ``(absolute path, shown
+    name, how)`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded by the harness
+    itself). Replaces the session's baseline, prunes baselines older than :data:`KEEP_DAYS`
+    and refreshes the fast path's watch list. Returns the number of files recorded.
+
+    Raises:
+        StateError: the state dir cannot be used.
+    """
+    if not session_id:
+        return 0
+    entries: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    text_left = TEXT_BUDGET
+    for path, shown, how in files:
+        if path in seen or len(entries) >= MAX_FILES:
+            continue
+        seen.add(path)
+        found = read_file(path)
+        text = None
+        if found is not None and len(found[1]) <= min(FILE_CAP, text_left):
+            text = found[1].decode("utf-8", "replace")
+            text_left -= len(found[1])
+        entries.append({"path": path, "shown": shown, "how": how,
+                        "sha": found[0] if found else None, "text": text})
+    doc = {"harness": harness, "written": time.time(), "files": entries}
+    with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0):
+        folder.write_json(f"{session_key(session_id)}.json", doc)
+        _prune(folder)
+        _restamp(state_dir, folder, force=True)
+    return len(entries)
+
+
+def _prune(folder: Any) -> None:
+    cutoff = time.time() - KEEP_DAYS * 86400
+    for name in folder.names("*.json"):
+        st = folder.lstat(name)
+        if st is not None and st.st_mtime < cutoff:
+            folder.remove(name)
+
+
+def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
+    """Re-write the fast path's watch list with every baseline's files, unless (without
+    ``force``) a baseline is stale: then the list stays old, so the next prompt hook of the
+    stale session still runs Python and sees its change."""
+    from ._fastpath import fastpath_dir, has_links, set_watch
+
+    paths: dict[str, None] = {}
+    stale = False
+    for name in folder.names("*.json"):
+        doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+        for entry in (doc or {}).get("files", ()):
+            paths[entry["path"]] = None
+            if not force and not stale:
+                found = read_file(entry["path"])
+                stale = (found[0] if found else None) != entry.get("sha")
+    if stale:
+        return
+    if not force and has_links(state_dir):  # re-stamp only when a watched file is newer than
+        # the list (else no write); a list without its links (written before they existed)
+        # would make every prompt run Python: re-written now
+        try:
+            listed = os.lstat(fastpath_dir(state_dir) / "watch").st_mtime
+        except OSError:
+            listed = 0.0
+        newest = 0.0
+        for path in paths:
+            try:
+                st = os.stat(path)  # ctime too: the fast path sees edits that keep an old mtime
+                newest = max(newest, st.st_mtime, st.st_ctime)
+            except OSError:
+                newest = float("inf")  # a watched file is gone: the list must move on
+        if newest <= listed:
+            return
+    try:
+        set_watch(state_dir, [Path(p) for p in paths if os.path.isabs(p) and "\n" not in p])
+    except (OSError, ValueError):
+        pass  # no watch list: the fast path then never sees a change; the Python path still does
+
+
+def _note(entry: dict[str, Any], new: bytes) -> str:
+    """``(+3 -1 lines, first change at line 12)`` when the old text is known, else ``""``."""
+    old = entry.get("text")
+    if old is None:
+        return ""
+    import difflib
+
+    a = old.splitlines()
+    b = new.decode("utf-8", "replace").splitlines()
+    added = removed = 0
+    first = None
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        first = j1 + 1 if first is None else first
+        added += j2 - j1
+        removed += i2 - i1
+    if first is None:
+        return " (whitespace or encoding only)"
+    return f" (+{added} -{removed} lines, first change at line {first})"
+
+
+def take_changed(state_dir: Path, session_id: str) -> str:
+    """The refresh text for session ``session_id``: each file of its baseline whose content
+    changed since, once, whole (or a line saying it is too big or gone); ``""`` when nothing
+    changed or there is no baseline. The baseline moves to what was delivered.
+
+    Raises:
+        StateError: the state dir cannot be used.
+    """
+    if not session_id:
+        return ""
+    from ..state._statedir import StateDir
+
+    existing = StateDir.open_existing(state_dir)
+    if existing is None:
+        return ""
+    existing.close()
+    name = f"{session_key(session_id)}.json"
+    blocks: list[str] = []
+    with _folder(state_dir) as folder:
+        with folder.flock(".flock", timeout=5.0) as held:
+            if not held:
+                return ""  # another hook of this session is delivering right now
+            doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+            if doc is None:
+                return ""
+            for entry in doc["files"]:
+                found = read_file(entry["path"])
+                sha = found[0] if found else None
+                if sha == entry.get("sha"):
+                    continue
+                blocks.append(_block(entry, found, str(doc.get("harness") or "")))
+                entry["sha"] = sha
+                entry["text"] = (found[1].decode("utf-8", "replace")
+                                 if found and len(found[1]) <= FILE_CAP else None)
+            if blocks:
+                doc["written"] = time.time()
+                from ..state._delivery import current
+
+                delivery = current()
+                if delivery is None:
+                    folder.write_json(name, doc)
+                else:  # the baseline moves only once the refresh was delivered (issue 11)
+                    delivery.reserve(lambda: _commit_baseline(state_dir, name, doc),
+                                     lambda: None)
+        _restamp(state_dir, folder, force=False)
+    return "\n".join(blocks)
+
+
+def _commit_baseline(state_dir: Path, name: str, doc: dict[str, Any]) -> None:
+    """Write baseline ``name`` after its refresh was delivered.
+
+    Raises:
+        OSError: the state dir cannot be used or the baseline stayed locked.
+    """
+    from .._errors import StateError
+
+    try:
+        with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0) as held:
+            if not held:
+                raise OSError(f"refresh baseline {name} stayed locked")
+            folder.write_json(name, doc)
+    except StateError as err:
+        raise OSError(str(err)) from err
+
+
+def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str) -> str:
+    from .._sanitize import clean, one_line, removed_note
+
+    shown = one_line(str(entry["shown"]))  # a path in the tree is untrusted text (ESC, LF)
+    had = (f"{LABELS.get(harness, harness or 'the harness')} loaded at start"
+           if entry.get("how") == "harness" else "the session-start digest gave you")
+    if found is None:
+        return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was deleted or became unreadable "
+                "during this session; stop following its old version.\n")
+    if len(found[1]) > FILE_CAP:
+        return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session; it is "
+                f"over the {FILE_CAP // 1024} KiB a refresh carries, so read it again directly "
+                "before going on.\n")
+    text, hidden = clean(found[1].decode("utf-8", "replace"))  # untrusted text (issue 11)
+    note = f"{removed_note(hidden, str(shown))}\n" if hidden else ""
+    return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session"
+            f"{_note(entry, found[1])}; its current version follows and replaces the one you "
+            f"had.\n### {shown} (current version)\n{note}{text}"
+            f"{'' if text.endswith(chr(10)) else chr(10)}")

@@ -1,0 +1,449 @@
+"""The session protocol: route a hook event, take or check the lock, run the digest or re-emit.
+
+Routing (product spec §2; ``docs/session-protocol.md`` gives the reasons):
+
+==================== =============================================================
+source               action
+==================== =============================================================
+startup, new         full digest
+clear, compact       re-emit if this session (this harness process, or the same session
+                     id in an earlier process) proved a complete start, else full
+resume, reload, fork nudge (silent when the transcript already holds the digest)
+unrecognized (``""``) full digest
+==================== =============================================================
+
+A full start takes the lock (:mod:`supervisor.session._lock`) or, when a live foreign session holds
+it, runs **read-only**: ``exclusive`` stages are skipped and a READ-ONLY notice is written
+first, through the same sink as the digest. Only a locked full start whose every stage
+completed writes the completion record that a later re-emit needs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+
+from . import _ancestry, _lock
+from ..config._context import SessionContext
+from ._outcome import SessionOutcome
+
+if TYPE_CHECKING:
+    from ..config._plan import DigestPlan
+    from ..engine._results import DigestResult
+
+Action = Literal["full", "reemit", "nudge"]
+
+ROUTES: dict[str, Action] = {
+    "startup": "full", "new": "full",
+    "clear": "reemit", "compact": "reemit",
+    "resume": "nudge", "reload": "nudge", "fork": "nudge",
+}
+LAST_DIGEST_FILE = "last-digest.json"
+_REEMIT_RESERVE = 512
+"""Bytes of the re-emit budget kept for the fixed label and size lines."""
+
+
+def route(source: str) -> Action:
+    """The action for a recognized source; ``""`` (unrecognized) and anything else is full."""
+    return ROUTES.get(source, "full")
+
+
+@dataclass(frozen=True)
+class StageSummary:
+    """One stage of the last digest, as ``supervise status`` shows it (seconds, bytes)."""
+
+    name: str
+    status: str
+    exit_code: int | None = None
+    seconds: float = 0.0
+    bytes: int = 0
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class LastDigest:
+    """Summary of the last digest this project's hook ran (``last-digest.json``)."""
+
+    finished_at: float
+    source: str
+    mode: str
+    harness: str
+    session_id: str
+    seconds: float
+    truncated: bool
+    complete: bool
+    stages: tuple[StageSummary, ...] = ()
+
+
+def _structured(text: str, result: DigestResult, front: str, tail: str = "",
+                **kw: str | None) -> SessionOutcome:
+    parts = tuple((s.name, s.output) for s in result.stages if s.output)
+    notices = front + "".join(result.notices) + tail
+    return SessionOutcome(text, "digest", parts=parts, notices=notices, **kw)  # type: ignore[arg-type]
+
+
+def when(epoch: object) -> str:
+    """``2026-01-01 00:00:00 UTC`` for seconds since the epoch; ``-`` for anything else (an
+    absent or hand-edited record never crashes a caller)."""
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
+        return "-"
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))
+    except (OverflowError, OSError, ValueError):
+        return "-"
+
+
+def owner_line(record: _lock.LockRecord) -> str:
+    """``claude pid 123 (session abc), since 2026-01-01 00:00:00 UTC``."""
+    sid = f" (session {record.session_id})" if record.session_id else ""
+    return f"{record.harness or 'terminal'} pid {record.pid}{sid}, since {when(record.acquired_at)}"
+
+
+def read_only_notice(why: str, exclusive: list[str]) -> str:
+    """The READ-ONLY notice that opens a read-only digest."""
+    skipped = (f"Stages marked exclusive were skipped: {', '.join(exclusive)}."
+               if exclusive else "No stage is marked exclusive, so nothing was skipped.")
+    return ("READ-ONLY SESSION - LOCK OWNERSHIP NOT VERIFIED\n"
+            f"{why}\n{skipped}\n"
+            "Do not act as the session that holds the helm (no exclusive work) until this is "
+            "resolved.\n\n")
+
+
+def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
+                only: list[str] | None) -> tuple[DigestResult, str]:
+    """Run the engine's digest into a buffer; return ``(result, text as printed)``.
+
+    ``notice`` goes first through the same sink as the digest (the one output choke point).
+    SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
+    of killing us mid-write. With no stage to run, the engine (and anyio) is not loaded.
+    """
+    from ..config._plan import unmet
+
+    selected = [s for s in config.stages  # `only`, then each stage's `when` condition
+                if (only is None or s.name in only)
+                and not unmet(s, context.source, context.harness)]
+    if not selected:
+        from ..engine._results import DigestResult, StageResult
+
+        skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
+        return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
+    import anyio
+
+    from ..engine import _tree
+    from ..engine._run import run_digest
+    from ..engine._output import BufferSink
+    from ..engine._signals import Aborter, with_signals
+
+    from ..state._delivery import current
+
+    delivery = current()
+    if delivery is not None:  # stages stage their "delivered" records for the hook to settle
+        delivery.state_dir = context.state_dir
+        context = _with(context, extra_env={**context.extra_env, **delivery.env()})
+    sink = BufferSink()
+    if notice:
+        sink.write(notice.encode("utf-8"))
+    import shlex
+
+    hint = shlex.join(["supervise", "digest", "-C", str(context.project_dir)])
+
+    async def body(aborter: Aborter) -> DigestResult:
+        return await run_digest(config, context, sink=sink, only=only, abort=aborter.event,
+                                abort_reason=aborter.reason, rerun_hint=hint)
+
+    _tree.enable_subreaper()
+    from ..engine import _spawn
+
+    _spawn.own_descriptors()  # stages never hold what the harness passed us
+    try:
+        result, _ = anyio.run(with_signals, body)
+    finally:
+        _tree.reap_zombie_children()
+    return result, sink.getvalue().decode("utf-8", "replace")
+
+
+HISTORY_FILE = "digest-history.json"
+HISTORY_KEEP = 10
+"""Digests ``digest-history.json`` keeps (newest last): enough to see a slow-start trend."""
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    """One past digest: when it finished (epoch seconds), its source, harness (``""`` for a
+    terminal), mode, wall seconds, budget seconds, and whether it was truncated."""
+
+    finished_at: float
+    source: str
+    harness: str
+    mode: str
+    seconds: float
+    budget: float
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class DigestHistory:
+    """The last :data:`HISTORY_KEEP` digests of a project, oldest first."""
+
+    entries: tuple[HistoryEntry, ...] = ()
+
+
+def record_digest(state_dir: Path, result: DigestResult, context: SessionContext) -> None:
+    """Record a finished digest for ``supervise status``: ``last-digest.json`` (per stage) and
+    one entry in ``digest-history.json``. Hook and terminal digests alike. Never raises (a
+    summary for ``status`` must never break the hook); writes nothing when ``state_dir`` does
+    not exist (a terminal digest in a project that has none)."""
+    if not state_dir.is_dir():
+        return
+    now = time.time()
+    stages = tuple(StageSummary(name=s.name, status=s.status, exit_code=s.exit_code,
+                                seconds=s.seconds, bytes=s.bytes, truncated=s.truncated)
+                   for s in result.stages)
+    record = LastDigest(finished_at=now, source=context.source, mode=context.mode,
+                        harness=context.harness, session_id=context.session_id,
+                        seconds=result.seconds, truncated=result.truncated,
+                        complete=result.complete, stages=stages)
+    entry = HistoryEntry(finished_at=now, source=context.source, harness=context.harness,
+                         mode=context.mode, seconds=round(result.seconds, 3),
+                         budget=result.budget, truncated=result.truncated)
+    try:
+        _lock.write_record(state_dir / LAST_DIGEST_FILE, record)
+        old = _lock.read_record(state_dir / HISTORY_FILE, DigestHistory) or DigestHistory()
+        kept = (*old.entries, entry)[-HISTORY_KEEP:]
+        _lock.write_record(state_dir / HISTORY_FILE, DigestHistory(kept))
+    except Exception:  # noqa: BLE001 - a summary for `status` must never break the hook
+        pass
+
+
+def _read_directly(config: DigestPlan, context: SessionContext, name: str) -> list[str]:
+    """The terminal command that shows stage ``name`` as this session saw it (with its
+    source and harness when the stage has a ``when`` condition)."""
+    argv = ["supervise", "digest", "-C", str(context.project_dir), "--only", name]
+    spec = next((s for s in config.stages if s.name == name), None)
+    if spec is not None and spec.when:
+        argv += [f"--{k}={v}" for k, v in (("source", context.source),
+                                             ("harness", context.harness)) if v]
+    return argv
+
+
+def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionContext) -> str:
+    """The labelled re-emit text: reemit stages' output under ``config.reemit_budget`` bytes.
+
+    A block that would overflow the budget is replaced by one line naming the stage and how
+    to read it directly. Why a budget: a 306 KB re-emit once caused a compaction loop.
+    """
+    names = [s.name for s in config.stages if s.reemit]
+    skipped = [s.name for s in config.stages if not s.reemit]
+    budget = config.reemit_budget
+    head = (f"SESSION START (CONTEXT RE-EMIT after {context.source or 'a context reset'}) - "
+            f"{context.project_dir}\n"
+            "This session already completed its full session-start digest; only the stages "
+            "marked reemit are repeated below.\n"
+            + (f"NOT repeated: {', '.join(skipped)} (run `supervise digest --only NAME` to see "
+               "one again).\n"
+               if skipped else "Every stage is marked reemit.\n")
+            + "\n")
+    parts = [head]
+    used = len(head.encode())
+    limit = max(budget - _REEMIT_RESERVE, 0)
+    by_name = {s.name: s for s in result.stages}
+    for name in names:
+        stage = by_name.get(name)
+        block = stage.output if stage is not None else ""
+        if stage is not None and stage.status not in ("ok", "skipped"):
+            block += f"{'' if not block or block.endswith(chr(10)) else chr(10)}({name}: {stage.status})\n"
+        size = len(block.encode())
+        if used + size > limit:
+            import shlex
+
+            block = (f"RE-EMIT BUDGET: {name} omitted ({size} bytes would exceed the {budget}-byte "
+                     f"re-emit budget). Read it directly: "
+                     f"{shlex.join(_read_directly(config, context, name))}\n")
+        elif block and not block.endswith("\n"):
+            block += "\n"
+        parts.append(block)
+        used += len(block.encode())
+    if result.truncated:
+        parts.append("RE-EMIT TRUNCATED: the re-emit hit its time budget; run `supervise digest`.\n")
+    total = sum(len(p.encode()) for p in parts)
+    parts.append(f"RE-EMIT SIZE: {total} of {budget} bytes.\n")
+    return "".join(parts)
+
+
+def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False,
+                transcript: str | None = None, repeat_checked: bool = False) -> SessionOutcome:
+    """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
+
+    A full start or re-emit repeated for the same (harness process, session id, source)
+    within :data:`supervisor.session._starts.WINDOW` seconds returns the first one's outcome,
+    byte-identical, and runs nothing (:func:`supervisor.session._starts.once`; issue 12, item 3);
+    ``repeat_checked`` is that check's own re-entry.
+
+    ``transcript`` is the payload's ``transcript_path``: a resume whose transcript already
+    holds this project's digest (or the nudge) since its last compaction stays silent
+    (:func:`supervisor.session._nudge.restored_in_transcript`).
+
+    Never raises for state problems (they make the session read-only with the reason). Engine
+    or config errors propagate to the command, which states them and exits 0.
+    """
+    action = route(context.source)
+    if action == "nudge":
+        from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript
+
+        near = _ancestry.ancestry(_ancestry.NUDGE_HOPS)
+        if not context.harness:
+            found = _ancestry.find_harness(near)
+            context = _with(context, harness=found.harness if found else "")
+        silent = (digest_ran_here(context.state_dir, near)
+                  or restored_in_transcript(context.state_dir, context.harness, transcript))
+        return SessionOutcome("" if silent else NUDGE_TEXT, "nudge")
+    chain = _ancestry.ancestry()
+    ancestors = _ancestry.ancestor_ids(chain)
+    harness_proc = _ancestry.find_harness(chain, context.session_id)
+    harness = context.harness or (harness_proc.harness if harness_proc else "")
+    session_id = context.session_id
+    if harness_proc is not None and not repeat_checked:
+        from ._starts import once, start_key
+
+        return once(context.state_dir, start_key(harness_proc.ident, session_id, context.source),
+                    config.budget + config.grace + 5.0,
+                    lambda: run_session(config, context, take_lock=take_lock, transcript=transcript,
+                                        repeat_checked=True))
+    if action == "reemit":
+        view = _lock.read_state(context.state_dir)
+        if _lock.proven_start(view, ancestors, session_id) or _started_elsewhere(
+                view, context.state_dir, ancestors, harness, session_id):
+            ctx = _with(context, mode="reemit", harness=harness)
+            only = [s.name for s in config.stages if s.reemit]
+            result, _ = _run_engine(config, ctx, "", only)
+            record_digest(context.state_dir, result, ctx)
+            return SessionOutcome(compose_reemit(config, result, ctx), "reemit", "reemit",
+                                  result.reason)
+    exclusive = [s.name for s in config.stages if s.exclusive]
+    owner: _ancestry.ProcessId | None = harness_proc.ident if harness_proc else None
+    if owner is None and take_lock and len(ancestors) > 1:
+        owner = ancestors[1]  # a terminal: the shell that ran us holds the lock
+    if owner is None:
+        held = _lock.read_state(context.state_dir).lock
+        if held is not None and _lock.owned_by_session(held, ancestors, session_id):
+            owner = held.ident  # a terminal whose shell took the lock earlier
+    if owner is None:
+        why = ("No harness process was found among this process's ancestors (a terminal?), so no "
+               "lock was taken. Use `--take-lock` to take it from a terminal.")
+        return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)
+    outcome = _lock.acquire_for_full_start(context.state_dir, owner, harness or "terminal",
+                                           session_id, ancestors, take_unseen=take_lock)
+    if outcome.status == "foreign" and outcome.record is not None:
+        why = f"Another live session holds the lock: {owner_line(outcome.record)}."
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    if outcome.status == "unseen" and outcome.record is not None:
+        why = (f"The lock is held by {owner_line(outcome.record)}, but {outcome.reason}; it is "
+               "not taken over silently. If that session is gone, take it from here with "
+               "`supervise hook --take-lock`.")
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    if outcome.status == "unusable" or outcome.record is None:
+        from ..state._statedir import mark_named
+
+        mark_named(context.state_dir)  # the READ-ONLY notice names a symlinked state dir
+        why = f"The state dir cannot be used, so no lock was taken: {outcome.reason}."
+        return _read_only(config, _with(context, harness=harness), why, exclusive)
+    ctx = _with(context, mode="full", harness=harness)
+    result, text = _run_engine(config, ctx, "", None)
+    if result.complete:
+        reason = _complete(context.state_dir, outcome.record.nonce, session_id, harness)
+    else:
+        unfinished = [f"{s.name} ({s.status.replace('_', ' ')})" for s in result.stages
+                      if not s.completed]
+        reason = ("the digest did not complete: " + ", ".join(unfinished) if unfinished
+                  else "the digest was truncated")
+    tail = ""
+    if reason:
+        tail = (f"SESSION_START_COMPLETION: not recorded ({reason}) - the next clear or compact "
+                "will run a full start.\n")
+        text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
+    record_digest(context.state_dir, result, ctx)
+    return _structured(text, result, "", tail, mode="full", truncation=result.reason)
+
+
+def _started_elsewhere(view: _lock.LockView, state_dir: Path, ancestors: list[_ancestry.ProcessId],
+                       harness: str, session_id: str) -> bool:
+    """This session (harness, session id) completed a full start in an earlier process
+    (``claude -p --resume``, ``codex exec resume``: the owner process is gone), and nothing
+    since says otherwise: the lock is gone, still carries that start's nonce with its
+    completion record, or belongs to another session whose owner is dead (a live one makes
+    this start read-only instead). Compaction re-emits by session, not by process."""
+    from ._ledger import started
+
+    if view.reason:
+        return False
+    nonce = started(state_dir, harness, session_id)
+    if nonce is None:
+        return False
+    held = view.lock
+    if held is None:
+        return True
+    if held.session_id == session_id or _lock.owned_by_session(held, ancestors, session_id):
+        # our own later full start decides: completed under the nonce we remembered
+        return (held.nonce == nonce and view.completion is not None
+                and view.completion.nonce == nonce)
+    return not _ancestry.is_alive(held.ident)
+
+
+def _remember_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:
+    from .._errors import StateError
+    from ._ledger import record_start
+
+    try:
+        record_start(state_dir, harness, session_id, nonce)
+    except StateError:  # the next compact of a new process then runs a full start: safe
+        pass
+
+
+def _complete(state_dir: Path, nonce: str, session_id: str, harness: str) -> str:
+    """Record the completion of the full start holding ``nonce`` (and remember the start for
+    the session, :func:`_remember_start`), or, while a delivery is open
+    (:mod:`supervisor.state._delivery`, the hook), only check that it can be recorded and reserve the
+    write for after the envelope went out: a digest nobody received is not a proven start
+    (issue 11 item 5). Returns ``""`` or the reason it is not (to be) recorded."""
+    from ..state._delivery import current
+    from .._errors import StateError
+
+    delivery = current()
+    if delivery is None:
+        reason = _lock.record_completion(state_dir, nonce, session_id)
+        if not reason:
+            _remember_start(state_dir, harness, session_id, nonce)
+        return reason
+    try:
+        held = _lock.read_record(state_dir / _lock.LOCK_FILE, _lock.LockRecord)
+    except (StateError, OSError, ValueError, RecursionError) as err:
+        return f"the lock cannot be read: {err}"
+    if held is None or held.nonce != nonce:
+        return "the lock changed hands while the digest ran"
+
+    def commit() -> None:
+        reason = _lock.record_completion(state_dir, nonce, session_id)
+        if reason:
+            raise OSError(f"completion record: {reason}")
+        _remember_start(state_dir, harness, session_id, nonce)
+
+    delivery.reserve(commit, lambda: None)
+    return ""
+
+
+def _with(context: SessionContext, **changes: object) -> SessionContext:
+    from dataclasses import replace
+
+    return replace(context, **changes)  # type: ignore[arg-type]
+
+
+def _read_only(config: DigestPlan, context: SessionContext, why: str,
+               exclusive: list[str]) -> SessionOutcome:
+    ctx = _with(context, mode="read-only")
+    notice = read_only_notice(why, exclusive) if why else ""
+    only = [s.name for s in config.stages if not s.exclusive] if exclusive else None
+    result, text = _run_engine(config, ctx, notice, only)
+    return _structured(text, result, notice, mode="read-only", truncation=result.reason)

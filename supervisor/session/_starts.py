@@ -1,0 +1,167 @@
+"""Idempotent starts: a session start fired twice gives the first one's text, and nothing else.
+
+Harnesses do fire SessionStart twice for one session (claude-mem #3608; a Qwen Code fix). A
+second full digest would differ from the first ("Already delivered 1 time", "1 second ago"),
+so the harness's identical-text dedupe (Claude, LAB) cannot drop it, and it would count the
+handoff again, re-run exclusive stages and launch deferred stages twice.
+
+So a start is keyed by **(harness process, session id, source)**. The first start for a key
+holds an exclusive ``flock`` on ``<state dir>/starts/<key>.flock`` while it runs and then
+records its outcome in ``<key>.json``, with a fingerprint of the lock and completion records
+as that start left them. A repeat within :data:`WINDOW` seconds of that record (concurrent:
+after waiting for the first to finish) that finds those records unchanged returns the
+recorded outcome, byte-identical, and runs nothing. When anything changed the lock in
+between (another session took or released it, a completion was written or cleared), the
+event is a new one and runs. The key is a SHA-256 of its parts: a session id is never
+a path part. A start with no harness process (a terminal) is never deduplicated.
+
+Every file goes through the state door (:mod:`supervisor.state._statedir`); a state dir that
+cannot be used means "no dedupe", never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._ancestry import ProcessId
+    from ._outcome import SessionOutcome
+
+WINDOW = 10.0
+"""Seconds after a start finished during which the same start is a repeat."""
+FOLDER = "starts"
+KEEP = 3600.0
+"""Seconds a start record is kept before it is pruned."""
+_CAP = 8 * 1024 * 1024
+"""Bytes of a start record read at most (the text is at most a few inline caps)."""
+
+
+def start_key(owner: ProcessId, session_id: str, source: str) -> str:
+    """The key of a start: hex SHA-256 of pid, whole-second create time, session id, source."""
+    raw = json.dumps([owner.pid, int(owner.create_time), session_id, source])
+    return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()[:32]
+
+
+def _fingerprint(top: object) -> str:
+    """SHA-256 of the lock and completion records as they are now (absent ones included)."""
+    from ._lock import COMPLETE_FILE, LOCK_FILE
+    from ..state._statedir import StateDir
+
+    assert isinstance(top, StateDir)
+    digest = hashlib.sha256()
+    for name in (LOCK_FILE, COMPLETE_FILE):
+        digest.update(name.encode() + b"\0" + (top.read(name, 64 * 1024) or b"") + b"\0")
+    return digest.hexdigest()
+
+
+def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | None:
+    from ._outcome import SessionOutcome
+
+    if not data:
+        return None
+    try:
+        rec = json.loads(data)
+        if not isinstance(rec, dict) or not 0 <= now - float(rec["at"]) <= WINDOW \
+                or rec.get("state") != fingerprint:
+            return None
+        parts = rec.get("parts")
+        return SessionOutcome(
+            str(rec["text"]), str(rec["kind"]), str(rec["mode"]), rec.get("truncation"),
+            tuple((str(n), str(t)) for n, t in parts) if isinstance(parts, list) else None,
+            str(rec.get("notices", "")))
+    except (ValueError, KeyError, TypeError, RecursionError, MemoryError):
+        return None  # a planted or corrupt record (deep nesting included) is no record
+
+
+def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
+    return json.dumps({
+        "at": now, "state": fingerprint, "text": outcome.text, "kind": outcome.kind, "mode": outcome.mode,
+        "truncation": outcome.truncation, "notices": outcome.notices,
+        "parts": [list(p) for p in outcome.parts] if outcome.parts is not None else None,
+    }, ensure_ascii=False).encode("utf-8", "replace")
+
+
+def once(state_dir: Path, key: str | None, wait: float,
+         run: Callable[[], SessionOutcome]) -> SessionOutcome:
+    """``run()`` unless the same start (``key``) finished less than :data:`WINDOW` seconds ago
+    with the lock and completion records unchanged since, in which case its recorded outcome
+    is returned and nothing runs.
+
+    ``wait`` is how long (seconds) a concurrent repeat waits for the first start (the digest's
+    budget plus its grace and a margin); past it, ``run()`` goes ahead. While a delivery is
+    open (:mod:`supervisor.state._delivery`, the hook and the bridge), the outcome is recorded, and
+    the key's ``flock`` released, only when the delivery settles: a start whose envelope never
+    went out is no start to repeat, and its completion record (committed at the same moment,
+    just before) is part of the fingerprint. A ``None`` key, or a state dir that cannot be
+    used, simply runs. Exceptions of ``run`` propagate; nothing is recorded for them.
+    """
+    if key is None:
+        return run()
+    from contextlib import ExitStack
+
+    from ..state._delivery import current
+    from .._errors import StateError
+    from ..state._statedir import StateDir
+
+    stack = ExitStack()
+    try:
+        top = stack.enter_context(StateDir.open(state_dir, create=True))
+        folder = top.sub(FOLDER, create=True)
+        if folder is None:
+            stack.close()
+            return run()
+        stack.enter_context(folder)
+        held = stack.enter_context(folder.flock(f"{key}.flock", wait))
+    except (StateError, OSError):
+        stack.close()
+        return run()
+    handed_off = False
+    try:
+        if held:
+            try:
+                previous = _load(folder.read(f"{key}.json", _CAP), time.time(), _fingerprint(top))
+            except (StateError, OSError):
+                previous = None
+            if previous is not None:
+                return previous
+        outcome = run()
+        if not held:
+            return outcome
+
+        def commit() -> None:
+            try:
+                folder.write(f"{key}.json", _dump(outcome, time.time(), _fingerprint(top)))
+                _prune(folder)
+            except (StateError, OSError):
+                pass
+            finally:
+                stack.close()
+
+        delivery = current()
+        if delivery is None:
+            commit()
+        else:
+            delivery.reserve(commit, stack.close)
+            handed_off = True
+        return outcome
+    finally:
+        if not handed_off:
+            stack.close()
+
+
+def _prune(folder: object) -> None:
+    """Remove start records (and their lock files) older than :data:`KEEP` seconds."""
+    from ..state._statedir import StateDir
+
+    assert isinstance(folder, StateDir)
+    now = time.time()
+    for name in folder.names("*.json"):
+        st = folder.lstat(name)
+        if st is not None and now - st.st_mtime > KEEP:
+            folder.remove(name)
+            folder.remove(name[:-5] + ".flock")
