@@ -81,6 +81,9 @@ def opt_strings(options: dict[str, object], key: str, default: tuple[str, ...]) 
         return default
     return tuple(value)
 
+GIT_FORCED_CONFIG = (("core.fsmonitor", "false"), ("protocol.ext.allow", "never"))
+"""git settings every stage's git runs with, whatever the repository's own config says."""
+
 
 def clean_git_env() -> dict[str, str]:
     """This process's environment without the ``GIT_*`` variables that redirect git, no prompts."""
@@ -88,6 +91,19 @@ def clean_git_env() -> dict[str, str]:
     env["GIT_TERMINAL_PROMPT"] = "0"
     env["GIT_OPTIONAL_LOCKS"] = "0"  # never take index.lock behind the user's back
     env.setdefault("LC_ALL", "C")
+    # A planted .git/config must not make a read-only query run a program: core.fsmonitor
+    # names a command git status/ls-files start on every call, and protocol.ext.allow lets a
+    # remote URL be a command (git's own default is "never"; a local config can lift it).
+    # Settings given this way rank above every config file (git-config(1), GIT_CONFIG_COUNT).
+    try:
+        count = max(int(env.get("GIT_CONFIG_COUNT", "0")), 0)
+    except ValueError:
+        count = 0
+    for key, value in GIT_FORCED_CONFIG:
+        env[f"GIT_CONFIG_KEY_{count}"] = key
+        env[f"GIT_CONFIG_VALUE_{count}"] = value
+        count += 1
+    env["GIT_CONFIG_COUNT"] = str(count)
     return env
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -95,3 +96,31 @@ def test_harness_settings_file_never_blocks_install_or_doctor(git_repo: Path, pl
         text = (run.stdout + run.stderr).decode()
         assert run.returncode == 1 and "internal error" not in text, text
         assert f"{settings}: " in text and why in text, text
+
+
+def test_a_planted_fsmonitor_never_runs(git_repo: Path, tmp_path: Path) -> None:
+    """A planted ``.git/config`` naming ``core.fsmonitor`` (a program git status and ls-files
+    start on every call) made the repo stage run it. Every stage's git now runs with
+    ``core.fsmonitor=false`` forced above the repository's config; the premise (plain git
+    runs the planted program) is checked first, so this test can fail."""
+    marker = tmp_path / "fsmonitor-ran"
+    program = tmp_path / "fsmonitor.sh"
+    program.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    program.chmod(0o755)
+    (git_repo / "AGENTS.md").write_text("ROOT-RULES\n")
+    (git_repo / "sub").mkdir()
+    (git_repo / "sub" / "AGENTS.md").write_text("NESTED\n")
+    with (git_repo / ".git" / "config").open("a") as f:
+        f.write(f"[core]\n\tfsmonitor = {program}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    subprocess.run(["git", "status", "--porcelain"], cwd=git_repo, env=env, check=True,
+                   capture_output=True, timeout=60)
+    assert marker.exists(), "premise: this git runs core.fsmonitor"
+    marker.unlink()
+    (git_repo / "supervise.toml").write_text(
+        'budget = 20\n[[stages]]\nname = "repo"\nbuiltin = "repo"\n'
+        '[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')
+    run = run_cli("digest", cwd=git_repo, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert "## Repository" in run.stdout.decode() and "ROOT-RULES" in run.stdout.decode()
+    assert not marker.exists(), "a stage's git ran the planted core.fsmonitor"

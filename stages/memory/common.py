@@ -27,9 +27,6 @@ LOG_MAX_BYTES = 1024 * 1024
 LOG_LINE_BYTES = 8 * 1024
 """Bytes one log line may take (a longer one is cut)."""
 
-_GIT_ENV_LEAKS = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_COMMON_DIR")
-
-
 @dataclass(frozen=True)
 class StageEnv:
     """What the engine tells a stage (``SUPERVISE_*``), read once.
@@ -254,7 +251,9 @@ def git_tracked(project_dir: Path, paths: list[Path]) -> tuple[set[Path], str | 
     inside = [p for p in paths if project_dir in p.parents]
     if not inside:
         return set(), None
-    env = {k: v for k, v in os.environ.items() if k not in _GIT_ENV_LEAKS}
+    from _common import clean_git_env  # stages/ is on sys.path wherever ``memory`` imports
+
+    env = clean_git_env()
     rels = [str(p.relative_to(project_dir)) for p in inside]
     try:
         proc = subprocess.run(
