@@ -203,6 +203,19 @@ async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
         run.limiter.release_on_behalf_of(spec.name)
 
 
+async def _next_chunk(fd: int, size: int) -> bytes:
+    """The next bytes (at most ``size``) of the non-blocking pipe ``fd``; ``b""`` at its end or
+    on a read error. Reads first (a quick stage's output, or end, is there already) and waits
+    for readability only when the pipe is empty."""
+    while True:
+        try:
+            return os.read(fd, size)
+        except BlockingIOError:
+            await anyio.wait_readable(fd)
+        except OSError:
+            return b""
+
+
 async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
     token = uuid.uuid4().hex
@@ -253,13 +266,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         fd = proc.stdout
         try:
             while fd is not None:
-                try:  # read first: a quick stage's output (or end) is there already
-                    data = os.read(fd, READ_SIZE)
-                except BlockingIOError:
-                    await anyio.wait_readable(fd)
-                    continue
-                except OSError:
-                    break
+                data = await _next_chunk(fd, READ_SIZE)
                 if not data:
                     break
                 out.feed(index, data)
@@ -282,13 +289,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         fd = proc.stderr
         try:
             while fd is not None:
-                try:
-                    data = os.read(fd, 65536)
-                except BlockingIOError:
-                    await anyio.wait_readable(fd)
-                    continue
-                except OSError:
-                    break
+                data = await _next_chunk(fd, 65536)
                 if not data:
                     break
                 capture.feed(data)
