@@ -127,18 +127,30 @@ def _wait_for_result(project: Path, stage: str) -> None:
 
 
 def test_json_digest_delivers_a_pending_deferred_result(git_repo: Path) -> None:
-    write_config(git_repo, '[[stages]]\nname = "later"\nrun = ["sh", "-c", "sleep 1; echo X"]\n'
+    # Gates, not sleeps: the first run ends only when `go` exists, every later run only when
+    # `release` does (a later run that ended before the third digest read would be a second,
+    # legitimate EARLIER result: under load it once did).
+    gates = git_repo.parent
+    script = (f"if [ -e '{gates}/ran-once' ]; then until [ -e '{gates}/release' ]; do sleep 0.05; "
+              f"done; echo Y; else touch '{gates}/ran-once'; until [ -e '{gates}/go' ]; "
+              "do sleep 0.05; done; echo X; fi")
+    write_config(git_repo, f'[[stages]]\nname = "later"\nrun = ["sh", "-c", {json.dumps(script)}]\n'
                  "deferred = true\n")
-    first = run_cli("digest", cwd=git_repo)
-    assert b"IN PROGRESS: deferred stage 'later'" in first.stdout
-    _wait_for_result(git_repo, "later")
-    doc = json.loads(run_cli("digest", "--format", "json", cwd=git_repo).stdout)
-    (later,) = doc["stages"]
-    assert later["status"] == "deferred"
-    assert "X" in later["output"] and "EARLIER run" in later["output"], later
-    # delivered once: a third digest shows only its own run (in progress)
-    third = run_cli("digest", "--format", "json", cwd=git_repo)
-    assert "EARLIER" not in json.loads(third.stdout)["stages"][0]["output"]
+    try:
+        first = run_cli("digest", cwd=git_repo)
+        assert b"IN PROGRESS: deferred stage 'later'" in first.stdout
+        (gates / "go").touch()
+        _wait_for_result(git_repo, "later")
+        doc = json.loads(run_cli("digest", "--format", "json", cwd=git_repo).stdout)
+        (later,) = doc["stages"]
+        assert later["status"] == "deferred"
+        assert "X" in later["output"] and "EARLIER run" in later["output"], later
+        # delivered once: a third digest shows only its own run (in progress)
+        third = run_cli("digest", "--format", "json", cwd=git_repo)
+        assert "EARLIER" not in json.loads(third.stdout)["stages"][0]["output"]
+    finally:
+        (gates / "go").touch()
+        (gates / "release").touch()  # later runs end, so no process outlives the test
 
 
 def test_one_deferred_stage_appears_once(git_repo: Path) -> None:
