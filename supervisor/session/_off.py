@@ -11,15 +11,17 @@ Two ways, checked in this order (docs/session-protocol.md, "Turning it off"):
 
 Every hook and verb asks :func:`off_reason`; where it applies, the output states it once with
 :func:`off_line` ("watchkeeper is off: ..."). Reads files only (the hook's hot path): no
-import beyond the standard library, and the file is never opened unless it is a regular file
-(a FIFO there must not hang a hook).
+import beyond the standard library and :mod:`supervisor.state._project` (whose capped,
+non-blocking reader it uses), and the file is never opened unless it is a regular file (a
+FIFO there must not hang a hook).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
+
+from ..state._project import read_small
 
 OFF_ENV = "SUPERVISE_OFF"
 """The environment variable that turns watchkeeper off for one session or shell."""
@@ -33,19 +35,8 @@ _NOTE_BYTES = 200
 
 def _note(path: Path) -> str:
     """The first line of the regular file ``path``, printable characters only, bounded."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
-        return ""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return ""
-        raw = os.read(fd, _NOTE_BYTES)
-    except OSError:
-        return ""
-    finally:
-        os.close(fd)
-    line = raw.decode("utf-8", "replace").splitlines()[0] if raw.strip() else ""
+    text = read_small(path, _NOTE_BYTES)
+    line = text.splitlines()[0] if text.strip() else ""
     return "".join(c for c in line if c.isprintable()).strip()
 
 

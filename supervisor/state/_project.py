@@ -19,7 +19,7 @@ def find_project_root(start: Path) -> Path:
 
 
 def _read_gitdir_file(dotgit: Path) -> Path | None:
-    text = _read_small(dotgit, 64 * 1024)  # capped, never a FIFO (a planted 3 GiB .git file)
+    text = read_small(dotgit, 64 * 1024)  # capped, never a FIFO (a planted 3 GiB .git file)
     for line in text.splitlines():
         if line.startswith("gitdir:"):
             target = Path(line.removeprefix("gitdir:").strip())
@@ -44,7 +44,7 @@ def git_dirs(top: Path) -> tuple[Path, Path] | None:
         return None
     common = git_dir
     # never blocking: a planted .git/commondir FIFO held every hook and verb forever
-    raw = _read_small(git_dir / "commondir", 64 * 1024).strip()
+    raw = read_small(git_dir / "commondir", 64 * 1024).strip()
     if raw:
         common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
     try:
@@ -53,7 +53,7 @@ def git_dirs(top: Path) -> tuple[Path, Path] | None:
         return None
 
 
-def _read_small(path: Path, cap: int = 1 << 20) -> str:
+def read_small(path: Path, cap: int = 1 << 20) -> str:
     """A regular file's text (at most ``cap`` bytes), never through a link or from a FIFO;
     ``""`` when absent or not a regular file."""
     try:
@@ -94,7 +94,7 @@ def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | N
     exclude = dirs[1] / "info" / "exclude"  # info/ lives in the common dir (worktrees share it)
     name = pattern.strip("/")
     try:
-        lines = _read_small(exclude).splitlines()
+        lines = read_small(exclude).splitlines()
         if any(line.strip().strip("/") == name for line in lines):
             return None
         exclude.parent.mkdir(parents=True, exist_ok=True)
