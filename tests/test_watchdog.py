@@ -304,6 +304,51 @@ def test_cpu_starving_stages_are_all_killed(tmp_path: Path, cpu_load: str) -> No
     assert [p for p in psutil.process_iter() if _carries(p, marker)] == []
 
 
+_SIGNAL_IN_A_LIBRARY = """
+import os, signal, sys
+from pathlib import Path
+from supervisor.commands import hook
+
+def wrapped(args):
+    try:  # what pydantic-core did in CI: a SchemaError "... SystemExit: 0" in its place
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10**6): pass
+    except BaseException as err:
+        raise RuntimeError(f"library error wrapping {err!r}") from None
+    return 0
+
+def swallowed(args):
+    from pydantic_core import SchemaValidator, core_schema
+
+    class Odd:  # pydantic-core ignores an error from a literal's __hash__
+        def __hash__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10**6): pass
+            return 1
+
+    SchemaValidator(core_schema.literal_schema([Odd(), "x"]))
+    hook.emit("claude", "WENT-ON-AFTER-TERM", state_dir=Path(".supervise"), kind="digest")
+    return 0
+
+hook._run = {"wrapped": wrapped, "swallowed": swallowed}[sys.argv[1]]
+sys.exit(hook.main(["claude"]))
+"""
+
+
+@pytest.mark.parametrize("how", ["wrapped", "swallowed"])
+def test_an_early_signal_a_library_wraps_or_swallows_still_exits_quietly(tmp_path: Path,
+                                                                          how: str) -> None:
+    """CI, at 556991d: a TERM landed while pydantic-core built a schema; it reported the hook's
+    ``SystemExit(0)`` as ``SchemaError ... SystemExit: 0`` and the hook printed "internal
+    error" (and told the model the digest did not run). A library that wraps the exit, or one
+    that swallows it and lets the hook go on, still ends in a quiet exit 0 with nothing
+    written. The signal is sent from inside the library call, so the moment is certain."""
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_IN_A_LIBRARY, how], cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b"" and proc.stdout == b"", (proc.stdout, proc.stderr)
+
+
 @pytest.mark.parametrize("verb", [["hook", "claude"], ["digest"]])
 def test_no_traceback_or_warning_at_any_moment_of_an_early_signal(tmp_path: Path,
                                                                    verb: list[str]) -> None:

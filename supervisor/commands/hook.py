@@ -206,7 +206,14 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
         ``""`` when everything was written (or there was nothing to write), else why not, in
         one line (``EPIPE``, ``ENOSPC``, a reader too slow); stdout then points at
         ``/dev/null`` so nothing later writes half a document. Never raises for the write.
+
+    Raises:
+        SystemExit: (status 0) after a TERM, INT or HUP reached :func:`quiet_exit_on_signals`'
+            handler, even if the ``SystemExit`` it raised was swallowed on the way (pydantic-core
+            ignores an error from a literal's ``__hash__``): nothing is written.
     """
+    if _LEAVING:
+        raise SystemExit(0)  # the harness asked us to stop and a library swallowed the exit
     if not text:
         return ""
     try:
@@ -494,8 +501,8 @@ def main(argv: list[str]) -> int:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)
         return _run(args)
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
-        if isinstance(err, SystemExit) and not err.code:
-            return EXIT_OK
+        if isinstance(err, SystemExit) and not err.code or leaving_on_signal():
+            return EXIT_OK  # a library may wrap our SystemExit (pydantic: SchemaError)
         # a prompt or post-tool hook adds nothing to the context; stderr says why
         report_internal_error("hook", args.harness, err,
                               "digest" if args.event == "session-start" else None)
@@ -518,6 +525,19 @@ def report_internal_error(verb: str, harness: str, err: BaseException, kind: str
         pass
 
 
+_LEAVING: list[int] = []  # the signal that asked a hook to leave (set once, by the handler)
+
+
+def leaving_on_signal() -> bool:
+    """True once :func:`quiet_exit_on_signals`' handler has raised its ``SystemExit(0)``.
+
+    The handler runs wherever the main thread is, and a library may catch the exit and raise
+    its own error instead: pydantic-core, building a schema on import, reports it as
+    ``SchemaError: ... SystemExit: 0`` (seen in CI). Whatever reaches the top level after that
+    is the harness's request to stop, not an internal error."""
+    return bool(_LEAVING)
+
+
 def quiet_exit_on_signals() -> None:
     """Until the engine installs its own handlers (which end a digest with its banner), a
     TERM, INT or HUP from the harness ends the hook quietly with status 0, never 128+n."""
@@ -528,6 +548,9 @@ def quiet_exit_on_signals() -> None:
         note = getattr(sys.modules.get("supervisor.engine._signals"), "note_early_signal", None)
         if note is not None and note(signum):
             return  # inside the event loop: the digest ends through its abort path instead
+        if _LEAVING:
+            os._exit(EXIT_OK)  # a second request: the first one's exit was swallowed somewhere
+        _LEAVING.append(signum)
         raise SystemExit(0)
 
     previous = sys.unraisablehook
@@ -538,7 +561,7 @@ def quiet_exit_on_signals() -> None:
         # printed as "Exception ignored in ... Traceback ... SystemExit" and the hook went on.
         # The harness asked us to stop: leave now, quietly. Nothing was committed (delivery
         # records are written only after a whole envelope), and the kernel drops our locks.
-        if isinstance(info.exc_value, SystemExit) and not info.exc_value.code:
+        if isinstance(info.exc_value, SystemExit) and not info.exc_value.code or _LEAVING:
             os._exit(EXIT_OK)
         previous(info)
 
