@@ -640,11 +640,12 @@ def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost", "hooks", "engine", "run", "stress", "state"),
+    parser.add_argument("--only", choices=("cost", "hooks", "digest", "engine", "run", "stress",
+                                           "state"),
                         help="only the rows of issue 13 (cost; hooks: its per-event and "
-                        "session-start hook rows alone; engine: its 1 GiB and many-stage rows "
-                        "alone; run: its `supervise run` rows), issue 10 (stress) or issue 11 "
-                        "(state)")
+                        "session-start hook rows alone; digest: its large-repository digest row "
+                        "alone; engine: its 1 GiB and many-stage rows alone; run: its "
+                        "`supervise run` rows), issue 10 (stress) or issue 11 (state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -661,6 +662,9 @@ def main() -> int:
         if args.only == "stress":
             rows += bench_stress(tmp, max(3, runs // 3))
             _print(rows, max(3, runs // 3), load)
+            return 0
+        if args.only == "digest":
+            _print(bench_large_repo_digest(tmp, runs), max(3, runs // 2), load)
             return 0
         if args.only == "engine":
             rows += bench_gib(tmp, 3, args.gib)

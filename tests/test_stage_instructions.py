@@ -345,6 +345,33 @@ def test_nested_files_are_listed_for_harnesses_without_a_read_hook(tree: Path) -
     assert "Nested instruction files" not in run_stage(tree, "claude").stdout
 
 
+def test_nested_listing_order_and_folders_match_the_path_rules(tree: Path) -> None:
+    """The listing of nested files is built from git's listing with plain strings (a
+    20,000-file repository made 40,000 Path objects, the digest's largest cost): it lists the
+    same folders in the same order as Path would. Order is by path component ("a-b" after
+    "a/b", where a plain string sort puts it first); a folder holding only folders counts;
+    an untracked nested repository (git lists it as "vendored/") is not a folder of ours; an
+    ignored or untracked AGENTS.md beside a listed file counts; a name with an escape
+    sequence is shown on one clean line."""
+    for rel in ("a/b/AGENTS.md", "a/b/m.py", "a-b/AGENTS.md", "a-b/m.py", "a.b/AGENTS.md",
+                "a.b/m.py", "outer/AGENTS.md", "outer/inner/deeper/m.py", "ign/AGENTS.md",
+                "ign/m.py", "new/AGENTS.override.md", "new/AGENTS.md", "new/m.py",
+                "vendored/AGENTS.md", "vendored/x.py", "esc\x1b[31mred/AGENTS.md",
+                "esc\x1b[31mred/m.py", "caf\u00e9/AGENTS.md", "caf\u00e9/m.py"):
+        write(tree / rel, "x\n")
+    git = ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", str(tree / "vendored")], check=True)
+    write(tree / ".gitignore", "ign/AGENTS.md\n")
+    subprocess.run([*git, "add", "a", "a-b", "outer", "ign", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-qm", "tracked"], check=True)  # a.b/, new/, ... untracked
+    out = run_stage(tree, "codex").stdout
+    listed = out.split("before working in it):\n", 1)[1].splitlines()
+    assert listed == ["- a/b/AGENTS.md", "- a-b/AGENTS.md", "- a.b/AGENTS.md",
+                      "- caf\u00e9/AGENTS.md", "- esc\\x1b[31mred/AGENTS.md", "- ign/AGENTS.md",
+                      "- new/AGENTS.override.md", "- outer/AGENTS.md", "- sub/AGENTS.md"]
+    assert "\x1b" not in out and "vendored" not in out
+
+
 def test_project_dir_reached_through_a_symlink(tree: Path, tmp_path: Path) -> None:
     link = tmp_path / "link-to-repo"
     link.symlink_to(tree)

@@ -156,15 +156,17 @@ def _examine(path: Path) -> tuple[str, int, bool] | str:
         return data.decode("utf-8", errors="replace"), len(data), True
 
 
-def subtree_file(directory: Path) -> Path | None:
-    """The instruction file of ``directory``: the first of :data:`NAMES` present there (a link,
-    dangling or not, and a FIFO count as present, so they are named rather than skipped for
-    the next name), else None. One rule for the post-tool injection and the digest's listing of
-    nested files (stages/instructions/__main__.py), so both name the same file."""
+def subtree_file(directory: str | os.PathLike[str]) -> Path | None:
+    """The instruction file of ``directory`` (a path or a path string): the first of
+    :data:`NAMES` present there (a link, dangling or not, and a FIFO count as present, so they
+    are named rather than skipped for the next name), else None. One rule for the post-tool
+    injection and the digest's listing of nested files (stages/instructions/__main__.py), so
+    both name the same file. The listing asks once per folder of the project (thousands):
+    a string is joined and checked without building a Path unless a file is there."""
     for name in NAMES:
-        candidate = directory / name
+        candidate = os.path.join(directory, name)
         if os.path.lexists(candidate):
-            return candidate
+            return Path(candidate)
     return None
 
 
