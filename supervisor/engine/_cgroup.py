@@ -16,7 +16,6 @@ subreaper + token sweep.
 from __future__ import annotations
 
 import os
-import uuid
 from pathlib import Path
 
 ROOT_VAR = "SUPERVISE_CGROUP_ROOT"
@@ -89,7 +88,7 @@ def create(root: Path, max_tasks: int | None = None, max_memory: int | None = No
     kernel offers no ``cgroup.kill`` there. ``max_tasks`` / ``max_memory`` (bytes) are
     written to ``pids.max`` / ``memory.max`` where those controllers are enabled (else the
     watchdog enforces them)."""
-    path = root / f"supervise.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    path = root / f"supervise.{os.getpid()}.{os.urandom(4).hex()}"
     try:
         path.mkdir()
     except OSError:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -218,7 +217,7 @@ async def _next_chunk(fd: int, size: int) -> bytes:
 
 async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
-    token = uuid.uuid4().hex
+    token = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex (uuid imports platform)
     started = now()
     cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
               if run.cgroup_root is not None else None)
