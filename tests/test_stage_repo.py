@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-STAGE = Path(__file__).resolve().parent.parent / "stages" / "repo.py"
+from supervisor.config._builtins import builtin_argv
+
+STAGE = Path(builtin_argv("repo")[1])  # stages/repo/__main__.py
 
 
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:

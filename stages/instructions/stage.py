@@ -1,9 +1,7 @@
-"""Built-in stage ``instructions``: the instruction files the current harness does not load.
+"""The ``instructions`` stage's body (its program, ``__main__.py``, only imports and runs it).
 
-Reads ``SUPERVISE_HARNESS`` (empty = a terminal: everything), ``SUPERVISE_SOURCE``,
-``SUPERVISE_PROJECT_DIR`` and ``SUPERVISE_STAGE_OPTIONS``; prints ``## Instructions`` then each
-file whole, or nothing at all when there is nothing to supply. Always exits 0.
-See ``docs/stages/instructions.md`` for the conventions, the options and the caps.
+A program file is compiled on every run; a module is read from its cached bytecode. The body
+lives here so a digest does not recompile it at each session start.
 """
 
 from __future__ import annotations
@@ -13,14 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # stages/: helpers import as packages
-
-from _common import clean_git_env, opt_bool, opt_int, opt_strings, stage_options, warn  # noqa: E402
-from instructions.files import Place, is_within, present, real  # noqa: E402
-from instructions.discover import NATIVE, globals_for, supply_chain  # noqa: E402
-from instructions.imports import Entry, Skipped, Walk  # noqa: E402
-from supervisor.session._nested import listing_note, subtree_file  # noqa: E402
-from supervisor._sanitize import one_line, removed_note  # noqa: E402
+from _common import clean_git_env, opt_bool, opt_int, opt_strings, stage_options, warn
+from instructions.files import Place, is_within, present, real
+from instructions.discover import NATIVE, globals_for, supply_chain
+from instructions.imports import Entry, Skipped, Walk
+from supervisor.session._nested import listing_note, subtree_file
+from supervisor._sanitize import one_line, removed_note
 
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
@@ -212,11 +208,3 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
         if len(nested) > len(shown):
             lines.append(f"- ... and {len(nested) - len(shown)} more")
     return "\n".join(lines) + "\n"
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a stage exits 0 on every internal failure (memory.md req. 20)
-        warn(f"internal error: {type(err).__name__}: {err}")
-        sys.exit(0)

@@ -1,12 +1,7 @@
-"""Built-in stage ``repo``: the repository's state in a few lines.
+"""The ``repo`` stage's body (its program, ``__main__.py``, only imports and runs it).
 
-Branch, upstream, ahead/behind, stash count and a capped short status come from ONE
-``git status --porcelain=v2 --branch --show-stash -z`` call; the last commits from one
-``git log``; the git dirs from one ``git rev-parse`` (all three started at once). In-progress
-operations and linked worktrees are read from files in the git dir, with no more processes.
-Silent outside git. ``GIT_DIR``-style variables are stripped and ``GIT_OPTIONAL_LOCKS=0`` is set,
-so the stage never takes ``index.lock`` while the user works. Always exits 0.
-See ``docs/stages/repo.md`` for the options.
+A program file is compiled on every run; a module is read from its cached bytecode. The body
+lives here so a digest does not recompile it at each session start.
 """
 
 from __future__ import annotations
@@ -16,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import finish, opt_float, opt_int, spawn, stage_options, warn  # noqa: E402
+from _common import finish, opt_float, opt_int, spawn, stage_options, warn
 
 UNTRACKED = ("normal", "no", "all")
 
@@ -203,11 +196,3 @@ def main() -> int:
         lines += [f"  {t}" for t in trees]
     sys.stdout.buffer.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
     return 0
-
-
-if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except Exception as err:  # a stage exits 0 on every internal failure
-        warn(f"internal error: {type(err).__name__}: {err}")
-        sys.exit(0)
