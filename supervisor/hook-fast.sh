@@ -17,11 +17,18 @@
 #              wake file in <state>/fastpath/ and no file watched there (watch, watch.d/)
 #              changed, mtime or ctime (features that need the prompt hook to run Python
 #              register there);
-#   post-tool: the tool is not a file tool, or no directory strictly below the payload's cwd
-#              down to the file's own directory holds AGENTS.override.md or AGENTS.md.
+#   post-tool: the tool is not a file tool, or every directory strictly below the payload's
+#              cwd down to the file's own directory that holds AGENTS.override.md or AGENTS.md
+#              (the first of the two present is its file) has that file in the session's
+#              injected index: <state>/fastpath/nested/<session_id><absolute path of the file>,
+#              an empty file the Python path writes once it injected that file in the current
+#              compaction epoch (removed, whole, before the epoch advances). No link on the way
+#              (cwd included) and a plain session id, or Python decides.
 
 if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
-LC_ALL=C  # byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise)
+# Byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise), and
+# exported: head, cat and find then load no locale files (about 0.2 ms each per event).
+export LC_ALL=C
 
 restore_locale() {
   if [ "${saved_lc+set}" = set ]; then LC_ALL=$saved_lc; else unset LC_ALL; fi
@@ -93,21 +100,29 @@ nothing() {
 }
 
 # json_str KEY: $val = the string value of the object member "KEY" found in $head at the top
-# level (no '{' or '[' before it but the opening one); status 1 when absent, cut off by the
-# 4 KiB head, repeated, or holding an escape (those are left to Python).
+# level (the first member, or after a ',' with no '{' or '[' before it but the opening one);
+# status 1 when absent, nested, cut off by the 4 KiB head, repeated, or holding an escape
+# (those are left to Python).
 json_str() {
   case $head in *\"$1\"*\"$1\"*) return 1 ;; esac  # the key twice, however spaced: Python decides
-  case $head in
-    \{*[{,]\"$1\":\"*) ;;
-    *) return 1 ;;
-  esac
+  case $head in *[{,]\"$1\":\"*) ;; *) return 1 ;; esac
   pre=${head%%[{,]\"$1\":\"*}
-  case ${pre#\{} in *[{[]*) return 1 ;; esac
+  top_level "$pre" || return 1
   val=${head#"$pre"?\"$1\":\"}
   case $val in *[{,]\"$1\":*) return 1 ;; esac
   case $val in *\"*) ;; *) return 1 ;; esac
   val=${val%%\"*}
   case $val in *\\*) return 1 ;; esac
+  return 0
+}
+
+# top_level PRE: status 0 when the member that follows PRE (the start of $head up to the ','
+# or '{' before the member's key) is at the top level: PRE is empty (the opening '{' itself),
+# or a ',' follows it and PRE holds no '{' or '[' but the opening one.
+top_level() {
+  case $1 in "") return 0 ;; esac
+  case ${head#"$1"} in ,*) ;; *) return 1 ;; esac
+  case ${1#\{} in *[{[]*) return 1 ;; esac
   return 0
 }
 
@@ -124,6 +139,26 @@ watch_changed() {
            -print 2>/dev/null) || return 0
   case $wc_out in "") return 1 ;; esac
   return 0
+}
+
+# find_state: $state = the state dir of the payload's project (SUPERVISE_STATE_DIR, else the
+# nearest directory holding .git above cwd, symlinks resolved, plus /.supervise), as Python's
+# state_dir_for(find_project_root(cwd)); the shell is left in cwd's physical path ($PWD).
+find_state() {
+  cd -P -- "$cwd" 2>/dev/null || return 1  # slow() goes back to $here first
+  case $PWD in /*) ;; *) return 1 ;; esac
+  if [ -n "${SUPERVISE_STATE_DIR:-}" ]; then
+    case $SUPERVISE_STATE_DIR in /*) state=$SUPERVISE_STATE_DIR; return 0 ;; *) return 1 ;; esac
+  fi
+  fs_top=$PWD  # (its own names: the caller's $dir survives)
+  fs_dir=$fs_top
+  while :; do
+    if [ -e "$fs_dir/.git" ]; then fs_top=$fs_dir; break; fi
+    case $fs_dir in /|"") break ;; esac
+    fs_dir=${fs_dir%/*}
+    case $fs_dir in "") fs_dir=/ ;; esac
+  done
+  state=${fs_top%/}/.supervise
 }
 
 # The payload is JSON text starting with '{' (whitespace before it: leave it to Python).
@@ -146,7 +181,7 @@ if [ "$event" = post-tool ]; then
   esac
   case $head in *\"tool_input\"*\"tool_input\"*|*\"$key\"*\"$key\"*) slow "$@" ;; esac
   pre=${head%%[{,]\"tool_input\":\{\""$key"\":\"*}
-  case ${pre#\{} in *[{[]*) slow "$@" ;; esac
+  top_level "$pre" || slow "$@"
   val=${head#"$pre"?\"tool_input\":\{\""$key"\":\"}
   case $val in *\"*) ;; *) slow "$@" ;; esac
   file=${val%%\"*}
@@ -157,34 +192,40 @@ if [ "$event" = post-tool ]; then
   case $file in "$base"/*) ;; *) slow "$@" ;; esac  # outside cwd (or via a link): Python decides
   rel=${file#"$base"/}
   dir=$base
+  idx=
+  linked=
   while :; do
     case $rel in */*) ;; *) break ;; esac
     dir=$dir/${rel%%/*}
     rel=${rel#*/}
-    for name in AGENTS.override.md AGENTS.md; do
-      if [ -e "$dir/$name" ] || [ -L "$dir/$name" ]; then slow "$@"; fi
-    done
+    if [ -L "$dir" ]; then linked=1; fi
+    if [ -e "$dir/AGENTS.override.md" ] || [ -L "$dir/AGENTS.override.md" ]; then
+      name=AGENTS.override.md
+    elif [ -e "$dir/AGENTS.md" ] || [ -L "$dir/AGENTS.md" ]; then
+      name=AGENTS.md
+    else
+      continue
+    fi
+    # Injected already in this epoch? Only for a plain regular file reached through no link
+    # (the index holds real paths), with the session's index itself no link.
+    if [ -n "$linked" ] || [ -L "$dir/$name" ] || [ ! -f "$dir/$name" ]; then slow "$@"; fi
+    if [ -z "$idx" ]; then
+      json_str session_id || slow "$@"
+      case $val in ""|[!A-Za-z0-9]*|*[!A-Za-z0-9_-]*) slow "$@" ;; esac
+      if [ "${#val}" -gt 128 ]; then slow "$@"; fi
+      find_state || slow "$@"
+      if [ "$PWD" != "${base:-/}" ]; then slow "$@"; fi  # a link in cwd's own path
+      idx=$state/fastpath/nested/$val
+      if [ -L "$state" ] || [ -L "$state/fastpath" ] || [ -L "$state/fastpath/nested" ] \
+         || [ -L "$idx" ] || [ ! -d "$idx" ]; then slow "$@"; fi
+    fi
+    if [ -L "$idx$dir/$name" ] || [ ! -f "$idx$dir/$name" ]; then slow "$@"; fi
   done
   nothing
 fi
 
-# prompt: the state dir of the payload's project (SUPERVISE_STATE_DIR, else the nearest
-# directory holding .git above cwd, symlinks resolved, plus /.supervise).
-if [ -n "${SUPERVISE_STATE_DIR:-}" ]; then
-  case $SUPERVISE_STATE_DIR in /*) state=$SUPERVISE_STATE_DIR ;; *) slow "$@" ;; esac
-else
-  cd -P -- "$cwd" 2>/dev/null || slow "$@"  # slow() goes back to $here first
-  top=$PWD
-  case $top in /*) ;; *) slow "$@" ;; esac
-  dir=$top
-  while :; do
-    if [ -e "$dir/.git" ]; then top=$dir; break; fi
-    case $dir in /|"") break ;; esac
-    dir=${dir%/*}
-    case $dir in "") dir=/ ;; esac
-  done
-  state=${top%/}/.supervise
-fi
+# prompt: the state dir of the payload's project.
+find_state || slow "$@"
 for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.json \
              "$state"/deferred/*/reserved-*.json "$state"/deferred/.*/reserved-*.json \
              "$state"/fastpath/wake*; do

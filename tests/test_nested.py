@@ -254,3 +254,61 @@ def test_clear_through_the_hook_also_reinjects(project: Path) -> None:
     hook(project, {"hook_event_name": "SessionStart", "source": "clear", "session_id": "sess-1",
                    "cwd": str(project)})
     assert "SUB-RULES" in hook(project, payload, "--event", "post-tool")
+
+
+# -- the shim's injected index (supervisor/session/_fastpath.py, issue 13) --------------------
+def index_entries(project: Path, session: str = "sess-1") -> set[str]:
+    root = project / ".supervise" / "fastpath" / "nested" / session
+    return {"/" + str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
+
+
+def test_index_holds_what_the_ledger_injected_until_the_epoch_advances(project: Path) -> None:
+    context = ctx(project)
+    assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), context)
+    assert index_entries(project) == {str(project / "sub dir" / "AGENTS.md")}
+    (project / "sub dir" / "déep" / "AGENTS.md").write_text("DEEP\n")
+    assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), context)
+    assert index_entries(project) == {str(project / "sub dir" / "AGENTS.md"),
+                                      str(project / "sub dir" / "déep" / "AGENTS.md")}
+    advance_epoch(context)
+    assert not (project / ".supervise" / "fastpath" / "nested" / "sess-1").exists()
+    assert index_entries(project, "sess-1") == set()
+    leftovers = list((project / ".supervise" / "fastpath" / "nested").iterdir())
+    assert leftovers == []  # renamed away, then removed
+
+
+def test_index_leaves_out_links_and_odd_session_ids(project: Path, tmp_path: Path) -> None:
+    real = tmp_path / "real rules.md"
+    real.write_text("LINKED\n")
+    (project / "sub dir" / "déep" / "AGENTS.md").symlink_to(real)
+    outside_ok = handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), ctx(project))
+    assert outside_ok and "SUB-RULES" in outside_ok
+    # the link's real path is outside the project: named, recorded, but never indexed
+    assert index_entries(project) == {str(project / "sub dir" / "AGENTS.md")}
+    for odd in ("../x", ".hidden", "a b", "x" * 129):
+        assert handle_post_tool(read_payload(project, "sub dir/déep/other.txt", odd), ctx(project, odd))
+    names = {p.name for p in (project / ".supervise" / "fastpath" / "nested").iterdir()}
+    assert names == {"sess-1"}
+
+
+def test_index_is_removed_when_a_corrupt_ledger_starts_over(project: Path) -> None:
+    context = ctx(project)
+    assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), context)
+    assert index_entries(project)
+    for ledger in (project / ".supervise" / "nested").glob("*.json"):
+        ledger.write_text("[1, 2")
+    # the ledger starts over (the file is injected again) and the index restarts with it
+    assert "SUB-RULES" in (handle_post_tool(read_payload(project, "sub dir/déep/file.txt"),
+                                            context) or "")
+    assert index_entries(project) == {str(project / "sub dir" / "AGENTS.md")}
+
+
+def test_index_of_a_session_long_gone_is_pruned(project: Path) -> None:
+    old = project / ".supervise" / "fastpath" / "nested" / "old-session"
+    (old / "x").mkdir(parents=True)
+    (old / "x" / "AGENTS.md").write_text("")
+    os.utime(old, (1.0, 1.0))
+    recent = old.parent / "recent-session"
+    recent.mkdir()
+    assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), ctx(project))
+    assert {p.name for p in old.parent.iterdir()} == {"recent-session", "sess-1"}

@@ -18,8 +18,19 @@ files under ``<state>/fastpath/``:
   granularity at worst) is never missed: at worst Python runs once more and finds nothing
   changed.
 
-Post-tool hooks need no index: the shim checks the directories between the payload's ``cwd``
-and the file for ``AGENTS.override.md`` / ``AGENTS.md`` directly (no stale answer possible).
+A post-tool hook checks the directories between the payload's ``cwd`` and the file for
+``AGENTS.override.md`` / ``AGENTS.md`` itself. When one holds such a file, the shim answers
+"nothing to do" only from the **injected index** (:func:`mark_injected`): the folder
+``<state>/fastpath/nested/<session id>/`` mirrors, below it, the absolute path of every
+instruction file the Python path injected in the session's current compaction epoch (an empty
+file ``<state>/fastpath/nested/<session id>/home/me/project/pkg/AGENTS.md``). The index is a
+subset of the ledger (:mod:`supervisor.session._nested`), written under the ledger's claim:
+entries are added after the ledger recorded them, and the whole folder is renamed away before
+the ledger forgets anything (a new epoch at ``compact`` / ``clear``, a missing, corrupt or
+overgrown ledger), so the shim never finds an entry the ledger no longer has. Only files
+whose real path is their path (no link on the way) are indexed, and only for a session id that
+is a plain name (:func:`index_name`): the shim uses the id as a path part and checks for links
+itself.
 """
 
 from __future__ import annotations
@@ -41,6 +52,12 @@ WATCH_LINKS = "watch.d"
 
 MTIME_SLACK = 2.0
 """Seconds the watch list's mtime is set before the moment it was written."""
+
+NESTED_INDEX = "nested"
+"""The folder (in ``fastpath/``) of the per-session injected indexes (:func:`mark_injected`)."""
+
+INDEX_KEEP_DAYS = 7.0
+"""Days after which a session's injected index that nothing touched is removed."""
 
 
 def fastpath_dir(state_dir: Path) -> Path:
@@ -98,6 +115,107 @@ def set_watch(state_dir: Path, paths: Iterable[Path]) -> None:
         _write_links(folder.fileno(), [line[:-1] for line in lines])
         folder.write("watch", "".join(lines).encode("utf-8", "surrogateescape"))
         os.utime("watch", (stamp, stamp), dir_fd=folder.fileno(), follow_symlinks=False)
+
+
+def index_name(session_id: str) -> str | None:
+    """The folder name of ``session_id``'s injected index: the id itself when it is 1-128
+    characters of ``[A-Za-z0-9_-]`` starting with a letter or digit (the shim compares the
+    payload's ``session_id`` against the same rule), else None (no index: every read under a
+    folder with an instruction file runs Python)."""
+    if not 0 < len(session_id) <= 128 or not session_id[0].isascii() or not session_id[0].isalnum():
+        return None
+    if not all(c.isascii() and (c.isalnum() or c in "-_") for c in session_id):
+        return None
+    return session_id
+
+
+def mark_injected(state_dir: Path, session_id: str, paths: Iterable[str]) -> None:
+    """Add ``paths`` (absolute real paths of instruction files the ledger just recorded as
+    injected in the current epoch) to ``session_id``'s injected index. Call it under the
+    ledger's claim, after the ledger was saved. Best effort: a path that cannot be indexed
+    (a relative or non-normal path, a state dir that refuses the write) is left out, which only
+    costs the next read under it a Python start. Never raises."""
+    from .._errors import StateError
+    from ..state._statedir import open_subpath
+
+    name = index_name(session_id)
+    if name is None:
+        return
+    try:
+        top = open_subpath(state_dir, (FASTPATH_DIR, NESTED_INDEX), create=True)
+        assert top is not None
+        with top:
+            if top.lstat(name) is None:
+                _prune(top)  # a new session: drop the indexes of sessions long gone
+            session = top.sub(name, create=True)
+            assert session is not None
+            with session:
+                os.utime(session.fileno())  # touched: kept while the session lives
+    except (OSError, StateError):
+        return
+    for path in paths:
+        parts = path.split("/")
+        if not path.startswith("/") or "\0" in path or any(p in ("", ".", "..") for p in parts[1:]):
+            continue
+        try:
+            folder = open_subpath(state_dir, (FASTPATH_DIR, NESTED_INDEX, name, *parts[1:-1]),
+                                  create=True)
+            assert folder is not None
+            with folder:
+                folder.write(parts[-1], b"")
+        except (OSError, StateError):
+            continue
+
+
+def forget_injected(state_dir: Path, session_id: str) -> None:
+    """Remove ``session_id``'s injected index (no error when absent): renamed away first, so
+    the shim sees the whole index or none of it. Call it under the ledger's claim, before the
+    ledger forgets anything.
+
+    Raises:
+        StateError: the index is still there (it could not be renamed): the caller must not
+            let the ledger forget, or the shim would answer from entries the ledger dropped.
+    """
+    from ..state._statedir import open_subpath
+
+    name = index_name(session_id)
+    if name is None:
+        return
+    top = open_subpath(state_dir, (FASTPATH_DIR, NESTED_INDEX))
+    if top is None:
+        return
+    with top:
+        aside = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.old"
+        if top.rename(name, aside):
+            import shutil  # only once there is something to remove
+
+            shutil.rmtree(aside, dir_fd=top.fileno(), ignore_errors=True)
+
+
+def _prune(top: StateDir) -> None:
+    """Remove the indexes in ``top`` (``fastpath/nested``) untouched for
+    :data:`INDEX_KEEP_DAYS`, and leftovers of interrupted removals. Never raises."""
+    import shutil
+
+    cutoff = time.time() - INDEX_KEEP_DAYS * 86400
+    try:
+        names = os.listdir(top.fileno())
+    except OSError:
+        return
+    for entry in names:
+        try:
+            st = os.stat(entry, dir_fd=top.fileno(), follow_symlinks=False)
+        except OSError:
+            continue
+        if entry.startswith(".") and entry.endswith(".old") or st.st_mtime < cutoff:
+            aside = entry if entry.startswith(".") else f".{entry}.{os.getpid()}.old"
+            try:
+                if aside != entry:
+                    os.rename(entry, aside, src_dir_fd=top.fileno(), dst_dir_fd=top.fileno())
+                shutil.rmtree(aside, dir_fd=top.fileno(), ignore_errors=True)
+                os.unlink(aside, dir_fd=top.fileno())  # a file or link in the folder's place
+            except OSError:
+                pass
 
 
 def has_links(state_dir: Path) -> bool:

@@ -16,6 +16,12 @@ called by the session protocol at ``compact`` and ``clear``) bumps the epoch, so
 the subtree injects again. An unreadable file is skipped and retried after ``retry_after``
 seconds (a negative cache: no read storm, never a blocking open).
 
+The per-event shim (``supervisor/hook-fast.sh``) answers a read under an already injected
+file without Python from the session's injected index
+(:func:`supervisor.session._fastpath.mark_injected`): entries are added here after the ledger
+recorded them, and the index is removed before the ledger forgets anything (a new epoch, a
+missing or corrupt ledger, an overgrown one started over), all under the claim.
+
 Entry points: :func:`handle_post_tool` (Claude ``PostToolUse`` payload), :func:`advance_epoch`,
 and ``python -m supervisor.session._nested post-tool|advance-epoch`` (payload on stdin) for scripts.
 """
@@ -65,13 +71,15 @@ class _Claim:
         StateError: the state dir or the ledger folder cannot be used (a symlinked state dir).
     """
 
-    def __init__(self, base: Path, wait: float) -> None:
+    def __init__(self, base: Path, wait: float, session_id: str = "") -> None:
         from contextlib import ExitStack
 
         from ..state._statedir import StateDir
 
         self.base = base
         self.key = base.name
+        self.session_id = session_id
+        self.state_dir = base.parent.parent
         self._stack = ExitStack()
         try:
             state = self._stack.enter_context(StateDir.open(base.parent.parent, create=True))
@@ -91,6 +99,12 @@ class _Claim:
 
 
 def _load(claim: _Claim) -> dict[str, object]:
+    """The claimed session's ledger; a missing or corrupt one starts empty, and then the
+    session's injected index goes first (it may only hold what the ledger holds).
+
+    Raises:
+        StateError: the injected index could not be removed.
+    """
     try:
         data = claim.folder.read_json(f"{claim.key}.json", _MAX_LEDGER)
     except StateError:
@@ -98,6 +112,8 @@ def _load(claim: _Claim) -> dict[str, object]:
     if not isinstance(data, dict):
         data = {}
     epoch = data.get("epoch")
+    if not (isinstance(epoch, int) and isinstance(data.get("injected"), dict)):
+        _forget_index(claim)
     return {
         "version": 1,
         "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
@@ -109,9 +125,30 @@ def _load(claim: _Claim) -> dict[str, object]:
 def _save(claim: _Claim, ledger: dict[str, object]) -> None:
     data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     if len(data) > _MAX_LEDGER:  # thousands of nested files: start the session's ledger over
+        _forget_index(claim)
         ledger = {**ledger, "injected": {}, "retry_at": {}}
         data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     claim.folder.write(f"{claim.key}.json", data)
+
+
+def _forget_index(claim: _Claim) -> None:
+    """Remove the claimed session's injected index (the ledger is about to forget).
+
+    Raises:
+        StateError: it is still there.
+    """
+    from ._fastpath import forget_injected
+
+    forget_injected(claim.state_dir, claim.session_id)
+
+
+def _index(claim: _Claim, plain: list[str]) -> None:
+    """Add ``plain`` (injected files whose real path is their path) to the claimed session's
+    injected index; best effort (a missing entry costs a Python start, never a delivery)."""
+    if plain:
+        from ._fastpath import mark_injected
+
+        mark_injected(claim.state_dir, claim.session_id, plain)
 
 
 def _read(path: Path) -> tuple[str, int, bool] | None:
@@ -278,7 +315,9 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         yet delivered in this session's current compaction epoch; None when there are none.
 
     Raises:
-        StateError: the ledger under ``context.state_dir`` cannot be created or written.
+        StateError: the ledger under ``context.state_dir`` cannot be created or written, or
+            the session's injected index (:mod:`supervisor.session._fastpath`) cannot be
+            removed when a missing or corrupt ledger starts over.
     """
     target = _target(payload, context)
     if target is None:
@@ -286,8 +325,9 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     candidates = nested_files(*target, harness=context.harness or "claude")
     if not candidates:
         return None
-    base = _ledger_base(context, _session_id(payload, context))
-    claim = _Claim(base, lock_wait)
+    session_id = _session_id(payload, context)
+    base = _ledger_base(context, session_id)
+    claim = _Claim(base, lock_wait, session_id)
     if not claim.acquired:
         claim.release()
         return None
@@ -297,6 +337,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         assert isinstance(injected, dict) and isinstance(retry_at, dict)
         blocks: list[str] = []
         delivered: list[str] = []
+        plain: list[str] = []  # delivered files reached through no link: the shim's index
         roots = {os.path.realpath(target[1]), os.path.realpath(context.project_dir)}
         used = 0
         now = time.time()
@@ -309,6 +350,8 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             refused = _refusal(key, roots)
             if refused:
                 delivered.append(key)  # said once per epoch, like an injection
+                if key == os.fspath(path):
+                    plain.append(key)
                 blocks.append(f"Instructions at {shown} not injected: {one_line(refused)}.")
                 continue
             got = _examine(path)
@@ -321,6 +364,8 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
                 continue
             retry_at.pop(key, None)
             delivered.append(key)
+            if key == os.fspath(path):
+                plain.append(key)
             text, size, lossy = got
             if not text.strip():
                 continue
@@ -339,35 +384,42 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         if delivery is None:
             injected.update(dict.fromkeys(delivered, epoch))
         elif delivered:  # counted as injected only once the envelope went out (issue 11)
-            delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait),
+            delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait,
+                                                    session_id, plain),
                              lambda: None)
         _save(claim, ledger)
+        if delivery is None:
+            _index(claim, plain)
     finally:
         claim.release()
     return "\n\n".join(blocks) + "\n" if blocks else None
 
 
-def _mark_injected(base: Path, keys: list[str], epoch: object, lock_wait: float) -> None:
-    """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since).
+def _mark_injected(base: Path, keys: list[str], epoch: object, lock_wait: float,
+                   session_id: str = "", plain: list[str] | None = None) -> None:
+    """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since),
+    then add ``plain`` (those of them reached through no link) to ``session_id``'s injected
+    index.
 
     Raises:
         OSError: the ledger stayed busy or cannot be written.
     """
     try:
-        claim = _Claim(base, lock_wait)
+        claim = _Claim(base, lock_wait, session_id)
     except StateError as err:
         raise OSError(str(err)) from err
     try:
         if not claim.acquired:
             raise OSError(f"nested-instructions ledger {base}.json stayed busy")
-        ledger = _load(claim)
-        injected = ledger["injected"]
-        if ledger["epoch"] == epoch and isinstance(injected, dict):
-            injected.update(dict.fromkeys(keys, epoch))
-            try:
+        try:
+            ledger = _load(claim)
+            injected = ledger["injected"]
+            if ledger["epoch"] == epoch and isinstance(injected, dict):
+                injected.update(dict.fromkeys(keys, epoch))
                 _save(claim, ledger)
-            except StateError as err:
-                raise OSError(str(err)) from err
+                _index(claim, plain or [])
+        except StateError as err:
+            raise OSError(str(err)) from err
     finally:
         claim.release()
 
@@ -377,17 +429,19 @@ def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> i
     delivered again. Call it at ``compact`` and ``clear``. Returns the new epoch (>= 1).
 
     Raises:
-        StateError: the ledger cannot be written, or a concurrent load held the claim for
-            longer than ``lock_wait`` seconds.
+        StateError: the ledger cannot be written, the session's injected index cannot be
+            removed (then the epoch stays: the shim must not answer from the old one), or a
+            concurrent load held the claim for longer than ``lock_wait`` seconds.
     """
     base = _ledger_base(context, context.session_id)
-    claim = _Claim(base, lock_wait)
+    claim = _Claim(base, lock_wait, context.session_id)
     if not claim.acquired:
         claim.release()
         raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
     try:
         ledger = _load(claim)
         epoch: int = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
+        _forget_index(claim)  # before the ledger forgets: the shim never answers from it
         ledger.update(epoch=epoch, injected={})
         _save(claim, ledger)
     finally:
