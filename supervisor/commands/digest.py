@@ -58,12 +58,14 @@ def _nudge_tier_parent() -> str:
     Run-tier harnesses are not guessed (``--harness`` names one)."""
     from ..session._ancestry import ancestry, find_harness
 
+    found = find_harness(ancestry())
+    if found is None:  # the usual terminal: no adapter to ask (importing them all costs ms)
+        return ""
     try:
         from ..adapters import ADAPTERS
     except ImportError:
         return ""
-    found = find_harness(ancestry())
-    adapter = ADAPTERS.get(found.harness) if found else None
+    adapter = ADAPTERS.get(found.harness)
     return adapter.name if adapter is not None and adapter.tier == "nudge" else ""
 
 
