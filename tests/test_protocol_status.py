@@ -97,3 +97,23 @@ def test_status_totals_exposure_per_file_and_source(git_repo: Path) -> None:
     assert any(what.endswith("identity.md") and f["count"] == 1 for what, f in files.items())
     code, text = status(git_repo)
     assert "exposure: 1 injections" in text or "exposure:" in text and "identity.md: 1x" in text
+
+
+def test_status_records_a_crash_left_empty_are_set_aside_and_rewritten(git_repo: Path) -> None:
+    """The digest writes ``last-digest.json`` and ``digest-history.json`` without fsync (they
+    only feed this command): a crash may leave either empty or cut. Status still answers, and
+    the next digest sets the remains aside and writes both whole."""
+    (git_repo / "supervise.toml").write_text(CONFIG)
+    state = git_repo / ".supervise"
+    state.mkdir()
+    (state / "last-digest.json").write_bytes(b"")
+    (state / "digest-history.json").write_bytes(b'{"entries": [{"finished_at": 1')
+    code, out = status(git_repo, "--format", "json")
+    assert code == 0 and json.loads(out)["last_digest"] is None
+    assert run_cli("digest", cwd=git_repo).returncode == 0
+    last = json.loads((state / "last-digest.json").read_text())
+    assert [s["name"] for s in last["stages"]] == ["alpha", "beta"]
+    history = json.loads((state / "digest-history.json").read_text())
+    assert len(history["entries"]) == 1
+    code, out = status(git_repo, "--format", "json")
+    assert code == 0 and json.loads(out)["last_digest"] is not None

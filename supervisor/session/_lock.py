@@ -164,15 +164,18 @@ def read_record(path: Path, model: type[R]) -> R | None:
         return sd.read_record(path.name, model, _MAX_RECORD)
 
 
-def write_record(path: Path, record: object) -> None:
+def write_record(path: Path, record: object, *, fsync: bool = True) -> None:
     """Atomically replace state file ``path`` with ``record`` (temp file, fsync, rename); a
-    link or folder in its place is replaced or set aside, never followed.
+    link or folder in its place is replaced or set aside, never followed. ``fsync=False``
+    skips the two flushes (file and folder) for a record a crash may lose: the rename still
+    leaves the old record or the new one, and a file a crash left empty is set aside as
+    corrupt when next read.
 
     Raises:
         StateError: the state dir is unusable, or the write failed (disk full included).
     """
     with StateDir.open(path.parent, create=True) as sd:
-        sd.write(path.name, json.dumps(dump_record(record)).encode() + b"\n", fsync=True)
+        sd.write(path.name, json.dumps(dump_record(record)).encode() + b"\n", fsync=fsync)
 
 
 def remove_record(path: Path) -> None:
