@@ -94,7 +94,8 @@ slow() {
 }
 
 nothing() {
-  # not `exec cat`: its status would be the hook's, and the hook exits 0 whatever happens
+  # not `exec cat` (0.17 ms less): its status would be the hook's (a stdin the harness made
+  # non-blocking fails with EAGAIN), and the hook exits 0 whatever happens
   if [ "${#head}" -ge 3072 ]; then "$ct" >/dev/null 2>&1; fi
   exit 0
 }

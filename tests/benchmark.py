@@ -298,6 +298,14 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
                            tool_response={"content": "y" * 200_000})
         return timed([*hook, "--event", "post-tool"], cwd=project, env=env, stdin=payload)
 
+    # a read under a folder whose AGENTS.md this session already got in this epoch: the
+    # shim's injected index answers (the first read, through Python, injects and indexes it)
+    injected_read = _payload(project, "PostToolUse", session="bench-injected", tool_name="Read",
+                             tool_input={"file_path": str(project / "nested" / "b.py")},
+                             tool_response={"content": "y" * 200_000})
+    subprocess.run([*hook, "--event", "post-tool"], cwd=project, env=env, input=injected_read,
+                   stdout=subprocess.DEVNULL, check=True)
+
     watched = tmp / "watched project"
     watched.mkdir()
     subprocess.run(["git", "init", "-q", str(watched)], check=True)
@@ -320,7 +328,8 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     spy.write_text(f"#!/bin/sh\n: > '{marker}'\nexec '{sys.executable}' \"$@\"\n")
     spy.chmod(0o755)
     for cwd, event, stdin in ((project, "prompt", prompt), (project, "post-tool", read),
-                              (watched, "prompt", watched_prompt)):
+                              (watched, "prompt", watched_prompt),
+                              (project, "post-tool", injected_read)):
         marker.unlink(missing_ok=True)
         timed(["/bin/sh", str(FAST_PATH), str(spy), *hook[3:], "--event", event], cwd=cwd,
               env=env, stdin=stdin)
@@ -333,6 +342,8 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
                                         stdin=prompt),
         "post-nothing": lambda: timed([*hook, "--event", "post-tool"], cwd=project, env=env,
                                       stdin=read),
+        "post-injected": lambda: timed([*hook, "--event", "post-tool"], cwd=project, env=env,
+                                       stdin=injected_read),
         "prompt-watch": lambda: timed([*hook, "--event", "prompt"], cwd=watched, env=env,
                                       stdin=watched_prompt),
         "prompt-deliver": with_result,
@@ -355,6 +366,8 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
             "`sh -c :` (target <= 3x)", "prompt-watch", "sh"),
         row("post-tool hook on a 200 KB Read, nothing to do (fast path) vs `sh -c :` (target <= 3x)",
             "post-nothing", "sh"),
+        row("post-tool hook on a 200 KB Read under a folder whose AGENTS.md was injected this "
+            "epoch (fast path, injected index) vs `sh -c :` (target <= 3x)", "post-injected", "sh"),
         row("prompt hook delivering a deferred result vs `python -c pass` (target <= 4x)",
             "prompt-deliver", "python"),
         row("post-tool hook injecting a nested AGENTS.md vs `python -c pass` (target <= 4x)",
