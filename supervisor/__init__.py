@@ -19,7 +19,10 @@ Example::
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: every `supervise` run imports this module
+# first, and `typing` (with `re` and `enum`) is most of its cost: a Ctrl-C during those
+# milliseconds comes before the CLI's quiet signal handlers (supervisor._interrupts)
 
 __all__ = (
     "BufferSink",
@@ -56,6 +59,8 @@ _WHERE = {
 }
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from .config._schema import DigestConfig as DigestConfig
     from .config._schema import StageSpec as StageSpec
     from .config._schema import load_config as load_config

@@ -10,7 +10,8 @@ import importlib
 import os
 import sys
 
-from ._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_UNEXPECTED, EXIT_USAGE
+from ._exitcodes import (EXIT_FAILURE, EXIT_OK, EXIT_RUN_FAILURE, EXIT_SIGINT, EXIT_UNEXPECTED,
+                         EXIT_USAGE)
 
 VERBS: dict[str, str] = {
     "digest": "run the digest in a terminal (slow hosts, re-runs after a truncation)",
@@ -73,9 +74,16 @@ def _flush_state_notices() -> None:
         print(line, file=sys.stderr)
 
 
-def _standard_fds() -> None:
+HARNESS_FACING = ("hook", "nudge", "bridge")
+"""Verbs a harness or a bridge runs: they exit 0 on every path, a signal included, and write
+their stdout themselves (delivery recorded only after delivery)."""
+
+
+def _standard_fds(harness_facing: bool) -> bool:
     """Started with fd 0, 1 or 2 closed (``supervise digest >&-``)? Put ``/dev/null`` there
-    first, so no file we open later takes that number and receives our output."""
+    first, so no file we open later takes that number and receives our output. Returns True
+    when fd 1 was closed (its output goes nowhere: a failure for a terminal verb)."""
+    stdout_closed = False
     for fd, name, mode in ((0, "stdin", "r"), (1, "stdout", "w"), (2, "stderr", "w")):
         try:
             os.fstat(fd)
@@ -85,30 +93,80 @@ def _standard_fds() -> None:
                 os.dup2(got, fd)
                 os.close(got)
             setattr(sys, name, open(fd, mode, closefd=False))
-            if fd == 1:  # a delivery to it is a failed delivery, never "written"
-                from .state._delivery import mark_closed_at_start
+            if fd == 1:
+                stdout_closed = True
+                if harness_facing:  # a delivery to it is a failed delivery, never "written"
+                    from .state._delivery import mark_closed_at_start
 
-                mark_closed_at_start(1)
+                    mark_closed_at_start(1)
+    return stdout_closed
+
+
+def _verb(argv: list[str]) -> str:
+    return argv[1] if len(argv) > 1 else ""
 
 
 def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
-    """Console-script wrapper: exit with :func:`main`'s code."""
-    _standard_fds()
+    """Console-script wrapper: exit with :func:`main`'s code.
+
+    Before anything else: quiet signal handlers (:mod:`supervisor._interrupts`; a harness-facing
+    verb leaves with 0, a terminal verb with 128+n, never a traceback), usable standard
+    descriptors, and standard streams that cannot raise a write error
+    (:mod:`supervisor.commands._stdio`). A terminal verb whose output could not be written
+    (``ENOSPC``, ``EIO``, stdout closed) says so in one line and exits 1 (``run``: 125); a
+    reader that left (``EPIPE``) is not an error."""
+    verb = _verb(sys.argv)
+    harness_facing = verb in HARNESS_FACING
+    from ._interrupts import exit_status, leave_quietly_on_signals, leaving
+
+    leave_quietly_on_signals(EXIT_OK if harness_facing else None)
+    stdout_closed = _standard_fds(harness_facing)
+    from .commands import _stdio
+
+    _stdio.guard_stderr()
+    if not harness_facing:
+        _stdio.guard_stdout(stdout_closed)
     try:
-        sys.exit(main())
-    except KeyboardInterrupt:
-        sys.exit(130)
+        try:
+            code: object = main()
+        except SystemExit as done:  # argparse's --help and usage errors end this way
+            if leaving() is not None:
+                raise
+            code = done.code
+        if not harness_facing:
+            code = _output_verdict(verb, code)
+        sys.exit(code)  # type: ignore[arg-type]  # SystemExit.code: an int, a str or None
+    except KeyboardInterrupt:  # Python's own handler, where ours could not be installed
+        sys.exit(EXIT_OK if harness_facing else EXIT_SIGINT)
     except BrokenPipeError:  # `supervise config | head -1`: the reader left; not an error
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        except OSError:
+        except (OSError, ValueError):
             pass
         sys.exit(0)
     except SystemExit:
         raise
     except BaseException as err:  # the one top-level handler: one line, no traceback spew
+        signum = leaving()
+        if signum is not None:  # asked to stop; a library wrapped our SystemExit on the way
+            sys.exit(exit_status(signum))
         while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
             err = err.exceptions[0]  # name the real error, not "unhandled errors in a TaskGroup"
         print(f"supervise: internal error: {type(err).__name__}: {err}", file=sys.stderr)
-        sys.exit(EXIT_UNEXPECTED)
+        sys.exit(EXIT_OK if harness_facing else EXIT_UNEXPECTED)
+
+
+def _output_verdict(verb: str, code: object) -> object:
+    """``code``, or the output-failure status when a terminal verb's stdout was lost (one
+    line on stderr says why; a status that already says failure is kept)."""
+    from .commands import _stdio
+
+    why = _stdio.output_failure()
+    if not why:
+        return code
+    who = f"supervise {verb}" if verb in VERBS else "supervise"
+    print(f"{who}: output not written: {why}", file=sys.stderr)
+    if code not in (None, EXIT_OK):
+        return code
+    return EXIT_RUN_FAILURE if verb == "run" else EXIT_FAILURE

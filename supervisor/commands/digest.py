@@ -14,6 +14,7 @@ from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from ._cli import add_directory, add_format
 
 if TYPE_CHECKING:
+    from ..engine._output import StreamSink
     from ..engine._results import DigestResult, StageResult
 
 
@@ -179,6 +180,8 @@ def main(argv: list[str]) -> int:
                 text = json.dumps({"config_error": notice, **json.loads(text)}, ensure_ascii=False)
             out.write(text.encode() + b"\n")
             whole = out.close(timeout=2.0)
+        lost = _lost_output(sink if isinstance(sink, StreamSink) else out)
+        whole = whole and not lost
         if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
             print("supervise digest: the output was not delivered whole (the reader left or "
                   "stopped reading); deferred results it carried stay pending.", file=sys.stderr)
@@ -191,6 +194,23 @@ def main(argv: list[str]) -> int:
     if aborter.signum is not None:
         return 128 + aborter.signum
     return code
+
+
+def _lost_output(sink: StreamSink) -> bool:
+    """True when the digest's output was lost, not merely left by its reader: ``ENOSPC``,
+    ``EIO``, stdout closed at start (:mod:`supervisor.commands._stdio` reports it and the exit
+    status says so). ``EPIPE`` (``| head -1``) is not a loss of ours."""
+    import errno
+
+    from . import _stdio
+
+    if sink.error is not None and sink.error.errno != errno.EPIPE:
+        _stdio.note_failure(_stdio.describe(sink.error))
+        return True
+    if _stdio.stdout_closed_at_start() and sink.written:
+        _stdio.note_failure("stdout was closed when supervise started")
+        return True
+    return False
 
 
 def _live_progress(name: str, result: StageResult | None) -> None:

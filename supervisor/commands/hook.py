@@ -212,7 +212,7 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
             handler, even if the ``SystemExit`` it raised was swallowed on the way (pydantic-core
             ignores an error from a literal's ``__hash__``): nothing is written.
     """
-    if _LEAVING:
+    if leaving_on_signal():
         raise SystemExit(0)  # the harness asked us to stop and a library swallowed the exit
     if not text:
         return ""
@@ -525,9 +525,6 @@ def report_internal_error(verb: str, harness: str, err: BaseException, kind: str
         pass
 
 
-_LEAVING: list[int] = []  # the signal that asked a hook to leave (set once, by the handler)
-
-
 def leaving_on_signal() -> bool:
     """True once :func:`quiet_exit_on_signals`' handler has raised its ``SystemExit(0)``.
 
@@ -535,39 +532,16 @@ def leaving_on_signal() -> bool:
     its own error instead: pydantic-core, building a schema on import, reports it as
     ``SchemaError: ... SystemExit: 0`` (seen in CI). Whatever reaches the top level after that
     is the harness's request to stop, not an internal error."""
-    return bool(_LEAVING)
+    from .._interrupts import leaving
+
+    return leaving() is not None
 
 
 def quiet_exit_on_signals() -> None:
     """Until the engine installs its own handlers (which end a digest with its banner), a
-    TERM, INT or HUP from the harness ends the hook quietly with status 0, never 128+n."""
-    import signal
+    TERM, INT or HUP from the harness ends the hook quietly with status 0, never 128+n
+    (:func:`supervisor._interrupts.leave_quietly_on_signals`, shared with the terminal verbs,
+    which leave with 128+n instead)."""
+    from .._interrupts import leave_quietly_on_signals
 
-    def leave(signum: int, frame: object) -> None:
-        # a module may still be importing when the signal lands: its attributes may be missing
-        note = getattr(sys.modules.get("supervisor.engine._signals"), "note_early_signal", None)
-        if note is not None and note(signum):
-            return  # inside the event loop: the digest ends through its abort path instead
-        if _LEAVING:
-            os._exit(EXIT_OK)  # a second request: the first one's exit was swallowed somewhere
-        _LEAVING.append(signum)
-        raise SystemExit(0)
-
-    previous = sys.unraisablehook
-
-    def unraisable(info: "sys.UnraisableHookArgs") -> None:
-        # The handler ran while Python was inside a weakref callback, a ``__del__`` or a gc
-        # callback (an import's cleanup, often): an exception raised there is "ignored",
-        # printed as "Exception ignored in ... Traceback ... SystemExit" and the hook went on.
-        # The harness asked us to stop: leave now, quietly. Nothing was committed (delivery
-        # records are written only after a whole envelope), and the kernel drops our locks.
-        if isinstance(info.exc_value, SystemExit) and not info.exc_value.code or _LEAVING:
-            os._exit(EXIT_OK)
-        previous(info)
-
-    sys.unraisablehook = unraisable
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        try:
-            signal.signal(sig, leave)
-        except (OSError, ValueError):
-            pass
+    leave_quietly_on_signals(EXIT_OK)

@@ -13,14 +13,14 @@ import os
 import sys
 
 from ..engine import _runwait
-from .._exitcodes import EXIT_TIMEOUT
+from .._exitcodes import EXIT_RUN_FAILURE, EXIT_TIMEOUT
 from ..config._limits import MAX_GRACE, MAX_SECONDS
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     import argparse
 
-EXIT_RUN_USAGE = 125
+EXIT_RUN_USAGE = EXIT_RUN_FAILURE
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
 

@@ -87,6 +87,11 @@ class StreamSink:
     def __init__(self, fd: int = 1) -> None:
         self._fd = fd
         self.broken = False
+        self.written = 0
+        """Bytes given to :meth:`write` (delivered or not)."""
+        self.error: OSError | None = None
+        """The write error that stopped the output (``EPIPE``: the reader left; ``ENOSPC``,
+        ``EIO``, ``EBADF``: the output is lost), or None. The caller decides what it means."""
         self._pending = bytearray()
         self._restore: bool | None = None
         try:
@@ -94,7 +99,8 @@ class StreamSink:
             if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
                 self._restore = os.get_blocking(fd)
                 os.set_blocking(fd, False)
-        except OSError:
+        except OSError as err:
+            self.error = err
             self._go_dark()
 
     @property
@@ -105,6 +111,7 @@ class StreamSink:
     def write(self, data: bytes) -> None:
         """Queue ``data`` and write as much as the reader takes now; never blocks on a
         non-blocking descriptor."""
+        self.written += len(data)
         if self.broken:
             return
         self._pending += data
@@ -118,7 +125,8 @@ class StreamSink:
                 continue
             except BlockingIOError:
                 return
-            except OSError:  # EPIPE, EBADF, ENOSPC, EIO: the output is gone, the digest goes on
+            except OSError as err:  # EPIPE, EBADF, ENOSPC, EIO: the output is gone, the digest goes on
+                self.error = err
                 self._go_dark()
                 return
             del self._pending[:n]

@@ -1,0 +1,205 @@
+"""What a user meets at the edges of the CLI: a signal during the start, output that cannot be
+written, closed standard descriptors. Every verb ends with a status and at most one line on
+stderr, never a traceback (issues 10 and 14; docs/cli.md, "Exit codes")."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import supervise_cmd
+
+STOP = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+TERMINAL_VERBS = [
+    ["digest"],
+    ["digest", "--format", "json"],
+    ["status"],
+    ["config"],
+    ["doctor"],
+    ["install", "--help"],
+    ["run", "--", "sleep", "5"],
+]
+
+QUIET_CONFIG = '[[stages]]\nname = "a"\nrun = ["sleep", "3"]\n[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n'
+
+
+def _blocked() -> None:
+    """In the child, before exec: hold TERM, INT and HUP pending (a signal sent while the
+    interpreter starts waits for our handlers, which unblock them; without that they would
+    stay pending and the verb would run to its end)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP)
+
+
+def _no_traceback(err: bytes) -> None:
+    text = err.decode(errors="replace")
+    assert "Traceback" not in text and "Exception" not in text and "Warning" not in text, text
+    assert "internal error" not in text, text
+
+
+def _signal_over_the_start(argv: list[str], cwd: Path, sig: int, moments: int) -> list[int]:
+    """Start ``argv`` ``moments`` times and send ``sig`` at 0, 10, 20, ... ms; return the exit
+    statuses, after checking stderr each time."""
+    codes = []
+    for i in range(moments):
+        proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=_blocked)
+        time.sleep(i * 0.01)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=50)
+        _no_traceback(err)
+        assert len(err.decode(errors="replace").splitlines()) <= 1, err
+        codes.append(proc.returncode)
+    return codes
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("verb", TERMINAL_VERBS, ids=lambda v: "-".join(v[:2]))
+def test_ctrl_c_at_any_moment_of_the_start_exits_130_quietly(git_repo: Path, verb: list[str],
+                                                              cpu_load: str) -> None:
+    """Ctrl-C in the first ~40 ms (Python still importing) printed a KeyboardInterrupt
+    traceback. Sent at 12 moments over the start, it ends every terminal verb with 130 and
+    nothing but at most one line on stderr."""
+    (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
+    codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, signal.SIGINT, 12)
+    assert set(codes) == {130}, codes
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.parametrize("verb", [["digest"], ["status"], ["config"]], ids=lambda v: v[0])
+def test_term_or_hup_at_any_moment_ends_a_terminal_verb_with_128_plus_n(
+        git_repo: Path, verb: list[str], sig: signal.Signals) -> None:
+    (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
+    codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, sig, 10)
+    assert set(codes) == {128 + sig}, codes
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("verb", [["hook", "claude"], ["nudge", "claude"],
+                                  ["bridge", "--harness", "pi", "--source", "startup"]],
+                         ids=lambda v: v[0])
+def test_a_signal_at_any_moment_ends_a_harness_facing_verb_with_0(git_repo: Path,
+                                                                  verb: list[str]) -> None:
+    (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, sig, 8)
+        assert set(codes) == {0}, (sig, codes)
+
+
+def test_the_console_script_is_quiet_on_an_early_ctrl_c_too(git_repo: Path) -> None:
+    """The installed ``supervise`` (the installer's wrapper imports ``supervisor._main``)
+    goes through the same entry as ``python -m supervisor``."""
+    script = Path(sys.executable).with_name("supervise")
+    if not script.exists():
+        pytest.skip("no console script next to this interpreter (not an installed venv)")
+    (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
+    codes = _signal_over_the_start([str(script), "digest"], git_repo, signal.SIGINT, 8)
+    assert set(codes) == {130}, codes
+
+
+# --- output that could not be written -------------------------------------------------------
+
+PRINTING_VERBS = [
+    (["digest"], 1),
+    (["digest", "--format", "json"], 1),
+    (["status"], 1),
+    (["status", "--format", "json"], 1),
+    (["config"], 1),
+    (["config", "--default"], 1),
+    (["install", "--help"], 1),
+    (["--help"], 1),
+    (["--version"], 1),
+    (["run", "--format", "json", "--", "true"], 125),
+]
+
+
+def _ids(case: tuple[list[str], int]) -> str:
+    return "-".join(case[0][:2]).lstrip("-")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+@pytest.mark.parametrize("case", PRINTING_VERBS, ids=_ids)
+def test_output_to_a_full_device_is_a_failure_in_one_line(git_repo: Path,
+                                                           case: tuple[list[str], int]) -> None:
+    """``supervise digest > /dev/full`` exited 0 and said nothing; ``status``/``config`` said
+    "internal error: OSError" (exit 3)."""
+    verb, expected = case
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n')
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(supervise_cmd(*verb), cwd=git_repo, stdin=subprocess.DEVNULL,
+                              stdout=full, stderr=subprocess.PIPE, timeout=60)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == expected, lines
+    assert len(lines) == 1 and "output not written" in lines[0] and "ENOSPC" in lines[0], lines
+
+
+def test_doctor_to_a_full_device_says_so_and_fails(git_repo: Path) -> None:
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    with open("/dev/full", "wb") as full:
+        proc = subprocess.run(supervise_cmd("doctor"), cwd=git_repo, stdin=subprocess.DEVNULL,
+                              stdout=full, stderr=subprocess.PIPE, timeout=60)
+    assert proc.returncode != 0
+    assert b"output not written" in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("case", PRINTING_VERBS + [(["doctor"], 1)], ids=_ids)
+def test_a_reader_that_left_is_not_an_error(git_repo: Path, case: tuple[list[str], int]) -> None:
+    """``supervise config | head -1``: the reader is gone before we write (``EPIPE``); the
+    exit status is what it would have been, nothing is said."""
+    verb, _ = case
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n')
+    with open(os.devnull, "wb") as sink:
+        whole = subprocess.run(supervise_cmd(*verb), cwd=git_repo, stdin=subprocess.DEVNULL,
+                               stdout=sink, stderr=subprocess.PIPE, timeout=60)
+    read, write = os.pipe()
+    os.close(read)  # the reader left before the first byte
+    try:
+        proc = subprocess.run(supervise_cmd(*verb), cwd=git_repo, stdin=subprocess.DEVNULL,
+                              stdout=write, stderr=subprocess.PIPE, timeout=60)
+    finally:
+        os.close(write)
+    assert proc.returncode == whole.returncode, proc.stderr
+    assert b"output not written" not in proc.stderr and b"Traceback" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("case", PRINTING_VERBS, ids=_ids)
+def test_stdout_closed_at_start_is_a_failure_in_one_line(git_repo: Path,
+                                                         case: tuple[list[str], int]) -> None:
+    """``supervise status >&-``: everything went to /dev/null, silently, with status 0."""
+    verb, expected = case
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n')
+    proc = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", *supervise_cmd(*verb)],
+                          cwd=git_repo, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          timeout=60)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == expected, lines
+    assert len(lines) == 1 and "stdout was closed" in lines[0], lines
+
+
+@pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full", "<&-"])
+@pytest.mark.parametrize("verb", [["digest"], ["status"], ["config"], ["doctor"], ["nosuchverb"],
+                                  ["digest", "--budget", "x"], ["config", "-C", "/nonexistent"],
+                                  ["hook", "claude", "--bogus"], ["run", "--", "true"]],
+                         ids=lambda v: "-".join(v[:2]))
+def test_closed_or_full_stderr_and_closed_stdin_change_nothing(git_repo: Path, verb: list[str],
+                                                               redirect: str) -> None:
+    """A diagnostic that cannot be written is dropped: the status is the one the verb gives
+    with a working stderr, never a crash in the error path."""
+    if "full" in redirect and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+    (git_repo / "supervise.toml").write_text('[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n')
+    normal = subprocess.run(supervise_cmd(*verb), cwd=git_repo, stdin=subprocess.DEVNULL,
+                            capture_output=True, timeout=60)
+    proc = subprocess.run(["sh", "-c", f'exec "$@" {redirect}', "sh", *supervise_cmd(*verb)],
+                          cwd=git_repo, stdin=subprocess.DEVNULL, capture_output=True,
+                          timeout=60)
+    assert proc.returncode == normal.returncode, (proc.stdout[-500:], proc.stderr[-500:])
+    _no_traceback(proc.stderr)
