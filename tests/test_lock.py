@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import json
 import os
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from supervisor._record import replace
 from supervisor.session import _ancestry, _lock
 from supervisor.session._ancestry import ProcessId, identify
 from supervisor.session._lock import (
@@ -208,7 +208,7 @@ def test_completion_of_another_session_proves_nothing(tmp_path: Path, other_proc
     assert view.completion.nonce == view.lock.nonce
     assert not proven_start(view, ancestors, "B")
     # and a matching nonce without ownership, or ownership without nonce, are both refused
-    assert not proven_start(LockView(view.lock, dataclasses.replace(view.completion, nonce="x")),
+    assert not proven_start(LockView(view.lock, replace(view.completion, nonce="x")),
                             [other_process], "A")
     assert proven_start(view, [other_process], "A")
 

@@ -18,11 +18,10 @@ the session protocol, the bridges or the verbs: the harness facts stand on their
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from . import claude, codex, cursor, gemini, grok, qwen
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path

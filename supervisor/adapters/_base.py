@@ -1,35 +1,38 @@
 """What an adapter knows about one harness: files, registration shape, units, envelope, caveats.
 
-An :class:`Adapter` is pure data (an immutable ``NamedTuple``, no I/O; not a dataclass, whose
-import costs the hook's hot path several milliseconds). The facts each adapter records are the ones
+An :class:`Adapter` is pure data (a frozen :func:`~supervisor._record.record`, no I/O; not a
+dataclass nor a ``NamedTuple``, whose ``dataclasses`` and ``typing`` imports cost the hook's hot
+path several milliseconds). The facts each adapter records are the ones
 observed with the real CLIs offline, or documented, in the brief's ``harnesses.md``.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from .._record import record
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Literal
 
-Envelope = Literal["hook-specific", "cursor", "plain"]
-"""How hook output is wrapped on stdout.
+    Envelope = Literal["hook-specific", "cursor", "plain"]
+    """How hook output is wrapped on stdout.
 
-``hook-specific``: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
-(Claude, Codex, Gemini, Qwen). ``cursor``: ``{"additional_context": T}``. ``plain``: the text.
-"""
+    ``hook-specific``: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
+    (Claude, Codex, Gemini, Qwen). ``cursor``: ``{"additional_context": T}``. ``plain``: the text.
+    """
 
-Shape = Literal["groups", "cursor"]
-"""Registration JSON shape.
+    Shape = Literal["groups", "cursor"]
+    """Registration JSON shape.
 
-``groups`` (Claude and everything modelled on it):
-``{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command", "command": C, "timeout": N}]}]}}``.
-``cursor``: ``{"version": 1, "hooks": {EVENT: [{"command": C, "timeout": N}]}}``.
-"""
+    ``groups`` (Claude and everything modelled on it):
+    ``{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command", "command": C, "timeout": N}]}]}}``.
+    ``cursor``: ``{"version": 1, "hooks": {EVENT: [{"command": C, "timeout": N}]}}``.
+    """
 
-Tier = Literal["run", "nudge"]
-"""``run``: the hook's output reaches the model, so the hook runs the digest. ``nudge``: it does
-not (Grok drops SessionStart output), so the hook prints only the one-line nudge."""
+    Tier = Literal["run", "nudge"]
+    """``run``: the hook's output reaches the model, so the hook runs the digest. ``nudge``: it does
+    not (Grok drops SessionStart output), so the hook prints only the one-line nudge."""
 
 HOOK_MARKER = "-m supervisor hook"
 """Substring that identifies a registration as ours (``uninstall`` and ``doctor`` look for it).
@@ -48,7 +51,8 @@ end first, so the truncation banner is printed before the harness kills the hook
 itself returns by ``budget + 0.25 s``; the rest is interpreter start and slow machines)."""
 
 
-class Adapter(NamedTuple):
+@record
+class Adapter:
     """One harness's hook contract.
 
     Attributes:

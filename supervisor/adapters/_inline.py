@@ -9,11 +9,12 @@ does not fit is replaced by one line naming its size and the file.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .._hashing import sha256
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from ..state._statedir import StateDir
 
@@ -49,7 +50,7 @@ def save_full(text: str, state_dir: Path) -> Path:
     from ..state._statedir import StateDir
 
     data = text.encode("utf-8", "replace")
-    name = f"digest-{hashlib.sha256(data).hexdigest()[:12]}.txt"
+    name = f"digest-{sha256(data).hexdigest()[:12]}.txt"
     try:
         with StateDir.open(state_dir.absolute(), create=True) as state:
             folder = state.sub(DIGESTS_DIR, create=True)

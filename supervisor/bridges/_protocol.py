@@ -25,11 +25,15 @@ cancelled  SIGTERM/SIGINT/SIGHUP ended the digest (a newer generation or the har
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
 
-Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
+from .._record import asdict, record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any, Literal
+
+    Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
 KINDS: tuple[str, ...] = ("ready", "empty", "failed", "ineligible", "cancelled")
 HARNESSES: tuple[str, ...] = ("pi", "opencode")
 """The harnesses that reach us through this bridge (others use ``supervise hook``)."""
@@ -43,7 +47,7 @@ without its trailing newline. The extensions carry a copy; ``tests/test_bridge.p
 the three equal."""
 
 
-@dataclass(frozen=True)
+@record
 class BridgeResult:
     """The JSON document ``supervise bridge`` prints (one line, UTF-8).
 

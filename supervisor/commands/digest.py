@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shlex
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .._record import replace
 from ._cli import add_directory, add_format
 
 if TYPE_CHECKING:
@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         code = EXIT_FAILURE
         # The config was not read, so this run writes nothing: no state dir, no edit of
         # .git/info/exclude; the stages see SUPERVISE_MODE=read-only.
-        context = dataclasses.replace(context, mode="read-only")
+        context = replace(context, mode="read-only")
     unknown = sorted(set(args.only or ()) - {s.name for s in config.stages})
     if unknown:
         print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
@@ -141,7 +141,7 @@ def main(argv: list[str]) -> int:
                   "pass --source/--harness to run as that session would", file=sys.stderr)
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
-        config = dataclasses.replace(config, **update)
+        config = replace(config, **update)
     _tree.enable_subreaper()
     sink = StreamSink(1) if args.format == "text" else BufferSink()
     if notice and args.format == "text":

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+from .._record import mutable_record, replace
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     import argparse
     from collections.abc import Mapping
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 EVENTS = ("session-start", "post-tool", "prompt")
 
 
-@dataclass
+@mutable_record
 class HookArgs:
     """Parsed ``hook``/``nudge`` arguments; ``source`` is ``None`` when ``--source`` is absent."""
 
@@ -405,15 +405,13 @@ def clamp_budget(config: DigestPlan, registered: float, harness: str) -> tuple[D
     limit = registered - config.grace - PRINT_RESERVE
     if config.budget <= limit:
         return config, ""
-    import dataclasses
-
     origin = "SUPERVISE_TIMEOUT" if os.environ.get("SUPERVISE_TIMEOUT") else "the configured budget"
     budget = max(limit, 1.0)
     notice = (f"[supervise] budget clamped to {budget:g}s: {origin} ({config.budget:g}s) does not "
               f"fit the {registered:g}s hook timeout registered with {harness or 'the harness'} "
               f"(minus {config.grace:g}s grace and {PRINT_RESERVE:g}s to print); re-run "
               f"`supervise install {harness or 'HARNESS'}` to register a longer one.\n")
-    return dataclasses.replace(config, budget=budget), notice
+    return replace(config, budget=budget), notice
 
 
 def _nudge_tier(harness: str) -> bool:

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-Mode = Literal["full", "reemit", "read-only"]
-
+from .._record import field, record
 from ..state._project import STATE_DIR_NAME
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Literal
+
+    Mode = Literal["full", "reemit", "read-only"]
 
 
 def state_dir_for(project_dir: Path) -> Path:
@@ -20,7 +23,7 @@ def state_dir_for(project_dir: Path) -> Path:
     return project_dir / STATE_DIR_NAME
 
 
-@dataclass(frozen=True)
+@record
 class SessionContext:
     """Who is asking for the digest, passed to each stage as environment variables.
 

@@ -1,4 +1,4 @@
-"""The validated digest as the engine runs it: stdlib frozen dataclasses, no pydantic.
+"""The validated digest as the engine runs it: frozen records (:mod:`supervisor._record`), no pydantic.
 
 ``supervise.toml`` is validated once by the pydantic models of :mod:`supervisor.config._schema`; the
 result is a :class:`DigestPlan`, which :mod:`supervisor.config._plancache` caches as JSON so that a
@@ -10,13 +10,16 @@ it imports neither the config models nor the cache (data flows config -> plan, n
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
 
 from .._errors import ConfigError
+from .._record import asdict, field, fields, record, replace
 from ._limits import MAX_GRACE as MAX_GRACE
 from ._limits import MAX_SECONDS as MAX_SECONDS
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any, Literal
 
 DEFAULT_MAX_TASKS = 512
 """Processes a stage's tree may hold at once (``max_tasks``); a fork bomb stops here."""
@@ -30,7 +33,7 @@ MAX_MEMORY_LIMIT = 1 << 50
 CONFIG_FILE = "supervise.toml"
 
 
-@dataclass(frozen=True)
+@record
 class StagePlan:
     """One stage, validated (field meanings: docs/stage-authors.md, "Config keys")."""
 
@@ -87,7 +90,7 @@ a pipe and a process group: 64 keeps a digest far below the usual 1,024 open-fil
 no digest of fewer stages waits at all (docs/benchmarks.md)."""
 
 
-@dataclass(frozen=True)
+@record
 class DigestPlan:
     """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes."""
 
@@ -106,8 +109,8 @@ class DigestPlan:
     @classmethod
     def from_mapping(cls, data: dict[str, Any]) -> DigestPlan:
         """Build from an already-validated mapping (``model_dump()`` or the cache)."""
-        known = {f.name for f in fields(cls)}
-        stage_known = {f.name for f in fields(StagePlan)}
+        known = set(fields(cls))
+        stage_known = set(fields(StagePlan))
         top = {k: v for k, v in data.items() if k in known and k != "stages"}
         for key in ("gate_env", "gate_common_dirs"):
             if key in top:
@@ -246,7 +249,7 @@ def env_overrides() -> dict[str, float]:
 def apply_env_overrides(plan: DigestPlan) -> DigestPlan:
     """``plan`` with :func:`env_overrides` applied. Raises ConfigError like it."""
     update = env_overrides()
-    return replace(plan, **update) if update else plan  # type: ignore[arg-type]
+    return replace(plan, **update) if update else plan
 
 
 def as_plan(config: Any) -> DigestPlan:

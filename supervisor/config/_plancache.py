@@ -18,10 +18,13 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from .._errors import ConfigError
 from ._plan import DigestPlan, apply_env_overrides, find_config
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any
 
 CACHE_FILE = "config-cache.json"
 """Name pattern of the cache file: :func:`cache_file` adds the installation's tag."""

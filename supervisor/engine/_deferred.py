@@ -20,16 +20,17 @@ import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+from .._record import asdict, record, replace
 from ..state._delivery import DELIVERY_VAR, current
 from .._errors import StateError
 from .._sanitize import clean, removed_note
 from ..state._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from typing import Any
     from ..config._context import SessionContext
     from ..config._plan import DigestPlan, StagePlan
 
@@ -97,11 +98,11 @@ def result_key(*, create: bool) -> bytes | None:
 
 def _signature(data: dict[str, Any], key: bytes) -> str:
     """Keyed BLAKE2b (32 bytes, hex) of the record without its ``sig`` field."""
-    import hashlib
+    from .._hashing import blake2b
 
     body = {k: v for k, v in data.items() if k != "sig"}
     raw = json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
-    return hashlib.blake2b(raw, key=key, digest_size=32).hexdigest()
+    return blake2b(raw, key=key, digest_size=32).hexdigest()
 
 
 def _genuine(data: dict[str, Any], stage: str, run: str, key: bytes | None) -> bool:
@@ -206,7 +207,7 @@ def _runner_alive(record: dict[str, Any] | None) -> bool:
         return False
 
 
-@dataclass(frozen=True)
+@record
 class Launch:
     """What the digest knows about one deferred stage after launching it."""
 
@@ -616,7 +617,7 @@ def running(state_dir: Path) -> list[dict[str, Any]]:
     return found
 
 
-@dataclass(frozen=True)
+@record
 class Delivery:
     """What a digest shows for one deferred stage: ``text`` (one block), and ``record``, the
     result record (status, exit_code, seconds, output, ...) when a result was delivered."""

@@ -16,10 +16,10 @@ import json
 import os
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from .._record import replace
 from ._deferred import _encode_result, _read, open_stage_dir, result_cap, result_key
 from .._errors import StateError
 

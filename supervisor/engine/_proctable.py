@@ -14,8 +14,11 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from .._record import record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any
 
 PORTABLE_VAR = "SUPERVISE_PORTABLE"
 """Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
@@ -34,7 +37,7 @@ CHURN = [0]
 exit chain's generations (a caller compares the count before and after a scan)."""
 
 
-@dataclass(frozen=True)
+@record
 class Row:
     """One process: ``pid``, ``ppid``, process group ``pgid``, session ``sid``, ``zombie``
     (exited, not yet reaped), ``start`` (an opaque start stamp: equal stamps = same process,

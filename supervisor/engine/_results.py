@@ -7,17 +7,21 @@ protocol on an empty digest, ``supervise status``) never imports anyio.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Literal
 
-StageStatus = Literal["ok", "failed", "timed_out", "killed", "not_started", "deferred", "skipped"]
-"""``ok`` exit 0; ``failed`` non-zero exit or could not start; ``timed_out`` killed at its own
-``timeout``; ``killed`` killed at the overall budget or by a signal to the supervisor;
-``not_started`` the budget ended before it could start; ``deferred`` launched detached, result
-delivered separately; ``skipped`` not part of this run (read-only, re-emit, ``--only``, or its
-``when`` condition does not hold)."""
+from .._record import record
 
-@dataclass(frozen=True)
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Literal
+
+    StageStatus = Literal["ok", "failed", "timed_out", "killed", "not_started", "deferred", "skipped"]
+    """``ok`` exit 0; ``failed`` non-zero exit or could not start; ``timed_out`` killed at its own
+    ``timeout``; ``killed`` killed at the overall budget or by a signal to the supervisor;
+    ``not_started`` the budget ended before it could start; ``deferred`` launched detached, result
+    delivered separately; ``skipped`` not part of this run (read-only, re-emit, ``--only``, or its
+    ``when`` condition does not hold)."""
+
+@record
 class StageResult:
     """One stage's outcome.
 
@@ -46,7 +50,7 @@ class StageResult:
         return self.status in ("ok", "failed", "deferred", "skipped")
 
 
-@dataclass(frozen=True)
+@record
 class DigestResult:
     """A digest's outcome.
 

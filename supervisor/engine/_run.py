@@ -10,12 +10,12 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Collection
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
+from .._record import replace
 from . import _banner, _cgroup, _deferred, _spawn, _tree
 from ..config._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink

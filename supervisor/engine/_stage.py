@@ -13,7 +13,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import anyio
 
@@ -23,9 +23,12 @@ from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
 from ._output import OrderedOutput
 from ..config._plan import DigestPlan, StagePlan
-from ._results import StageResult, StageStatus
+from ._results import StageResult
 from ._stagelog import StderrCapture
 from ..state._statedir import usable_path
+
+if TYPE_CHECKING:
+    from ._results import StageStatus
 
 DRAIN = 0.2
 """Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""

@@ -24,7 +24,7 @@ app named ``Claude``, or a ``claude`` that ran ``claude -p``) never becomes the 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from .._record import record
 
 from ._procinfo import ProcInfo, proc_info
 
@@ -74,7 +74,7 @@ def _versioned(argv0: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class ProcessId:
     """One process: ``pid`` and its ``create_time`` (seconds since the epoch)."""
 
@@ -86,7 +86,7 @@ class ProcessId:
         return self.pid == other.pid and abs(self.create_time - other.create_time) <= CREATE_TIME_TOLERANCE
 
 
-@dataclass(frozen=True)
+@record
 class HarnessProcess:
     """The harness process that owns a session: identity, harness name, process name."""
 

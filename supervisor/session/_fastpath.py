@@ -40,8 +40,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from ..state._statedir import StateDir
 

@@ -22,11 +22,11 @@ ledger, so the answer falls back to the safe side (a full start, the nudge).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from pathlib import Path
 
+from .._hashing import sha256
 from .._errors import StateError
 from ._lock import state_mutex
 from ..state._statedir import StateDir
@@ -45,7 +45,7 @@ def fingerprint(text: str) -> str:
     body = text.strip()
     if not body:
         return ""
-    return hashlib.sha256(body.encode("utf-8", "replace")).hexdigest()
+    return sha256(body.encode("utf-8", "replace")).hexdigest()
 
 
 def _check(doc: object) -> dict[str, list[dict[str, object]]]:

@@ -31,14 +31,19 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
 
+from .._record import record
 from ._ancestry import CREATE_TIME_TOLERANCE, ProcessId, is_alive
 from .._errors import StateError
 from ..state._records import dump_record
 from ..state._statedir import StateDir
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Literal, TypeVar
+
+    R = TypeVar("R")
 
 LOCK_FILE = "lock.json"
 COMPLETE_FILE = "complete.json"
@@ -49,7 +54,7 @@ _MAX_RECORD = 16 * 1024
 """Bytes: a lock or completion record is about 300; anything over this cap is corrupt."""
 
 
-@dataclass(frozen=True)
+@record
 class LockRecord:
     """Who holds the lock. ``create_time`` and ``acquired_at`` are seconds since the epoch."""
 
@@ -109,7 +114,7 @@ def _foreign_namespace(record: LockRecord) -> bool:
     return bool(record.pid_ns and pid_ns and record.pid_ns != pid_ns)
 
 
-@dataclass(frozen=True)
+@record
 class CompletionRecord:
     """A full start under lock nonce ``nonce`` ran every stage to its end (no truncation)."""
 
@@ -117,9 +122,6 @@ class CompletionRecord:
     pid: int
     session_id: str
     completed_at: float
-
-
-R = TypeVar("R")
 
 
 def prepare_state_dir(state_dir: Path) -> StateDir:
@@ -201,7 +203,7 @@ def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id:
     return any(record.ident.same(a) for a in ancestors)
 
 
-@dataclass(frozen=True)
+@record
 class LockOutcome:
     """What a full start got.
 
@@ -254,7 +256,7 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
         return LockOutcome("unusable", reason=str(err))
 
 
-@dataclass(frozen=True)
+@record
 class LockView:
     """A read of the lock and completion record (for re-emit decisions and ``status``)."""
 

@@ -28,7 +28,6 @@ and ``python -m supervisor.session._nested post-tool|advance-epoch`` (payload on
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -36,11 +35,12 @@ import stat
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .._hashing import sha256
 from .._errors import StateError
 from .._sanitize import clean, one_line, removed_note
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from ..config._context import SessionContext
 
@@ -57,7 +57,7 @@ _IMPORTS_AGENTS = re.compile(r"(?:^|\s)@(?:\./)?AGENTS\.md(?:\s|$)")
 
 
 def _ledger_base(context: SessionContext, session_id: str) -> Path:
-    key = hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    key = sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
     return Path(context.state_dir) / "nested" / key
 
 

@@ -7,10 +7,10 @@ import the router back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .._record import record
 
 
-@dataclass(frozen=True)
+@record
 class SessionOutcome:
     """What the hook prints (``text``, rendered per harness by the adapters) and how."""
 

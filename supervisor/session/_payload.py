@@ -22,12 +22,15 @@ import os
 import select
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from .._record import field, record
 from ..state._project import find_project_root
 from ..state._records import load_record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any
 
 READ_TIMEOUT = 1.0
 """Seconds the hook waits, in total, for the payload on stdin."""
@@ -47,7 +50,7 @@ PROJECT_DIR_ENV: tuple[str, ...] = ("CLAUDE_PROJECT_DIR", "CURSOR_PROJECT_DIR", 
 """Environment variables a harness sets to the project directory, in the order we trust them."""
 
 
-@dataclass(frozen=True)
+@record
 class HookPayload:
     """The Claude/Codex/Gemini-shaped SessionStart payload; unknown keys are kept in ``extra``.
 
@@ -63,7 +66,7 @@ class HookPayload:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@record
 class CursorPayload:
     """Cursor's ``sessionStart`` payload: no ``source``, the project in ``workspace_roots[0]``.
 
@@ -81,7 +84,7 @@ class CursorPayload:
 Payload = HookPayload | CursorPayload
 
 
-@dataclass(frozen=True)
+@record
 class StdinRead:
     """What a bounded read of stdin found.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from .._record import record
 from functools import cache
 
 from ..engine._proctable import PORTABLE  # noqa: E402 - SUPERVISE_PORTABLE: psutil, as off Linux
@@ -19,7 +19,7 @@ from ..engine._proctable import PORTABLE  # noqa: E402 - SUPERVISE_PORTABLE: psu
 _LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self") and not PORTABLE
 
 
-@dataclass(frozen=True)
+@record
 class ProcInfo:
     """One live process: ``pid``, parent ``ppid``, ``create_time`` (seconds since the epoch),
     ``name`` (the kernel's short name) and ``cmdline`` (argv; empty when unreadable)."""

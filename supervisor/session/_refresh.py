@@ -29,9 +29,12 @@ import time
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from .._errors import StateError
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any
 
 REFRESH_DIR = "refresh"
 """The folder of the per-session baselines in the state dir."""
@@ -62,7 +65,7 @@ def read_file(path: str) -> tuple[str, bytes] | None:
     """``(sha256 hex of the first HASH_CAP bytes, those bytes up to FILE_CAP + 1)`` of the
     regular file ``path`` (links followed: an instruction file is often a link), or None when
     it is absent, not a regular file, or unreadable. Never blocks on a FIFO."""
-    import hashlib
+    from .._hashing import sha256
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -71,7 +74,7 @@ def read_file(path: str) -> tuple[str, bytes] | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        digest = hashlib.sha256()
+        digest = sha256()
         head = b""
         left = HASH_CAP
         while left > 0:

@@ -21,20 +21,21 @@ completed writes the completion record that a later re-emit needs.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-
+from .._record import record, replace
 from . import _ancestry, _lock
 from ..config._context import SessionContext
 from ._outcome import SessionOutcome
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from typing import Literal
+
     from ..config._plan import DigestPlan
     from ..engine._results import DigestResult
 
-Action = Literal["full", "reemit", "nudge"]
+    Action = Literal["full", "reemit", "nudge"]
 
 ROUTES: dict[str, Action] = {
     "startup": "full", "new": "full",
@@ -51,7 +52,7 @@ def route(source: str) -> Action:
     return ROUTES.get(source, "full")
 
 
-@dataclass(frozen=True)
+@record
 class StageSummary:
     """One stage of the last digest, as ``supervise status`` shows it (seconds, bytes)."""
 
@@ -63,7 +64,7 @@ class StageSummary:
     truncated: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class LastDigest:
     """Summary of the last digest this project's hook ran (``last-digest.json``)."""
 
@@ -170,7 +171,7 @@ HISTORY_KEEP = 10
 """Digests ``digest-history.json`` keeps (newest last): enough to see a slow-start trend."""
 
 
-@dataclass(frozen=True)
+@record
 class HistoryEntry:
     """One past digest: when it finished (epoch seconds), its source, harness (``""`` for a
     terminal), mode, wall seconds, budget seconds, and whether it was truncated."""
@@ -184,7 +185,7 @@ class HistoryEntry:
     truncated: bool
 
 
-@dataclass(frozen=True)
+@record
 class DigestHistory:
     """The last :data:`HISTORY_KEEP` digests of a project, oldest first."""
 
@@ -438,9 +439,7 @@ def _complete(state_dir: Path, nonce: str, session_id: str, harness: str) -> str
 
 
 def _with(context: SessionContext, **changes: object) -> SessionContext:
-    from dataclasses import replace
-
-    return replace(context, **changes)  # type: ignore[arg-type]
+    return replace(context, **changes)
 
 
 def _read_only(config: DigestPlan, context: SessionContext, why: str,

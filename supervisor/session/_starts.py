@@ -21,13 +21,14 @@ cannot be used means "no dedupe", never an error.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from .._hashing import sha256
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from ._ancestry import ProcessId
     from ._outcome import SessionOutcome
@@ -44,7 +45,7 @@ _CAP = 8 * 1024 * 1024
 def start_key(owner: ProcessId, session_id: str, source: str) -> str:
     """The key of a start: hex SHA-256 of pid, whole-second create time, session id, source."""
     raw = json.dumps([owner.pid, int(owner.create_time), session_id, source])
-    return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()[:32]
+    return sha256(raw.encode("utf-8", "replace")).hexdigest()[:32]
 
 
 def _fingerprint(top: object) -> str:
@@ -53,7 +54,7 @@ def _fingerprint(top: object) -> str:
     from ..state._statedir import StateDir
 
     assert isinstance(top, StateDir)
-    digest = hashlib.sha256()
+    digest = sha256()
     for name in (LOCK_FILE, COMPLETE_FILE):
         digest.update(name.encode() + b"\0" + (top.read(name, 64 * 1024) or b"") + b"\0")
     return digest.hexdigest()

@@ -26,8 +26,9 @@ import json
 import os
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+from .._record import record
 
 MAX_SCAN = 32 * 1024 * 1024
 """Bytes read at most, from the end of the file. Without a compaction in them and with
@@ -37,7 +38,7 @@ READERS = ("claude", "codex")
 _CHUNK = 1024 * 1024
 
 
-@dataclass(frozen=True)
+@record
 class TranscriptView:
     """The session-start contexts of a transcript since its last compaction.
 

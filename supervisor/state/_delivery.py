@@ -30,10 +30,15 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, final
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from typing import final
+
     from ._statedir import StateDir
+else:
+    def final(cls: type) -> type:  # typing.final marks nothing at run time either
+        return cls
 
 DELIVERY_VAR = "SUPERVISE_DELIVERY_ID"
 """Environment variable naming the open delivery a stage stages its record writes for."""

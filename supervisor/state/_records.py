@@ -1,84 +1,134 @@
-"""Typed JSON records on the hook's hot path: frozen dataclasses checked field by field.
+"""Typed JSON records on the hook's hot path: frozen records checked field by field.
 
 The payload, the lock and completion records and the last-digest summary are read on every
-hook call. They need type checks and nothing else, so they are frozen stdlib dataclasses
-validated here rather than pydantic models: pydantic's import (about 80 ms) would be the
-hook's largest fixed cost. The configuration, read rarely and cached, keeps pydantic
-(:mod:`supervisor.config._schema`).
+hook call. They need type checks and nothing else, so they are frozen records
+(:mod:`supervisor._record`) validated here rather than pydantic models: pydantic's import
+(about 80 ms) would be the hook's largest fixed cost, and ``typing.get_type_hints`` (with the
+``typing`` import, about 4 ms) is not needed either: the field types are read from the
+annotation strings (``from __future__ import annotations``) by a small parser, once per class.
+The configuration, read rarely and cached, keeps pydantic (:mod:`supervisor.config._schema`).
 
 Supported field types: ``str``, ``int`` (a bool is not an int), ``float`` (an int is
 accepted), ``bool``, ``X | None``, ``tuple[X, ...]`` (from a JSON list), a nested record
-dataclass, and ``dict[str, Any]``.
+class (named in the record's module), and ``dict[str, Any]``. Any other annotation is a
+programming error (``TypeError`` at the first load).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
-from functools import cache
-from typing import Any, TypeVar
+import sys
 
-T = TypeVar("T")
+from .._record import NO_DEFAULT, asdict, fields, is_record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    T = TypeVar("T")
 
 _MISSING = object()
+_NONE = type(None)
+_SCALARS: dict[str, type] = {"str": str, "int": int, "float": float, "bool": bool, "bytes": bytes,
+                             "None": _NONE}
 
 
 class RecordError(ValueError):
     """A mapping does not fit a record type; the message names the field."""
 
 
-@cache
-def _hints(cls: Any) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _split(text: str, sep: str) -> list[str]:
+    """``text`` split on ``sep`` outside brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return parts
 
 
-def _convert(value: Any, hint: Any, where: str) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        if value is None and type(None) in options:
+def _parse(text: str, cls: type) -> Any:
+    """A field's annotation string as a checker spec: a class, ``("union", specs)``,
+    ``("tuple", spec)``, ``"dict"`` or ``"any"``."""
+    text = text.strip()
+    options = _split(text, "|")
+    if len(options) > 1:
+        return ("union", tuple(_parse(option, cls) for option in options))
+    if text in _SCALARS:
+        return _SCALARS[text]
+    if text == "Any":
+        return "any"
+    if text.startswith("tuple[") and text.endswith("]"):
+        inner = _split(text[6:-1], ",")
+        if len(inner) == 2 and inner[1] == "...":
+            return ("tuple", _parse(inner[0], cls))
+    if text.startswith("dict[") and text.endswith("]"):
+        return "dict"
+    named = getattr(sys.modules.get(cls.__module__), text, None)
+    if isinstance(named, type) and is_record(named):
+        return named
+    raise TypeError(f"{cls.__name__}: unsupported record field type {text!r}")
+
+
+_SPECS: dict[type, dict[str, Any]] = {}
+
+
+def _specs(cls: type) -> dict[str, Any]:
+    specs = _SPECS.get(cls)
+    if specs is None:
+        annotations: dict[str, str] = cls.__dict__.get("__annotations__", {})
+        specs = _SPECS[cls] = {name: _parse(str(annotations[name]), cls) for name in fields(cls)}
+    return specs
+
+
+def _convert(value: Any, spec: Any, where: str) -> Any:
+    if type(spec) is tuple and spec[0] == "union":
+        options = spec[1]
+        if value is None and _NONE in options:
             return None
         for option in options:
-            if option is type(None):
+            if option is _NONE:
                 continue
             try:
                 return _convert(value, option, where)
             except RecordError:
                 continue
         raise RecordError(f"{where}: unexpected {type(value).__name__}")
-    if origin is tuple:
+    if type(spec) is tuple:  # ("tuple", item)
         if not isinstance(value, (list, tuple)):
             raise RecordError(f"{where}: expected a list")
-        (item, _ellipsis) = typing.get_args(hint)
-        return tuple(_convert(v, item, f"{where}[]") for v in value)
-    if origin is dict:
+        return tuple(_convert(v, spec[1], f"{where}[]") for v in value)
+    if spec == "dict":
         if not isinstance(value, dict):
             raise RecordError(f"{where}: expected an object")
         return dict(value)
-    if hint is Any:
+    if spec == "any":
         return value
-    if dataclasses.is_dataclass(hint):
-        return load_record(hint, value)  # type: ignore[arg-type]
-    if hint is float:
+    if is_record(spec):
+        return load_record(spec, value)
+    if spec is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         raise RecordError(f"{where}: expected a number")
-    if hint is int:
+    if spec is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         raise RecordError(f"{where}: expected an integer")
-    if isinstance(value, hint):
+    if isinstance(value, spec):
         return value
-    raise RecordError(f"{where}: expected {getattr(hint, '__name__', hint)}")
+    raise RecordError(f"{where}: expected {getattr(spec, '__name__', spec)}")
 
 
 def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
                 extra: str | None = None) -> T:
-    """Build record ``cls`` (a dataclass) from a JSON mapping.
+    """Build record ``cls`` (a :func:`supervisor._record.record` class) from a JSON mapping.
 
     Args:
-        cls: the dataclass.
+        cls: the record class.
         data: the decoded JSON value.
         tolerant: a field of the wrong type is treated as absent (its default) instead of
             an error; a harness sending ``"source": 5`` gets an unrecognized source.
@@ -91,28 +141,28 @@ def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
     """
     if not isinstance(data, dict):
         raise RecordError(f"{cls.__name__}: expected an object")
-    hints = _hints(cls)  # type: ignore[arg-type]
+    specs = _specs(cls)
+    defaults: tuple[object, ...] = getattr(cls, "__record_defaults__")
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        if f.name == extra:
+    for (name, spec), default in zip(specs.items(), defaults):
+        if name == extra:
             continue
-        value = data.get(f.name, _MISSING)
+        value = data.get(name, _MISSING)
         if value is _MISSING:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise RecordError(f"{cls.__name__}.{f.name}: missing")
+            if default is NO_DEFAULT:
+                raise RecordError(f"{cls.__name__}.{name}: missing")
             continue
         try:
-            kwargs[f.name] = _convert(value, hints[f.name], f"{cls.__name__}.{f.name}")
+            kwargs[name] = _convert(value, spec, f"{cls.__name__}.{name}")
         except RecordError:
             if not tolerant:
                 raise
     if extra is not None:
-        known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        kwargs[extra] = {k: v for k, v in data.items() if k not in known}
+        kwargs[extra] = {k: v for k, v in data.items() if k not in specs}
     return cls(**kwargs)
 
 
 def dump_record(record: Any, *, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The record as a JSON-ready mapping (tuples become lists), without ``exclude``."""
-    data = dataclasses.asdict(record)
+    data = asdict(record)
     return {k: v for k, v in data.items() if k not in exclude}

@@ -53,9 +53,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
 
 from .._errors import StateError
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    R = TypeVar("R")
 
 RECORD_CAP = 16 * 1024
 """Bytes: the read cap for a small JSON record (lock, completion, running, last digest)."""
@@ -74,7 +79,6 @@ _BAD_PARSE = (ValueError, TypeError, KeyError, RecursionError, MemoryError, Unic
 """Every way decoding a planted file can fail: all of them mean "corrupt"."""
 
 _notices: list[str] = []
-R = TypeVar("R")
 
 
 def take_notices() -> list[str]:

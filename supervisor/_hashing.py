@@ -1,0 +1,47 @@
+"""SHA-256 and BLAKE2b without ``hashlib``'s import cost.
+
+``import hashlib`` builds its table of OpenSSL constructors at import: about 3 ms of CPU per
+hook process on the 2-core benchmark host, a tenth of a post-tool hook's whole CPU budget
+(docs/benchmarks.md, 2026-11-30 20:30 UTC). CPython's built-in modules behind it (``_sha256``
+on 3.11, ``_sha2`` from 3.12; ``_blake2``) cost about 1 ms and compute the same digests; when
+an interpreter lacks them (a build without them, a later rename) ``hashlib`` is used instead.
+Both return hash objects with the ``hashlib`` interface (``update``, ``digest``,
+``hexdigest``).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from hashlib import _Hash
+    from hashlib import blake2b as Blake2b
+    from typing import Any
+
+
+def _constructor(modules: tuple[str, ...], name: str) -> Any:
+    """``name`` from the first of ``modules`` that has it, else from ``hashlib``."""
+    for module in modules:
+        try:
+            return getattr(__import__(module), name)
+        except (ImportError, AttributeError):
+            continue
+    import hashlib
+
+    return getattr(hashlib, name)
+
+
+def sha256(data: bytes = b"") -> _Hash:
+    """A SHA-256 hash object over ``data`` (as ``hashlib.sha256``)."""
+    hashed: _Hash = _constructor(("_sha256", "_sha2"), "sha256")(data)  # 3.11, 3.12+
+    return hashed
+
+
+def blake2b(data: bytes, *, key: bytes = b"", digest_size: int = 64) -> Blake2b:
+    """A BLAKE2b hash object over ``data`` (as ``hashlib.blake2b``); ``key`` up to 64 bytes,
+    ``digest_size`` 1 to 64 bytes.
+
+    Raises:
+        ValueError: ``key`` or ``digest_size`` out of range.
+    """
+    hashed: Blake2b = _constructor(("_blake2",), "blake2b")(data, key=key, digest_size=digest_size)
+    return hashed
