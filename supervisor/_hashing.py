@@ -1,4 +1,4 @@
-"""SHA-256 and BLAKE2b without ``hashlib``'s import cost.
+"""SHA-256, BLAKE2b and a constant-time compare without ``hashlib``'s import cost.
 
 ``import hashlib`` builds its table of OpenSSL constructors at import: about 3 ms of CPU per
 hook process on the 2-core benchmark host, a tenth of a post-tool hook's whole CPU budget
@@ -18,16 +18,16 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def _constructor(modules: tuple[str, ...], name: str) -> Any:
-    """``name`` from the first of ``modules`` that has it, else from ``hashlib``."""
+def _constructor(modules: tuple[str, ...], name: str, fallback: tuple[str, str] | None = None) -> Any:
+    """``name`` from the first of ``modules`` that has it, else ``fallback`` (module, name),
+    by default ``hashlib.<name>``."""
     for module in modules:
         try:
             return getattr(__import__(module), name)
         except (ImportError, AttributeError):
             continue
-    import hashlib
-
-    return getattr(hashlib, name)
+    module, attr = fallback or ("hashlib", name)
+    return getattr(__import__(module), attr)
 
 
 def sha256(data: bytes = b"") -> _Hash:
@@ -45,3 +45,14 @@ def blake2b(data: bytes, *, key: bytes = b"", digest_size: int = 64) -> Blake2b:
     """
     hashed: Blake2b = _constructor(("_blake2",), "blake2b")(data, key=key, digest_size=digest_size)
     return hashed
+
+
+def compare_digest(a: str, b: str) -> bool:
+    """``a == b`` for ASCII strings (hex digests), in time independent of where they differ:
+    ``hmac.compare_digest``, whose module imports ``hashlib``.
+
+    Raises:
+        TypeError: a string holds a non-ASCII character.
+    """
+    same: bool = _constructor(("_operator",), "_compare_digest", ("hmac", "compare_digest"))(a, b)
+    return same

@@ -283,14 +283,38 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     read = _payload(project, "PostToolUse", tool_name="Read",
                     tool_input={"file_path": str(project / "src" / "pkg" / "mod.py")},
                     tool_response={"content": "y" * 200_000})
-    state = project / ".supervise" / "deferred" / "net"
+    # A result is delivered only for a stage configured deferred, signed with this user's
+    # result key (issue 11): its own project, and a key under a private XDG_STATE_HOME.
+    deliver = tmp / "deliver project"
+    deliver.mkdir()
+    subprocess.run(["git", "init", "-q", str(deliver)], check=True)
+    (deliver / "supervise.toml").write_text(
+        'budget = 10\n[[stages]]\nname = "net"\nrun = ["true"]\ndeferred = true\n')
+    deliver_env = {**env, "XDG_STATE_HOME": str(tmp / "xdg state")}
+    deliver_prompt = _payload(deliver, "UserPromptSubmit", prompt="add a test")
+    state = deliver / ".supervise" / "deferred" / "net"
     counter = iter(range(10**9))
+    sys.path.insert(0, str(ROOT))
+    from supervisor.engine._deferred import _encode_result, result_key
+
+    saved = os.environ.get("XDG_STATE_HOME")
+    os.environ["XDG_STATE_HOME"] = deliver_env["XDG_STATE_HOME"]
+    try:
+        key = result_key(create=True)
+    finally:
+        if saved is None:
+            os.environ.pop("XDG_STATE_HOME", None)
+        else:
+            os.environ["XDG_STATE_HOME"] = saved
+    assert key is not None
 
     def with_result() -> float:
         state.mkdir(parents=True, exist_ok=True)
-        (state / "result-1.json").write_text(json.dumps(
-            {"name": "net", "title": "net", "status": "ok", "seconds": 0.1, "output": "OK"}))
-        return timed([*hook, "--event", "prompt"], cwd=project, env=env, stdin=prompt)
+        run = f"{next(counter)}-bench"
+        (state / f"result-{run}.json").write_bytes(_encode_result(
+            {"name": "net", "run_id": run, "title": "net", "status": "ok", "seconds": 0.1,
+             "finished": time.time(), "output": "OK"}, 1 << 20, key))
+        return timed([*hook, "--event", "prompt"], cwd=deliver, env=deliver_env, stdin=deliver_prompt)
 
     def nested_read() -> float:
         payload = _payload(project, "PostToolUse", session=f"s{next(counter)}", tool_name="Read",
@@ -335,6 +359,22 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
               env=env, stdin=stdin)
         if marker.exists():  # the row would time the Python path, not the fast path
             raise SystemExit(f"benchmark setup: the {event} fast path in {cwd.name!r} started Python")
+    # The Python rows must do their work, not time a refusal or an early exit.
+    with_result()
+    run = f"{next(counter)}-bench"
+    (state / f"result-{run}.json").write_bytes(_encode_result(
+        {"name": "net", "run_id": run, "title": "net", "status": "ok", "seconds": 0.1,
+         "finished": time.time(), "output": "DELIVERED"}, 1 << 20, key))
+    proof = subprocess.run([*hook, "--event", "prompt"], cwd=deliver, env=deliver_env,
+                           input=deliver_prompt, capture_output=True, check=False)
+    if b"DELIVERED" not in proof.stdout:
+        raise SystemExit(f"benchmark setup: the prompt hook delivered nothing: {proof.stderr[-500:]!r}")
+    proof = subprocess.run([*hook, "--event", "post-tool"], cwd=project, env=env, capture_output=True,
+                           input=_payload(project, "PostToolUse", session="proof", tool_name="Read",
+                                          tool_input={"file_path": str(project / "nested" / "a.py")}),
+                           check=False)
+    if b"nested rules" not in proof.stdout:
+        raise SystemExit(f"benchmark setup: the post-tool hook injected nothing: {proof.stderr[-500:]!r}")
     got, cpu = interleaved_cpu({
         "sh": lambda: timed(["/bin/sh", "-c", ":"]),
         "python": lambda: timed([sys.executable, "-c", "pass"], env=env),

@@ -109,12 +109,12 @@ def _genuine(data: dict[str, Any], stage: str, run: str, key: bytes | None) -> b
     """True when result ``data`` in stage ``stage``'s folder, file ``result-<run>``, was written
     by our runner: its name and run id match the folder and file, and its ``sig`` is the
     keyed hash under this user's :func:`result_key`."""
-    import hmac
+    from .._hashing import compare_digest
 
     sig = data.get("sig")
     return (key is not None and isinstance(sig, str) and data.get("name") == stage
             and f"{data.get('run_id')}.json" == run
-            and hmac.compare_digest(sig, _signature(data, key)))
+            and compare_digest(sig, _signature(data, key)))
 
 
 def _refuse(directory: StateDir, stage: str, name: str, why: str) -> None:

@@ -131,7 +131,8 @@ def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
         cls: the record class.
         data: the decoded JSON value.
         tolerant: a field of the wrong type is treated as absent (its default) instead of
-            an error; a harness sending ``"source": 5`` gets an unrecognized source.
+            an error; a harness sending ``"source": 5`` gets an unrecognized source. A field
+            without a default stays an error.
         extra: name of a ``dict`` field that receives the keys ``cls`` does not declare
             (unknown keys are otherwise ignored).
 
@@ -155,7 +156,7 @@ def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
         try:
             kwargs[name] = _convert(value, spec, f"{cls.__name__}.{name}")
         except RecordError:
-            if not tolerant:
+            if not tolerant or default is NO_DEFAULT:  # a required field has no default to fall back to
                 raise
     if extra is not None:
         kwargs[extra] = {k: v for k, v in data.items() if k not in specs}

@@ -1,0 +1,185 @@
+"""Frozen records (supervisor._record), the typed JSON loader over them (supervisor.state._records)
+and the hashes without hashlib (supervisor._hashing): the hot path's replacements for
+dataclasses, typing.get_type_hints and hashlib behave as the originals did."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import hmac
+from typing import Any
+
+import pytest
+
+from supervisor import _hashing
+from supervisor._record import (FrozenRecordError, asdict, field, fields, is_record,
+                                mutable_record, record, replace)
+from supervisor.state._records import RecordError, dump_record, load_record
+
+
+@record
+class Inner:
+    name: str
+    size: int = 0
+
+
+@record
+class Outer:
+    title: str
+    count: int | None = None
+    ratio: float = 1.0
+    flag: bool = False
+    tags: tuple[str, ...] = ()
+    inner: tuple[Inner, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class InnerDC:
+    name: str
+    size: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class OuterDC:
+    title: str
+    count: int | None = None
+    ratio: float = 1.0
+    flag: bool = False
+    tags: tuple[str, ...] = ()
+    inner: tuple[InnerDC, ...] = ()
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def test_a_record_behaves_as_the_frozen_dataclass_it_replaces() -> None:
+    """Construction, defaults, equality, hashing, repr and asdict as ``@dataclass(frozen=True)``."""
+    ours = Outer("t", 3, tags=("a",), inner=(Inner("x", 2),))
+    theirs = OuterDC("t", 3, tags=("a",), inner=(InnerDC("x", 2),))
+    assert repr(ours).replace("Inner(", "InnerDC(") == repr(theirs).replace("OuterDC(", "Outer(")
+    assert asdict(ours) == dataclasses.asdict(theirs)
+    assert fields(Outer) == tuple(f.name for f in dataclasses.fields(OuterDC))
+    assert Outer.__match_args__ == OuterDC.__match_args__
+    assert ours == Outer("t", 3, tags=("a",), inner=(Inner("x", 2),))
+    assert ours != Outer("t", 4, tags=("a",), inner=(Inner("x", 2),))
+    assert Inner("x", 2) != InnerDC("x", 2)  # type: ignore[comparison-overlap]  # another class is never equal, as dataclasses
+    assert hash(Inner("x", 2)) == hash(Inner(name="x", size=2)) == hash(("x", 2))
+    assert Outer("t").extra is not Outer("t").extra  # default_factory: one per instance
+    with pytest.raises(TypeError):
+        hash(ours)  # a dict field is unhashable, as in a frozen dataclass
+    asdict(ours)["extra"]["k"] = 1
+    assert ours.extra == {}  # asdict copies
+
+
+def test_a_record_is_frozen_and_checks_its_arguments() -> None:
+    item = Inner("x")
+    with pytest.raises(FrozenRecordError):
+        item.name = "y"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        del item.name
+    with pytest.raises(TypeError, match="missing required argument: 'name'"):
+        Inner()  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="multiple values"):
+        Inner("x", name="y")  # type: ignore[misc]
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        Inner("x", colour=1)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="positional"):
+        Inner("x", 1, 2)  # type: ignore[call-arg]
+    assert replace(item, size=5) == Inner("x", 5) and item.size == 0
+    with pytest.raises(TypeError):
+        replace(item, colour=1)
+    with pytest.raises(TypeError):
+        @record
+        class Bad:
+            a: int = 0
+            b: int  # type: ignore[misc]
+    assert is_record(Inner) and is_record(item) and not is_record(InnerDC("x"))
+    with pytest.raises(TypeError):
+        asdict(Inner)
+
+
+def test_a_mutable_record_takes_assignments_and_is_unhashable() -> None:
+    @mutable_record
+    class Args:
+        harness: str = ""
+        problems: tuple[str, ...] = ()
+
+    args = Args()
+    args.harness = "claude"
+    assert args == Args("claude") and repr(args) == "test_a_mutable_record_takes_assignments_and_is_unhashable.<locals>.Args(harness='claude', problems=())"
+    with pytest.raises(TypeError):
+        hash(args)
+
+
+def test_the_loader_checks_every_field_as_it_did_with_get_type_hints() -> None:
+    data = {"title": "t", "count": None, "ratio": 2, "flag": True, "tags": ["a", "b"],
+            "inner": [{"name": "x", "size": 3}], "other": 1}
+    got = load_record(Outer, data, extra="extra")
+    assert got == Outer("t", None, 2.0, True, ("a", "b"), (Inner("x", 3),), {"other": 1})
+    assert isinstance(got.ratio, float)
+    assert dump_record(got, exclude=frozenset({"extra"})) == {
+        "title": "t", "count": None, "ratio": 2.0, "flag": True, "tags": ("a", "b"),
+        "inner": ({"name": "x", "size": 3},)}  # tuples stay tuples; json.dumps writes lists
+    wrong = [
+        ([], "Outer: expected an object"),
+        ({}, "Outer.title: missing"),
+        ({"title": 1}, "Outer.title: expected str"),
+        ({"title": "t", "count": True}, "Outer.count: unexpected bool"),  # a bool is not an int
+        ({"title": "t", "count": 1.5}, "Outer.count: unexpected float"),
+        ({"title": "t", "ratio": "1"}, "Outer.ratio: expected a number"),
+        ({"title": "t", "ratio": False}, "Outer.ratio: expected a number"),
+        ({"title": "t", "flag": 1}, "Outer.flag: expected bool"),
+        ({"title": "t", "tags": "ab"}, "Outer.tags: expected a list"),
+        ({"title": "t", "tags": [1]}, r"Outer.tags\[\]: expected str"),
+        ({"title": "t", "inner": [{"size": 1}]}, "Inner.name: missing"),
+        ({"title": "t", "inner": [[]]}, "Inner: expected an object"),
+        ({"title": "t", "extra": []}, "Outer.extra: expected an object"),
+    ]
+    for value, message in wrong:
+        with pytest.raises(RecordError, match=message):
+            load_record(Outer, value)
+    tolerant = load_record(Outer, {"title": "t", "count": "x", "tags": [1], "flag": "y"},
+                           tolerant=True)
+    assert tolerant == Outer("t")  # wrong-typed fields fall back to their defaults
+    with pytest.raises(RecordError, match="Outer.title: expected str"):
+        load_record(Outer, {"title": 5}, tolerant=True)  # a required field stays required
+
+
+def test_an_unsupported_field_type_is_a_programming_error() -> None:
+    @record
+    class Odd:
+        when: set[int]
+
+    with pytest.raises(TypeError, match="unsupported record field type 'set\\[int\\]'"):
+        load_record(Odd, {"when": [1]})
+
+
+def test_every_json_record_of_the_hot_path_has_a_supported_shape() -> None:
+    """The records read from state files and payloads all parse (a typo in an annotation would
+    otherwise surface only when a hook first reads that file)."""
+    from supervisor.session._lock import CompletionRecord, LockRecord
+    from supervisor.session._payload import CursorPayload, HookPayload
+    from supervisor.session._routing import DigestHistory, LastDigest
+
+    for cls in (LockRecord, CompletionRecord, LastDigest, DigestHistory, HookPayload, CursorPayload):
+        with pytest.raises(RecordError):
+            load_record(cls, {name: object() for name in fields(cls)})
+    assert load_record(DigestHistory, {"entries": [{
+        "finished_at": 1, "source": "startup", "harness": "claude", "mode": "full",
+        "seconds": 1.5, "budget": 10, "truncated": False}]}).entries[0].budget == 10.0
+
+
+def test_the_hashes_match_hashlib_and_hmac() -> None:
+    data = b"session \xff id"
+    assert _hashing.sha256(data).hexdigest() == hashlib.sha256(data).hexdigest()
+    grown = _hashing.sha256()
+    grown.update(data)
+    assert grown.hexdigest() == hashlib.sha256(data).hexdigest()
+    key = bytes(range(32))
+    assert (_hashing.blake2b(data, key=key, digest_size=32).hexdigest()
+            == hashlib.blake2b(data, key=key, digest_size=32).hexdigest())
+    with pytest.raises(ValueError):
+        _hashing.blake2b(data, key=bytes(65))
+    assert _hashing.compare_digest("ab12", "ab12") and not _hashing.compare_digest("ab12", "ab13")
+    assert _hashing.compare_digest("a", "b") == hmac.compare_digest("a", "b")
+    with pytest.raises(TypeError):
+        _hashing.compare_digest("é", "é")
