@@ -24,6 +24,23 @@ TOKEN_VAR = "WATCHKEEPER_TEST_TOKEN"
 ROOT = Path(__file__).resolve().parent.parent
 
 
+_PYTEST_PID = os.getpid()
+_real_exit = os._exit
+
+
+def _exit_guard(status: int) -> None:
+    """``os._exit`` in pytest's own process would end the whole run at once, with that status
+    (0 for the hook's quiet exit): the suite stopped silently halfway and CI read success. In
+    this process it is a test failure instead; a forked child still exits for real."""
+    if os.getpid() == _PYTEST_PID:
+        raise AssertionError(f"os._exit({status}) was called in pytest's own process: it would "
+                             "have ended the test run silently")
+    _real_exit(status)
+
+
+os._exit = _exit_guard
+
+
 def _carriers(token: str) -> list[psutil.Process]:
     found = []
     me = os.getpid()
