@@ -152,7 +152,11 @@ def test_a_digest_over_512_KiB_arrives_cut_on_a_character_boundary(project: Proj
 def test_a_deferred_result_reaches_the_next_turn_once(project: Project, fake_model: FakeModel,
                                                       pi_env: dict[str, str]) -> None:
     """Turn 1 gets the digest (the deferred stage still running); turn 2, after it finished,
-    gets its result through before_agent_start; turn 3 does not get it again."""
+    gets its result through before_agent_start; turn 3 does not get it again.
+    Handshakes, not sleeps: the stage ends only once the test releases it after turn 1, and
+    turn 2 starts only once the runner has written its result (a `sleep 2` stage and a 4 s
+    wait were two guesses about a loaded host)."""
+    flag = project.path.parent / "release-deferred"
     project.configure(f"""\
         budget = 20
         grace = 0.5
@@ -164,18 +168,25 @@ def test_a_deferred_result_reaches_the_next_turn_once(project: Project, fake_mod
         [[stages]]
         name = "late"
         deferred = true
-        run = ["sh", "-c", "sleep 2; echo {project.mark}-DEFERRED-RESULT"]
+        timeout = 60
+        run = ["sh", "-c", "while [ ! -e '{flag}' ]; do sleep 0.05; done; echo {project.mark}-DEFERRED-RESULT"]
         """)
     result = f"{project.mark}-DEFERRED-RESULT"
+    results = project.path / ".supervise" / "deferred" / "late"
     rpc = Rpc(project, pi_env)
     try:
         rpc.send({"id": "1", "type": "prompt", "message": "turn 1"}, until="agent_end")
         first = fake_model.count()
-        time.sleep(4)
+        flag.write_text("go")
+        deadline = time.monotonic() + 30
+        while not list(results.glob("result-*.json")):  # the runner's own completion record
+            assert time.monotonic() < deadline, "deferred stage never finished"
+            time.sleep(0.05)
         rpc.send({"id": "2", "type": "prompt", "message": "turn 2"}, until="agent_end")
         second = fake_model.count()
         rpc.send({"id": "3", "type": "prompt", "message": "turn 3"}, until="agent_end")
     finally:
+        flag.touch()  # the stage ends, so no process outlives the test
         rpc.close()
     bodies = fake_model.bodies()
     assert all(result not in b for b in bodies[:first])
