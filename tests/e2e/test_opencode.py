@@ -42,10 +42,33 @@ def oc_env(project: Project, fake_model: FakeModel, tmp_path: Path, oc_cache: Pa
         "share": "disabled"}))
     project.install("opencode")
     xdg = tmp_path / "oc-xdg"
+    for folder in (xdg / "config" / "opencode", project.path / ".opencode"):
+        seed_plugin_dependency(folder)
     return clean_env(XDG_CONFIG_HOME=str(xdg / "config"), XDG_DATA_HOME=str(xdg / "data"),
                      XDG_CACHE_HOME=str(oc_cache), XDG_STATE_HOME=str(xdg / "state"),
                      OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
                      OPENCODE_DISABLE_LSP_DOWNLOAD="1")
+
+
+OPENCODE_PIN = "1.18.33"
+
+
+def seed_plugin_dependency(folder: Path) -> None:
+    """Mark ``@opencode-ai/plugin`` as installed in one of OpenCode's config folders.
+
+    At start OpenCode adds that package (type definitions for plugin authors; our plugin imports
+    nothing from it) to every config folder it reads, the global one and each ``.opencode``,
+    with an npm install from the registry unless ``node_modules`` exists and ``package-lock.json``
+    already lists every dependency (OpenCode 1.18.33, ``Npm.install``). Per test that was a
+    network install before the first model call: 90 s and more on a loaded host, inside the
+    120 s a CLI run gets (CI failed three OpenCode tests at once that way). A user's second
+    session finds the folder as this leaves it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "node_modules").mkdir(exist_ok=True)
+    deps = {"@opencode-ai/plugin": OPENCODE_PIN}
+    (folder / "package.json").write_text(json.dumps({"dependencies": deps}))
+    (folder / "package-lock.json").write_text(json.dumps(
+        {"lockfileVersion": 3, "requires": True, "packages": {"": {"dependencies": deps}}}))
 
 
 def opencode(project: Project, env: dict[str, str], *args: str) -> None:
@@ -92,7 +115,8 @@ run = ["sh", "-c", "echo {mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE"]
 [[stages]]
 name = "late"
 deferred = true
-run = ["sh", "-c", "sleep 2; echo {mark}-DEFERRED-RESULT"]
+timeout = 60
+run = ["sh", "-c", "while [ ! -e '{flag}' ]; do sleep 0.05; done; echo {mark}-DEFERRED-RESULT"]
 """
 
 
@@ -100,11 +124,23 @@ def test_a_deferred_result_reaches_a_later_request_of_the_turn_once(
         project: Project, fake_model: FakeModel, oc_env: dict[str, str]) -> None:
     """The digest says the deferred stage is in progress; the model's bash call waits past its
     end; the next request of the same turn carries the result (per-request transform), once,
-    and no request before it does."""
-    project.configure(DEFERRED_TOML.format(mark=project.mark))
+    and no request before it does.
+
+    Handshakes, not sleeps (a `sleep 2` stage and a `sleep 4` tool call were two guesses about
+    a loaded host): the stage ends only when the tool call releases it, and the tool call ends
+    only once the runner has written its result, then waits out the plugin's per-turn
+    interval (TURN_INTERVAL_MS, 1 s; a sleep as a lower bound, never as a premise)."""
+    # Paths inside the project, relative: OpenCode asks before a tool touches another directory.
+    flag = project.path / "release-deferred"
+    project.configure(DEFERRED_TOML.format(mark=project.mark, flag=flag))
     config = json.loads((project.path / "opencode.json").read_text())
     (project.path / "opencode.json").write_text(json.dumps({**config, "permission": {"bash": "allow"}}))
-    opencode(project, oc_env, "turn 1: FAKE_BASH sleep 4")
+    try:
+        opencode(project, oc_env, "turn 1: FAKE_BASH touch release-deferred; until ls "
+                                  ".supervise/deferred/late/result-*.json; do sleep 0.05; done; "
+                                  "sleep 1.2")
+    finally:
+        flag.touch()  # the stage ends, so no process outlives the test
     main = [b for b in fake_model.bodies() if TITLE not in b]
     result = f"{project.mark}-DEFERRED-RESULT"
     assert len(main) >= 2, "the bash tool call made no second request"
