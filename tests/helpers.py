@@ -8,6 +8,25 @@ import sys
 from pathlib import Path
 
 
+def alive_and_ours(pid: int) -> bool:
+    """True when ``pid`` is a live (not zombie) process this test started, directly or not: it
+    carries the test's ``WATCHKEEPER_TEST_TOKEN`` (tests/conftest.py). A pid alone is no proof:
+    pid_max is 32768 on CI hosts and fork-and-exit chains (ours and parallel runs') spend
+    thousands of pids a second, so a dead stage's pid may already name another process."""
+    import psutil
+
+    token = os.environ.get("WATCHKEEPER_TEST_TOKEN")
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return token is None or proc.environ().get("WATCHKEEPER_TEST_TOKEN") == token
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # another user's process: not one this test started
+        return False
+
+
 def supervise_cmd(*args: str) -> list[str]:
     """argv that runs the CLI from this checkout with the test interpreter."""
     return [sys.executable, "-m", "supervisor", *args]

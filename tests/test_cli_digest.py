@@ -11,10 +11,9 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from helpers import peak_rss_until_exit, run_cli, supervise_cmd
+from helpers import alive_and_ours, peak_rss_until_exit, run_cli, supervise_cmd
 
 RES = Path(__file__).parent / "resources"
 HOSTILE = f"{sys.executable} {RES / 'hostile.py'}"
@@ -111,7 +110,7 @@ def test_sigterm_to_the_supervisor_kills_the_stage_and_prints_the_banner(tmp_pat
     assert "STARTUP TRUNCATED" in text and "SIGTERM" in text
     assert "'stuck'" in text and "Never started: 'never'" in text
     for role in ("leader", "child"):
-        assert not psutil.pid_exists(int((piddir / f"{role}.pid").read_text()))
+        assert not alive_and_ours(int((piddir / f"{role}.pid").read_text()))
 
 
 def test_budget_banner_names_the_rerun_command(tmp_path: Path) -> None:

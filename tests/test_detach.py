@@ -13,9 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 
-from helpers import run_cli
+from helpers import alive_and_ours, run_cli
 
 DETACH_VAR = "SUPERVISE_DETACHED_FROM"
 
@@ -49,10 +48,7 @@ def test_the_stage_constant_matches_the_engine() -> None:
 
 
 def _gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    return not alive_and_ours(pid)  # a reused pid is not our child
 
 
 def test_a_configured_stage_cannot_detach_with_the_mark(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
+
+from helpers import alive_and_ours
 
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
 from supervisor.engine._results import DigestResult
@@ -35,12 +36,9 @@ def hostile(name: str, kind: str, *args: str, **extra: Any) -> dict[str, Any]:
 
 
 def pid_dead(path: Path) -> bool:
-    pid = int(path.read_text())
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+    """The process whose pid ``path`` holds is gone (a zombie, or its pid now names a process
+    this test did not start: pids are reused)."""
+    return not alive_and_ours(int(path.read_text()))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers import run_cli, supervise_cmd
+from helpers import alive_and_ours, run_cli, supervise_cmd
 
 LINUX = sys.platform.startswith("linux")
 HEAVY = {"anyio", "asyncio", "ssl", "psutil", "pydantic", "dataclasses", "supervisor.engine._tree",
@@ -31,6 +31,8 @@ def _loaded(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> se
 
 
 def _alive(pid: int) -> bool:
+    """For a process that cleared its environment (no test token to tell it from a process that
+    reused its pid): any live process with that pid."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
@@ -89,7 +91,7 @@ def test_leftovers_of_a_normal_exit_are_swept(tmp_path: Path, cpu_load: str) -> 
     proc = run_cli("run", "--grace", "0.2", "--", "sh", "-c", script, cwd=tmp_path, timeout=60)
     assert proc.stdout == b"ready\n" and proc.returncode == 0, proc.stderr
     pids = _pids(tmp_path)
-    assert len(pids) == 3 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 3 and not [p for p in pids if alive_and_ours(p)]
 
 
 def test_the_budget_kills_the_whole_tree(tmp_path: Path, cpu_load: str) -> None:
@@ -101,7 +103,7 @@ def test_the_budget_kills_the_whole_tree(tmp_path: Path, cpu_load: str) -> None:
     assert proc.stdout == b"ready\n", proc.stderr  # the premise: the tree was up in time
     assert proc.returncode == 124 and b"killed after its 3s budget" in proc.stderr
     pids = _pids(tmp_path)
-    assert len(pids) == 3 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 3 and not [p for p in pids if alive_and_ours(p)]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
@@ -121,7 +123,7 @@ def test_a_signal_to_run_kills_the_whole_tree(tmp_path: Path, sig: int, cpu_load
         _stop(proc)
     assert proc.returncode == 128 + sig and b"budget" not in err, err
     pids = _pids(tmp_path)
-    assert len(pids) == 3 and not [p for p in pids if _alive(p)]
+    assert len(pids) == 3 and not [p for p in pids if alive_and_ours(p)]
 
 
 @pytest.mark.skipif(not LINUX, reason="the child subreaper is Linux's")
