@@ -125,29 +125,46 @@ def test_budget_banner_names_the_rerun_command(tmp_path: Path) -> None:
 
 def test_deferred_stage_never_holds_the_digest_and_is_delivered_once(tmp_path: Path) -> None:
     """Rule 14: `out=$(supervise digest)` returns while the deferred stage sleeps; its result
-    is delivered exactly once, by the next digest."""
-    gate = tmp_path / "go"
-    write_config(tmp_path, stage("net", f"sh -c 'while [ ! -e {gate} ]; do sleep 0.02; done; "
-                                        f"echo upstream reachable'", deferred=True, timeout=20)
+    is delivered exactly once, by the next digest.
+
+    Gates, not timing: the first run ends only when `go` exists, every later run only when
+    `release` does. (With one gate the second digest's own run could end before that digest
+    collected, under load 2 of 2: then it rightly showed its own result, the earlier one
+    superseded, and the test's premise was gone.)"""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    script = (f"if [ -e {gates}/ran-once ]; then until [ -e {gates}/release ]; do sleep 0.02; "
+              f"done; else touch {gates}/ran-once; until [ -e {gates}/go ]; do sleep 0.02; done; "
+              "fi; echo upstream reachable")
+    write_config(tmp_path, stage("net", f"sh -c '{script}'", deferred=True, timeout=20)
                  + stage("main", "echo main"))
-    first = run_cli("digest", cwd=tmp_path, timeout=15)  # capture_output: a pipe, like $(...)
-    text = first.stdout.decode()
-    assert text.startswith("main\n")
-    assert "IN PROGRESS" in text and "'net'" in text
-    gate.touch()
     results = tmp_path / ".supervise" / "deferred" / "net"
+
+    def wait_for_a_result() -> None:
+        deadline = time.monotonic() + 15
+        while not list(results.glob("result-*.json")):
+            assert time.monotonic() < deadline, "the deferred runner wrote no result"
+            time.sleep(0.02)
+
+    try:
+        first = run_cli("digest", cwd=tmp_path, timeout=15)  # capture_output: a pipe, like $(...)
+        text = first.stdout.decode()
+        assert text.startswith("main\n")
+        assert "IN PROGRESS" in text and "'net'" in text
+        (gates / "go").touch()
+        wait_for_a_result()
+        second = run_cli("digest", cwd=tmp_path).stdout.decode()
+        assert second.count("upstream reachable") == 1
+        assert "result of an EARLIER run" in second
+        # the second digest's own run ends now; the third digest shows only that one
+        (gates / "release").touch()
+        wait_for_a_result()
+        third = run_cli("digest", cwd=tmp_path).stdout.decode()
+        assert third.count("upstream reachable") == 1
+    finally:
+        (gates / "go").touch()
+        (gates / "release").touch()  # every run ends, so no process outlives the test
     deadline = time.monotonic() + 15
-    while not list(results.glob("result-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    second = run_cli("digest", cwd=tmp_path).stdout.decode()
-    assert second.count("upstream reachable") == 1
-    assert "result of an EARLIER run" in second
-    # wait for the second digest's own runner, then the third digest shows only that one
-    deadline = time.monotonic() + 15
-    while not list(results.glob("result-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    third = run_cli("digest", cwd=tmp_path).stdout.decode()
-    assert third.count("upstream reachable") == 1
     while (results / "running.json").exists() and time.monotonic() < deadline:
         time.sleep(0.02)
 
