@@ -22,14 +22,14 @@ def test_every_public_name_resolves() -> None:
 
 
 HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "inspect",
-                   "hashlib", "argparse", "signal"} | ({"psutil"} if sys.platform.startswith("linux") else set()))
+                   "hashlib", "argparse", "signal", "shutil"} | ({"psutil"} if sys.platform.startswith("linux") else set()))
 """Modules a Python hook path must not import (beyond what the interpreter itself loads at
 start): pydantic, anyio and asyncio belong to config validation and the engine; psutil is for
 kill time (ancestry reads /proc on Linux); dataclasses (with inspect, ast, dis), typing and
 hashlib cost about a third of a hook's CPU (docs/benchmarks.md, 2026-11-30 20:30 UTC): the hot
 path's value classes are `supervisor._record` records, typing names live under TYPE_CHECKING,
 hashes come from `supervisor._hashing`; signal builds three IntEnums at import (the hook's
-handlers use `_signal`)."""
+handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a folder is removed."""
 
 
 def _imported(argv: list[str], **run: object) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
