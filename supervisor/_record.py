@@ -10,7 +10,7 @@ between instances of the same class), a ``Name(field=value, ...)`` ``__repr__``,
 Why not ``dataclasses``: importing it pulls ``inspect``, ``ast``, ``dis`` and ``tokenize``
 (about 10 ms of CPU), and each frozen dataclass compiles its generated methods with ``exec``
 at import (the 22 on the session-start path cost about 8 ms more): together about a third of
-a hook's CPU (docs/benchmarks.md, 2026-11-30 20:30 UTC). The methods here are shared generic
+a hook's CPU (docs/benchmarks.md, 2026-11-30 21:05 UTC). The methods here are shared generic
 functions, so a record class costs what a plain class costs. Type checkers see the class as a
 frozen dataclass through PEP 681 ``dataclass_transform`` (under ``TYPE_CHECKING`` only: the
 ``typing`` import is another 4 ms), so construction stays checked by ``mypy --strict``.

@@ -26,7 +26,7 @@ HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "ins
 """Modules a Python hook path must not import (beyond what the interpreter itself loads at
 start): pydantic, anyio and asyncio belong to config validation and the engine; psutil is for
 kill time (ancestry reads /proc on Linux); dataclasses (with inspect, ast, dis), typing and
-hashlib cost about a third of a hook's CPU (docs/benchmarks.md, 2026-11-30 20:30 UTC): the hot
+hashlib cost about a third of a hook's CPU (docs/benchmarks.md, 2026-11-30 21:05 UTC): the hot
 path's value classes are `supervisor._record` records, typing names live under TYPE_CHECKING,
 hashes come from `supervisor._hashing`; signal builds three IntEnums at import (the hook's
 handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a folder is removed."""
