@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     if verb not in VERBS:
         print(f"supervise: unknown verb {verb!r}\n{_help()}", file=sys.stderr)
         return EXIT_USAGE
+    lost = _lost_cwd(verb, args[1:])
+    if lost:
+        print(lost, file=sys.stderr)
+        return EXIT_FAILURE
     try:
         module = importlib.import_module(f"supervisor.commands.{verb}")
     except ModuleNotFoundError as err:
@@ -63,6 +67,31 @@ def main(argv: list[str] | None = None) -> int:
     code: int = module.main(args[1:])
     _flush_state_notices()
     return code
+
+
+def _lost_cwd(verb: str, rest: list[str]) -> str:
+    """The one-line error for a terminal verb started in a directory that no longer exists
+    (deleted under the shell) or cannot be read, unless ``-C DIR`` names an absolute one;
+    ``""`` otherwise. (Every verb ended in "internal error: FileNotFoundError".) The
+    harness-facing verbs go on: their payload names the project, and they state any
+    error in their output."""
+    if verb in HARNESS_FACING or verb == "run":  # run: the command may not care where it runs
+        return ""
+    if {"-h", "--help", "--default"} & set(rest):  # no project needed
+        return ""
+    try:
+        os.getcwd()
+        return ""
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+    for i, arg in enumerate(rest):
+        value = rest[i + 1] if arg in ("-C", "--project") and i + 1 < len(rest) else (
+            arg.partition("=")[2] if arg.startswith("--project=") else
+            arg[2:] if arg.startswith("-C") and len(arg) > 2 else "")
+        if value.startswith("/"):
+            return ""
+    return (f"supervise {verb}: the current directory cannot be read ({why}; deleted?): "
+            "cd to an existing one, or pass -C with an absolute path")
 
 
 def _flush_state_notices() -> None:

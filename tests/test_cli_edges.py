@@ -203,3 +203,87 @@ def test_closed_or_full_stderr_and_closed_stdin_change_nothing(git_repo: Path, v
                           timeout=60)
     assert proc.returncode == normal.returncode, (proc.stdout[-500:], proc.stderr[-500:])
     _no_traceback(proc.stderr)
+
+
+# --- small bad inputs -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("verb", [["hook", "claude"], ["nudge", "claude"], ["status"], ["config"],
+                                  ["digest"], ["doctor"], ["install"], ["uninstall"], ["run"],
+                                  ["bridge", "--harness", "pi"]], ids=lambda v: v[0])
+def test_a_huge_argv_is_one_short_error(git_repo: Path, verb: list[str]) -> None:
+    """100,000 stray arguments: the hook printed 100,000 lines (and took seconds to parse
+    them), the terminal verbs a 200 KB "unrecognized arguments" line."""
+    proc = subprocess.run(supervise_cmd(*verb, *["a"] * 100_000), cwd=git_repo,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60,
+                          env={**os.environ, "SUPERVISE_OFF": "1"})
+    _no_traceback(proc.stderr)
+    lines = [line for line in proc.stderr.decode().splitlines() if not line.startswith(" ")]
+    assert all(len(line) <= 400 for line in lines), [len(line) for line in lines]
+    assert len([line for line in lines if not line.startswith("usage:")]) <= 1, lines[:5]
+
+
+@pytest.mark.parametrize("argv", [["run", "--", "\x1b]0;owned\x07"],
+                                  ["digest", "--only", "\x1b[8mhidden"],
+                                  ["status", "\x1b[31mred"],
+                                  ["config", "-C", "\x1b[2Jgone"],
+                                  ["install", "\x1b[31m"],
+                                  ["hook", "claude", "\x1b]0;x\x07", "--event", "\x1b[31m"]],
+                         ids=lambda a: a[0])
+def test_escape_sequences_in_arguments_never_reach_the_terminal(git_repo: Path,
+                                                                argv: list[str]) -> None:
+    """A mistyped or pasted argument is echoed in the error: as escapes, never as a title
+    change, a cleared screen or concealed text."""
+    off = {"SUPERVISE_OFF": "1"} if argv[0] == "hook" else {}  # the hook: no digest needed
+    proc = subprocess.run(supervise_cmd(*argv), cwd=git_repo, stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=60, env={**os.environ, **off})
+    assert proc.stderr, proc
+    assert b"\x1b" not in proc.stderr and b"\x07" not in proc.stderr, proc.stderr
+    assert b"\\x1b" in proc.stderr, proc.stderr  # named, not dropped
+    _no_traceback(proc.stderr)
+
+
+@pytest.mark.parametrize("encoding", ["", "ascii"])
+@pytest.mark.parametrize("verb", [["status"], ["status", "--format", "json"], ["config"],
+                                  ["doctor"], ["install", "claude"], ["uninstall", "claude"],
+                                  ["digest"]], ids=lambda v: "-".join(v[:2]))
+def test_a_project_folder_whose_name_is_not_utf8(tmp_path: Path, verb: list[str],
+                                                 encoding: str) -> None:
+    """A folder named with a byte that is not UTF-8: ``install``/``uninstall``/``doctor`` ended
+    in "internal error: UnicodeDecodeError" (git's answer decoded as text), ``status`` under
+    ``PYTHONIOENCODING=ascii`` in "UnicodeEncodeError"."""
+    project = Path(os.fsdecode(bytes(tmp_path) + b"/bad\xffname"))
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True, timeout=30,
+                   env={k: v for k, v in os.environ.items() if not k.startswith("GIT_")})
+    (project / "supervise.toml").write_text('[[stages]]\nname = "b"\nrun = ["echo", "hi"]\n')
+    env = {**os.environ, "PYTHONIOENCODING": encoding} if encoding else None
+    proc = subprocess.run(supervise_cmd(*verb, "-C", str(project)), stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=60, env=env, cwd=tmp_path)
+    _no_traceback(proc.stderr)
+    assert proc.returncode in (0, 1), proc.stderr  # doctor: 1 for its failed checks
+    if verb == ["status"]:
+        assert b"bad\xffname" in proc.stdout, proc.stdout  # the name's own bytes, as ls shows it
+
+
+@pytest.mark.parametrize("verb", [["status"], ["config"], ["doctor"], ["digest"],
+                                  ["install", "claude"], ["uninstall", "claude"]],
+                         ids=lambda v: v[0])
+def test_a_deleted_current_directory_is_one_line(tmp_path: Path, git_repo: Path,
+                                                 verb: list[str]) -> None:
+    """``cd x; rm -r ../x; supervise status``: every verb said "internal error:
+    FileNotFoundError". Now one line naming the problem and the way out (-C), exit 1; with
+    an absolute ``-C`` the verb works."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    argv = supervise_cmd(*verb)
+    script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
+    proc = subprocess.run(["sh", "-c", script, "sh", str(gone), *argv], stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=60)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1, lines
+    assert "current directory cannot be read" in lines[0] and "-C" in lines[0], lines
+    gone.mkdir()
+    proc = subprocess.run(["sh", "-c", script, "sh", str(gone), *argv, "-C", str(git_repo)],
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    _no_traceback(proc.stderr)
+    assert b"current directory" not in proc.stderr, proc.stderr

@@ -46,10 +46,10 @@ def find_project_dir(start: Path) -> Path:
     """The git top level containing ``start``, else ``start`` itself (absolute)."""
     try:
         out = subprocess.run(["git", "-C", str(start), "rev-parse", "--show-toplevel"],
-                             capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired):
+                             capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+    except (OSError, ValueError, subprocess.TimeoutExpired):
         return start.absolute()
-    top = out.stdout.strip()
+    top = os.fsdecode(out.stdout).rstrip("\n")  # a folder name need not be UTF-8
     return Path(top) if out.returncode == 0 and top else start.absolute()
 
 

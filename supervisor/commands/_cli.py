@@ -43,14 +43,40 @@ def add_format(parser: argparse.ArgumentParser, what: str) -> None:
                         "document for a program")
 
 
+MESSAGE_LIMIT = 300
+"""Characters of an argument error shown (``supervise status`` with 100,000 stray arguments
+printed a 200 KB "unrecognized arguments" line)."""
+
+
+def short(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` as one readable line: control characters, escape sequences and line breaks
+    of the user's arguments written as escapes (:func:`supervisor._sanitize.one_line`), and cut
+    to ``limit`` characters, saying how long it was."""
+    from .._sanitize import one_line
+
+    text = one_line(message)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 40]}... ({len(text)} characters)"
+
+
+class VerbParser(argparse.ArgumentParser):
+    """The terminal verbs' parser: argparse's usage line and exit status 2, with the error
+    made one readable line (:func:`short`)."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the usage and ``message`` (shortened) on stderr; exit 2."""
+        super().error(short(message))
+
+
 class ArgumentProblem(Exception):
     """A bad argument to a verb that must not exit on one (``hook``, ``nudge``)."""
 
 
-class TolerantParser(argparse.ArgumentParser):
+class TolerantParser(VerbParser):
     """An argparse parser that raises :class:`ArgumentProblem` instead of exiting: a harness
     path reports a bad argument on stderr and carries on (it always exits 0)."""
 
     def error(self, message: str) -> NoReturn:
-        """Raise :class:`ArgumentProblem` with argparse's one-line ``message``."""
-        raise ArgumentProblem(message)
+        """Raise :class:`ArgumentProblem` with argparse's ``message`` (shortened)."""
+        raise ArgumentProblem(short(message))

@@ -26,6 +26,7 @@ Stdlib only and cheap: the hook imports it for stderr.
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import os
@@ -130,10 +131,31 @@ _stdout: list[Outlet] = []
 _failures: list[str] = []
 
 
+ERRORS = "supervise.bytes-or-escape"
+"""The standard streams' encoding error handler (:func:`_bytes_or_escape`)."""
+
+
+def _bytes_or_escape(err: UnicodeError) -> tuple[str | bytes, int]:
+    """Encode what the stream's encoding cannot: a file name's undecodable bytes (lone
+    surrogates ``\udc80``-``\udcff``, as ``os.fsdecode`` made them) go out as those bytes,
+    like ``ls`` prints them; any other character as a ``\\N`` escape. Before, a project folder
+    named ``bad\xff`` or ``PYTHONIOENCODING=ascii`` made ``status`` end in "internal error:
+    UnicodeEncodeError"."""
+    if not isinstance(err, UnicodeEncodeError):
+        raise err
+    chunk = err.object[err.start:err.end]
+    if all("\udc80" <= c <= "\udcff" for c in chunk):
+        return bytes(ord(c) - 0xDC00 for c in chunk), err.end
+    return codecs.backslashreplace_errors(err)
+
+
+codecs.register_error(ERRORS, _bytes_or_escape)
+
+
 def _wrap(fd: int, stream: object, closed_at_start: bool, line_buffering: bool) -> Outlet:
     outlet = Outlet(fd, closed_at_start)
     encoding = getattr(stream, "encoding", None) or "utf-8"
-    errors = getattr(stream, "errors", None) or "strict"
+    errors = ERRORS
     text = io.TextIOWrapper(io.BufferedWriter(outlet),  # type: ignore[type-var]
                             encoding=encoding, errors=errors,
                             line_buffering=line_buffering, write_through=fd == 2)

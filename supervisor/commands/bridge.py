@@ -25,7 +25,9 @@ from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise ValueError(message)
+        from ._cli import short
+
+        raise ValueError(short(message))
 
 
 def _parser() -> _Parser:

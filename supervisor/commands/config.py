@@ -11,12 +11,12 @@ import sys
 from pathlib import Path
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
-from ._cli import add_directory
+from ._cli import VerbParser, add_directory
 
 
 def main(argv: list[str]) -> int:
     """Print the config; exit 1 with one line when it is invalid."""
-    p = argparse.ArgumentParser(prog="supervise config", description=__doc__)
+    p = VerbParser(prog="supervise config", description=__doc__)
     p.add_argument("--default", action="store_true", help="print the embedded default TOML")
     p.add_argument("--config", type=Path, metavar="FILE",
                    help="read this file instead of the project's supervise.toml or pyproject.toml")

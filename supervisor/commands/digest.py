@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .._record import replace
-from ._cli import add_directory, add_format
+from ._cli import VerbParser, add_directory, add_format
 
 if TYPE_CHECKING:
     from ..engine._output import StreamSink
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``digest`` argument parser."""
-    p = argparse.ArgumentParser(prog="supervise digest", description=__doc__)
+    p = VerbParser(prog="supervise digest", description=__doc__)
     p.add_argument("--budget", type=float, metavar="S", help="overall budget in seconds")
     p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
     p.add_argument("--config", type=Path, metavar="FILE", help="config file to use")
@@ -129,7 +129,9 @@ def main(argv: list[str]) -> int:
         context = replace(context, mode="read-only")
     unknown = sorted(set(args.only or ()) - {s.name for s in config.stages})
     if unknown:
-        print(f"supervise digest: --only: no stage named {', '.join(unknown)} "
+        from ._cli import short
+
+        print(f"supervise digest: --only: no stage named {short(', '.join(unknown))} "
               f"(stages: {', '.join(s.name for s in config.stages) or 'none'})", file=sys.stderr)
         return EXIT_USAGE
     from ..config._plan import unmet

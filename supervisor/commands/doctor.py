@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
-from ._cli import add_directory
+from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter, _settings
 
 MIN_HEADROOM = 5.0
@@ -394,7 +394,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
 
 def main(argv: list[str]) -> int:
     """Run every check and print one line each; exit 1 if any failed."""
-    p = argparse.ArgumentParser(prog="supervise doctor", description="check registrations, timeouts, "
+    p = VerbParser(prog="supervise doctor", description="check registrations, timeouts, "
                                 "state dir and config")
     p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")
     add_directory(p)

@@ -119,6 +119,13 @@ def _is_option(arg: str) -> bool:
     return False
 
 
+def _shown(value: str | None, limit: int = 60) -> str:
+    """``repr(value)`` (control characters escaped), cut to about ``limit`` characters."""
+    if value is not None and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    return repr(value)
+
+
 def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
     """Tolerant parse of the ``hook`` (or ``nudge``) arguments: never exits, never raises;
     unknown or malformed arguments become ``problems`` (one line each) and are ignored.
@@ -133,10 +140,11 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
     problems: list[str] = []
     values: dict[str, str | None] = {}
     harness: str | None = None
-    rest = list(argv)
+    rest = argv[::-1]  # popped from the end: 100,000 stray arguments cost O(n), not O(n^2)
+    unexpected: list[str] = []
     only_positional = False
     while rest:
-        arg = rest.pop(0)
+        arg = rest.pop()
         if not only_positional and arg == "--":
             only_positional = True
             continue
@@ -144,14 +152,14 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
             if harness is None:
                 harness = arg
             else:
-                problems.append(f"unexpected argument {arg!r}")
+                unexpected.append(arg)
             continue
         name, eq, value = arg.partition("=")
         if name in ("-h", "--help") and not eq:
             args.help = True
         elif verb == "hook" and name in _FLAGS:
             if eq:
-                problems.append(f"argument {name}: ignored explicit argument {value!r}")
+                problems.append(f"argument {name}: ignored explicit argument {_shown(value)}")
             elif name == "--take-lock":
                 args.take_lock = True
             else:
@@ -160,9 +168,13 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
             if eq:
                 values[name] = value
             else:
-                values[name] = rest.pop(0) if rest and not _is_option(rest[0]) else None
+                values[name] = rest.pop() if rest and not _is_option(rest[-1]) else None
         else:
-            problems.append(f"unexpected argument {arg!r}")
+            unexpected.append(arg)
+    if unexpected:  # one line, however many: a harness's stderr is not a place for 100,000
+        more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
+        problems.insert(0, f"unexpected argument{'s' if len(unexpected) > 1 else ''} "
+                        f"{', '.join(_shown(a) for a in unexpected[:3])}{more}")
     args.harness = harness or ""
     if "--source" in values:
         source = values["--source"]
@@ -180,7 +192,7 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
             args.registered_timeout = seconds
         else:
             problems.append(f"--registered-timeout needs a positive number of seconds "
-                            f"(got {raw!r})")
+                            f"(got {_shown(raw)})")
     if "--event" in values:
         event = values["--event"]
         if event is None:
@@ -188,7 +200,7 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
         elif event in EVENTS:
             args.event = event
         else:
-            problems.append(f"unknown --event {event!r} (known: {', '.join(EVENTS)})")
+            problems.append(f"unknown --event {_shown(event)} (known: {', '.join(EVENTS)})")
     args.problems = tuple(problems)
     return args
 

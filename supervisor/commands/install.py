@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from ..state._project import add_git_exclude
-from ._cli import add_directory
+from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
 
@@ -36,7 +36,7 @@ USAGE = "supervise install HARNESS... [--scope project|user] [--project DIR]"
 
 def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     """The shared argument parser of ``install`` and ``uninstall``."""
-    p = argparse.ArgumentParser(prog=prog, description=verb_help)
+    p = VerbParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
                    help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
     p.add_argument("--scope", choices=("project", "user", "local"), default="project",

@@ -29,8 +29,10 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``run`` argument parser (imported only when :func:`quick_parse` cannot answer)."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="supervise run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    from ._cli import VerbParser
+
+    p = VerbParser(prog="supervise run", description=__doc__,
+                   formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--budget", type=float, default=120.0, metavar="S",
                    help="seconds until the whole tree is killed (default 120)")
     p.add_argument("--grace", type=float, default=1.0, metavar="S",
@@ -60,6 +62,14 @@ def _check_program(program: str) -> int | None:
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return None
     return EXIT_NOT_FOUND
+
+
+def _named(program: str) -> str:
+    """``program`` for a message: its control characters and escape sequences written as
+    escapes, cut to 300 characters (it is the user's argument, printed to their terminal)."""
+    from ._cli import short
+
+    return short(program)
 
 
 DEFAULTS = (120.0, 1.0, "text")
@@ -127,7 +137,7 @@ def main(argv: list[str]) -> int:
     bad = _check_program(command[0])
     if bad is not None:
         why = "not found" if bad == EXIT_NOT_FOUND else "not executable"
-        print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
+        print(f"supervise run: {_named(command[0])}: {why}", file=sys.stderr)
         return bad
     capture = fmt == "json"
     if not _runwait.available():
@@ -141,7 +151,7 @@ def main(argv: list[str]) -> int:
         why = ("not found" if code == EXIT_NOT_FOUND else "not executable"
                if err.errno in (errno.EACCES, errno.EPERM, errno.EISDIR)
                else f"could not start ({err.strerror})")
-        print(f"supervise run: {command[0]}: {why}", file=sys.stderr)
+        print(f"supervise run: {_named(command[0])}: {why}", file=sys.stderr)
         return code
     return _finish(command, budget, capture, outcome.status, outcome.exit_code,
                    outcome.signum, outcome.seconds, outcome.output)
@@ -155,11 +165,11 @@ def _finish(command: list[str], budget: float, capture: bool, status: str,
         code = 128 + signum
     elif status == "killed":
         code = EXIT_TIMEOUT
-        print(f"supervise run: {command[0]} killed after its {budget:g}s budget "
+        print(f"supervise run: {_named(command[0])} killed after its {budget:g}s budget "
               f"(the whole process tree)", file=sys.stderr)
     elif exit_code is None:
         code = EXIT_CANNOT_EXEC
-        print(f"supervise run: {command[0]}: could not start", file=sys.stderr)
+        print(f"supervise run: {_named(command[0])}: could not start", file=sys.stderr)
     elif exit_code < 0:
         code = 128 - exit_code
     else:

@@ -22,12 +22,12 @@ from typing import Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ..session._routing import when
-from ._cli import add_directory, add_format
+from ._cli import VerbParser, add_directory, add_format
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``status`` argument parser."""
-    p = argparse.ArgumentParser(prog="supervise status", description=__doc__.splitlines()[0])
+    p = VerbParser(prog="supervise status", description=__doc__.splitlines()[0])
     add_directory(p)
     add_format(p, "the status")
     return p
