@@ -28,6 +28,12 @@ CACHE = Path(os.environ.get("HARNESS_CACHE") or ROOT / ".cache" / "harnesses")
 SERVER = Path(__file__).with_name("fake_model_server.py")
 RUN_TIMEOUT = 120.0
 """Seconds one harness CLI invocation may take before the test fails (a turn takes ~1-3 s)."""
+TEST_TIMEOUT = 300.0
+"""Seconds one end-to-end test may take (pytest-timeout; the unit tests keep the global 60 s).
+A test starts one to five Node CLIs (each bounded by :data:`RUN_TIMEOUT`) and a fake model
+server: 3-5 s of CPU, 20-75 s of wall time on a loaded 2-core host (measured 2026-11-30, load
+15-20), where the global 60 s failed 2 of 11 Pi tests in one run and 2 of 3 runs of
+``test_matrix_a_continue_then_compact_adds_no_second_digest``. A module may set its own."""
 
 # Variables of an enclosing agent session or a real account must not leak into the CLIs.
 _FOREIGN_PREFIXES = ("CLAUDE", "ANTHROPIC", "CODEX", "OPENAI", "GEMINI", "GOOGLE", "QWEN",
@@ -72,6 +78,13 @@ def _ensure_installed(config: pytest.Config | None = None) -> None:
         _INSTALL_TRIED.append("".join(lines).strip()[-300:])
     except OSError as err:
         _INSTALL_TRIED.append(f"installer failed: {err}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every e2e test without its own ``timeout`` mark gets :data:`TEST_TIMEOUT`."""
+    for item in items:
+        if item.get_closest_marker("e2e") and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(TEST_TIMEOUT))
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
