@@ -233,17 +233,28 @@ def test_only_runs_the_selected_stages(tmp_path: Path) -> None:
 
 def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """Embedding: cancelling run_digest (an extension bridge's newer generation) kills the tree
-    and propagates the cancellation."""
+    and propagates the cancellation. The cancel comes once both members have written their
+    pids (a handshake: a cancel 1.5 s after the start once came, on a loaded host, before the
+    tree was up, and there was nothing to check)."""
     config = DigestConfig(grace=0.1, stages=(StageSpec(**hostile("t", "term-ignoring-child")),))
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+    members = [piddir / "leader.pid", piddir / "child.pid"]
 
     async def main() -> bool:
-        with anyio.move_on_after(1.5) as scope:
-            await run_digest(config, ctx)
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                async def cancel_once_up() -> None:
+                    with anyio.fail_after(30):  # the premise, bounded
+                        while not all(p.exists() for p in members):
+                            await anyio.sleep(0.01)
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_up)
+                await run_digest(config, ctx)
         return scope.cancelled_caught
 
     assert anyio.run(main)
-    assert pid_dead(piddir / "leader.pid") and pid_dead(piddir / "child.pid")
+    assert pid_dead(members[0]) and pid_dead(members[1])
 
 
 def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
