@@ -294,13 +294,34 @@ def test_status_counts_terminal_digests_and_keeps_a_history(git_repo: Path) -> N
 
 
 def test_status_history_keeps_the_last_ten(git_repo: Path) -> None:
+    """Twelve digests: ``status`` lists the newest ten, newest first. The first and the last
+    run through the CLI; the ten between are recorded in-process by ``record_digest`` (what
+    the digest verb calls at its end): twelve CLI digests took 60 s on a loaded host, the
+    whole of the test's timeout."""
+    import time
+    from functools import partial
+
+    import anyio
+
+    from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
+    from supervisor.session._routing import record_digest
+
     write_config(git_repo, '[[stages]]\nname = "a"\nrun = "true"\n')
-    for _ in range(12):
-        run_cli("digest", cwd=git_repo)
+    run_cli("digest", cwd=git_repo)
+    first_done = time.time()
+    context = SessionContext(project_dir=git_repo, state_dir=git_repo / ".supervise")
+    config = DigestConfig(stages=(StageSpec(name="a", run=["true"]),))
+    result = anyio.run(partial(run_digest, config, context))
+    for _ in range(10):
+        record_digest(context.state_dir, result, context)
+    last_start = time.time()
+    run_cli("digest", cwd=git_repo)
     doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
     assert len(doc["history"]) == 10
     stamps = [h["finished_at"] for h in doc["history"]]
     assert stamps == sorted(stamps, reverse=True)
+    assert stamps[0] >= last_start  # the CLI's newest digest is kept, first
+    assert min(stamps) > first_done  # the two oldest (the first CLI digest among them) are gone
 
 
 # -- item 11: the banner reads well at any budget ---------------------------------------------
