@@ -78,7 +78,9 @@ class StreamSink:
 
     When the reader goes away (``EPIPE``, e.g. ``supervise digest | head -1``), or the fd is
     unusable (closed, ``ENOSPC``), the sink stops echoing, points the fd at ``/dev/null`` and
-    keeps quiet: deadlines are still enforced and the exit code stays 0 (design rule 13).
+    keeps quiet: deadlines are still enforced (design rule 13). :attr:`error` keeps the
+    write error: the caller decides what it means (``supervise digest``: ``EPIPE`` is not an
+    error, a lost output is one line and exit 1, docs/cli.md).
     """
 
     HIGH_WATER = 4 * 1024 * 1024
