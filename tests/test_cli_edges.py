@@ -291,3 +291,21 @@ def test_a_deleted_current_directory_is_one_line(tmp_path: Path, git_repo: Path,
                           stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
     _no_traceback(proc.stderr)
     assert b"current directory" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("verb", ["install", "uninstall"])
+@pytest.mark.parametrize("home", ["missing", "relative", "file"])
+def test_a_user_scope_install_with_a_bad_home_writes_nothing(tmp_path: Path, git_repo: Path,
+                                                             verb: str, home: str) -> None:
+    """``HOME=/nonexistent supervise install codex --scope user`` created
+    ``/nonexistent/.codex/hooks.json``; a relative HOME wrote under the current directory."""
+    value = {"missing": str(tmp_path / "no-such-home"), "relative": "rel-home",
+             "file": str(git_repo / "a-file")}[home]
+    (git_repo / "a-file").write_text("x")
+    env = {**os.environ, "HOME": value}
+    env.pop("CODEX_HOME", None)
+    proc = subprocess.run(supervise_cmd(verb, "codex", "--scope", "user"), cwd=git_repo,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60, env=env)
+    lines = proc.stderr.decode().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and "(HOME)" in lines[0], lines
+    assert not (tmp_path / "no-such-home").exists() and not (git_repo / "rel-home").exists()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -168,7 +169,22 @@ def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
     if args.scope in ("project", "user"):
         for name in bridged:
             paths += bridge(name).files(args.scope, project_dir, home)
+    if not _is_folder(home) and any(path.is_relative_to(home) for path in paths):
+        # HOME unset-to-empty, relative or missing: a user-level file would land in the current
+        # directory or create a home folder (HOME=/nonexistent made /nonexistent/.codex)
+        shown = str(home) if os.environ.get("HOME") != "" else ""
+        return [f"supervise {verb}: the home directory {shown!r} (HOME) is not "
+                "an existing folder given by an absolute path; set HOME; nothing written"]
     return [f"supervise {verb}: {line}" for line in _settings.refuse_links(paths, project_dir, home)]
+
+
+def _is_folder(home: Path) -> bool:
+    if os.environ.get("HOME") == "":  # Python then says "/": never meant as a home
+        return False
+    try:
+        return home.is_absolute() and home.is_dir()
+    except OSError:
+        return False
 
 
 def main(argv: list[str]) -> int:
