@@ -201,6 +201,13 @@ def test_prompt_wake_and_watch_files(interpreter: tuple[Path, Path], project: Pa
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
 
 
+def _elsewhere(project: Path) -> str:
+    """An existing folder outside ``project`` (its state dir holds nothing)."""
+    folder = project.parent / "elsewhere"
+    folder.mkdir(exist_ok=True)
+    return str(folder)
+
+
 DOUBTS: dict[str, Callable[[Path], bytes]] = {
     "not json": lambda p: b"hello",
     "spaced json": lambda p: json.dumps({"cwd": str(p), "prompt": "x"}).encode(),
@@ -210,6 +217,11 @@ DOUBTS: dict[str, Callable[[Path], bytes]] = {
     "nested cwd first": lambda p: compact({"x": {"cwd": "/"}, "cwd": str(p)}),
     "duplicate cwd": lambda p: b'{"session_id":"dup","cwd":"/","cwd":"' + str(p).encode() + b'"}',
     "missing cwd dir": lambda p: compact({"cwd": str(p / "gone")}),
+    # a nested cwd naming a folder with nothing pending: taken for the top-level one, the shim
+    # would answer "nothing to do" (Python finds no cwd and uses the project's)
+    "nested cwd only": lambda p: compact({"session_id": "s", "x": {"cwd": _elsewhere(p)},
+                                          "prompt": "x"}),
+    "nested cwd as first member": lambda p: compact({"x": {"cwd": _elsewhere(p)}, "prompt": "x"}),
     "empty": lambda p: b"",
 }
 
@@ -393,6 +405,10 @@ POST_DOUBTS: dict[str, Callable[[Path], bytes]] = {
     "tool_input after a long head": lambda p: compact({
         "cwd": str(p), "tool_name": "Read", "pad": "z" * 5000,
         "tool_input": {"file_path": str(p / "src dir" / "deep" / "file.py")}}),
+    # a nested tool_input naming a file with no instruction file on the way
+    "nested tool_input only": lambda p: compact({
+        "session_id": "s", "cwd": str(p), "tool_name": "Read",
+        "x": {"tool_input": {"file_path": str(p / "x.py")}}}),
     "offset before file_path": lambda p: compact({
         "cwd": str(p), "tool_name": "Read",
         "tool_input": {"offset": 1, "file_path": str(p / "src dir" / "deep" / "file.py")}}),
@@ -737,3 +753,25 @@ def test_a_list_without_links_is_rewritten_by_the_next_prompt(interpreter: tuple
     check(interpreter, "claude", "prompt", prompt, project, expect_python=True)
     assert [os.readlink(p) for p in links.iterdir()] == [str(rules)]
     check(interpreter, "claude", "prompt", prompt, project, expect_python=False)
+
+
+@pytest.mark.parametrize("locale", [None, "C.UTF-8", ""])
+def test_python_gets_the_callers_locale(project: Path, tmp_path: Path, locale: str | None) -> None:
+    """The shim exports LC_ALL=C for its own tools (no locale files loaded); the Python
+    command it starts sees LC_ALL exactly as the harness set it (or unset)."""
+    seen = tmp_path / "seen"
+    wrapper = tmp_path / "py dir" / "python"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nprintf %s "${{LC_ALL-unset}}" > "{seen}"\nexec /bin/cat >/dev/null\n')
+    wrapper.chmod(0o755)
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    env = env_without_path()
+    env.pop("LC_ALL", None)
+    if locale is not None:
+        env["LC_ALL"] = locale
+    payload = read_payload(project, str(project / "src dir" / "deep" / "file.py"), response=50_000)
+    proc = subprocess.run([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor", "hook",
+                           "claude", "--event", "post-tool"], input=payload, capture_output=True,
+                          cwd=project, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert seen.read_text() == ("unset" if locale is None else locale)
