@@ -224,7 +224,9 @@ def test_a_helper_claude_of_our_session_is_climbed_through(project: Path, tmp_pa
 
 
 def test_many_processes_sharing_one_session_id_yield_one_owner(project: Path, tmp_path: Path) -> None:
-    sessions = [(f"p{i}", "shared") for i in range(12)]
+    # Six, not twelve: the sessions run one after another (a real hook each), and twelve took
+    # 31-47 s of the 60 s timeout on a loaded host; six sharers prove the same rule.
+    sessions = [(f"p{i}", "shared") for i in range(6)]
     pids, outs = _host_with_sessions(project, tmp_path, sessions)
     assert _lock(project)["pid"] == pids["p0"]
     assert fleet_runs(project) == 1
