@@ -31,6 +31,30 @@ def digest(tmp_path: Path, stages: list[dict[str, Any]], *, budget: float = 10,
     return anyio.run(partial(run_digest, config, ctx))
 
 
+def digest_aborted_once(tmp_path: Path, stages: list[dict[str, Any]], ready: Path, *,
+                        grace: float = 0.1) -> DigestResult:
+    """Run a digest and abort it (as a SIGTERM to the CLI does) once ``ready`` exists: the
+    kill comes after the stage reached the state the test is about, however slow the host
+    (a 1-1.5 s timeout or budget only guessed that a Python stage had started by then)."""
+    config = DigestConfig(budget=60, grace=grace, stages=tuple(StageSpec(**s) for s in stages))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+
+    async def main() -> DigestResult:
+        abort = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            async def abort_once_ready() -> None:
+                with anyio.fail_after(30):  # the premise, bounded
+                    while not ready.exists():
+                        await anyio.sleep(0.01)
+                abort.set()
+
+            tg.start_soon(abort_once_ready)
+            result = await run_digest(config, ctx, abort=abort, abort_reason="SIGTERM")
+        return result
+
+    return anyio.run(main)
+
+
 def hostile(name: str, kind: str, *args: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "run": [*HOSTILE, kind, *args], **extra}
 
@@ -119,16 +143,19 @@ def test_ten_megabyte_line_and_multibyte_text_are_byte_identical(tmp_path: Path)
     assert result.stages[0].bytes == n and not result.stages[0].truncated
 
 
-def test_unflushed_writer_killed_mid_run_shows_its_first_line(tmp_path: Path) -> None:
-    """PYTHONUNBUFFERED=1: a block-buffered writer killed by its timeout still shows its lines."""
-    result = digest(tmp_path, [hostile("buf", "buffered-then-hang", timeout=1.0)], grace=0.1)
-    assert result.stages[0].status == "timed_out"
+def test_unflushed_writer_killed_mid_run_shows_its_first_line(tmp_path: Path, piddir: Path) -> None:
+    """PYTHONUNBUFFERED=1: a block-buffered writer killed mid-run (here once it has printed:
+    its pid file comes after its lines) still shows its lines."""
+    result = digest_aborted_once(tmp_path, [hostile("buf", "buffered-then-hang")],
+                                 piddir / "leader.pid")
+    assert result.stages[0].status == "killed"
     assert result.stages[0].output.startswith("first line before the hang\nsecond line\n")
 
 
-def test_character_cut_by_a_kill_becomes_replacement_char(tmp_path: Path) -> None:
-    """Rule 12: `abc\\xe2\\x86` then a kill: `abc\\ufffd\\n` and the banner after it."""
-    result = digest(tmp_path, [hostile("split", "split-utf8")], budget=1.5, grace=0.1)
+def test_character_cut_by_a_kill_becomes_replacement_char(tmp_path: Path, piddir: Path) -> None:
+    """Rule 12: `abc\\xe2\\x86` then a kill: `abc\\ufffd\\n` and the banner after it. The kill
+    comes once the stage has written (its pid file follows its bytes)."""
+    result = digest_aborted_once(tmp_path, [hostile("split", "split-utf8")], piddir / "leader.pid")
     assert result.text.startswith("abc\ufffd\n")
     assert "STARTUP TRUNCATED" in result.text
     result.text.encode("utf-8")  # valid UTF-8 throughout
