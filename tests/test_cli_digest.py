@@ -203,7 +203,7 @@ def test_config_default_prints_the_embedded_digest(tmp_path: Path) -> None:
     assert proc.returncode == 0 and b"[[stages]]" in proc.stdout
 
 
-@pytest.mark.parametrize("argv", [["digest", "--budget", "-1"], ["digest", "-C", "/nonexistent"],
+@pytest.mark.parametrize("argv", [["digest", "--budget", "-1"], ["digest", "-C", "no-such-dir"],
                                   ["nosuchverb"]])
 def test_usage_errors_are_one_line(argv: list[str], tmp_path: Path) -> None:
     proc = run_cli(*argv, cwd=tmp_path)

@@ -190,7 +190,7 @@ def test_stdout_closed_at_start_is_a_failure_in_one_line(git_repo: Path,
 
 @pytest.mark.parametrize("redirect", ["2>&-", "2>/dev/full", "<&-"])
 @pytest.mark.parametrize("verb", [["digest"], ["status"], ["config"], ["doctor"], ["nosuchverb"],
-                                  ["digest", "--budget", "x"], ["config", "-C", "/nonexistent"],
+                                  ["digest", "--budget", "x"], ["config", "-C", "no-such-dir"],
                                   ["hook", "claude", "--bogus"], ["run", "--", "true"]],
                          ids=lambda v: "-".join(v[:2]))
 def test_closed_or_full_stderr_and_closed_stdin_change_nothing(git_repo: Path, verb: list[str],
