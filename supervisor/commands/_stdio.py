@@ -27,10 +27,8 @@ Stdlib only and cheap: the hook imports it for stderr.
 from __future__ import annotations
 
 import codecs
-import errno
 import io
 import os
-import select
 import sys
 
 _CLOSED = "stdout was closed when supervise started"
@@ -89,12 +87,14 @@ class Outlet(io.RawIOBase):
             except InterruptedError:
                 continue
             except BlockingIOError:  # a non-blocking pipe: a terminal verb waits for its reader
+                import select  # not at the top: the hook imports this module for stderr
+
                 try:
                     select.select([], [self.fd], [])
                 except InterruptedError:
                     pass
                 except (OSError, ValueError) as err:
-                    self._fail(err if isinstance(err, OSError) else OSError(errno.EBADF, str(err)))
+                    self._fail(err if isinstance(err, OSError) else OSError(9, str(err)))  # EBADF
                     break
             except OSError as err:
                 self._fail(err)
@@ -103,7 +103,7 @@ class Outlet(io.RawIOBase):
         return size
 
     def _fail(self, err: OSError) -> None:
-        if err.errno == errno.EPIPE:
+        if isinstance(err, BrokenPipeError):
             self.reader_left = True
         else:
             self.error = describe(err)
@@ -112,6 +112,8 @@ class Outlet(io.RawIOBase):
 
 def describe(err: OSError) -> str:
     """``"No space left on device (ENOSPC)"``: an OS error in one line, for a person."""
+    import errno
+
     name = errno.errorcode.get(err.errno or 0, "")
     text = err.strerror or str(err) or type(err).__name__
     return f"{text} ({name})" if name else text
@@ -211,7 +213,7 @@ def output_failure() -> str:
     try:
         sys.stdout.flush()
     except (OSError, ValueError) as err:  # not an Outlet (a test replaced it): say why
-        if not (isinstance(err, OSError) and err.errno == errno.EPIPE):
+        if not isinstance(err, BrokenPipeError):
             note_failure(describe(err) if isinstance(err, OSError) else str(err))
     if _stdout and _stdout[0].error:
         note_failure(_stdout[0].error)
