@@ -10,6 +10,13 @@ import importlib
 import os
 import sys
 
+if sys.argv and os.path.basename(sys.argv[0]) == "supervise":
+    # Imported by the installed console script, whose wrapper still has code to run before
+    # entry() (``re.sub`` on argv[0]): the quiet handlers start here (entry() repeats it).
+    from ._interrupts import leave_quietly_on_signals as _leave
+
+    _leave(0 if sys.argv[1:2] in (["hook"], ["nudge"], ["bridge"]) else None)
+
 from ._exitcodes import (EXIT_FAILURE, EXIT_OK, EXIT_RUN_FAILURE, EXIT_SIGINT, EXIT_UNEXPECTED,
                          EXIT_USAGE)
 
