@@ -47,9 +47,11 @@ def _signal_over_the_start(argv: list[str], cwd: Path, sig: int, moments: int) -
     """Start ``argv`` ``moments`` times and send ``sig`` at 0, 10, 20, ... ms; return the exit
     statuses, after checking stderr each time.
 
-    A status ``-sig`` (death by the signal, which a shell shows as 128 + n) is possible only
-    once the verb is done: the interpreter restores the default handlers while it shuts down.
-    The first moments always land in the start, so the quiet status must be among them."""
+    Once the verb is done, the interpreter shuts down: a signal then is either never handled
+    (status 0: the work was complete) or, after it restored the default handlers, a death by
+    the signal (``-sig``, which a shell shows as 128 + n); both quiet. The first signal is
+    sent while the new process still holds it blocked, so it always lands in the start: its
+    status must be the quiet 128 + n (0 for a harness-facing verb)."""
     codes = []
     for i in range(moments):
         proc = subprocess.Popen(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -72,7 +74,7 @@ def test_ctrl_c_at_any_moment_of_the_start_exits_130_quietly(git_repo: Path, ver
     nothing but at most one line on stderr."""
     (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
     codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, signal.SIGINT, 12)
-    assert set(codes) <= {130, -signal.SIGINT} and 130 in codes, codes
+    assert set(codes) <= {130, -signal.SIGINT, 0} and codes[0] == 130, codes
 
 
 @pytest.mark.timeout(180)
@@ -82,7 +84,7 @@ def test_term_or_hup_at_any_moment_ends_a_terminal_verb_with_128_plus_n(
         git_repo: Path, verb: list[str], sig: signal.Signals) -> None:
     (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
     codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, sig, 10)
-    assert set(codes) <= {128 + sig, -sig} and 128 + sig in codes, codes
+    assert set(codes) <= {128 + sig, -sig, 0} and codes[0] == 128 + sig, codes
 
 
 @pytest.mark.timeout(180)
@@ -94,7 +96,7 @@ def test_a_signal_at_any_moment_ends_a_harness_facing_verb_with_0(git_repo: Path
     (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
     for sig in (signal.SIGINT, signal.SIGTERM):
         codes = _signal_over_the_start(supervise_cmd(*verb), git_repo, sig, 8)
-        assert set(codes) <= {0, -sig} and 0 in codes, (sig, codes)
+        assert set(codes) <= {0, -sig} and codes[0] == 0, (sig, codes)
 
 
 def test_the_console_script_is_quiet_on_an_early_ctrl_c_too(git_repo: Path) -> None:
@@ -105,7 +107,7 @@ def test_the_console_script_is_quiet_on_an_early_ctrl_c_too(git_repo: Path) -> N
         pytest.skip("no console script next to this interpreter (not an installed venv)")
     (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
     codes = _signal_over_the_start([str(script), "digest"], git_repo, signal.SIGINT, 8)
-    assert set(codes) <= {130, -signal.SIGINT} and 130 in codes, codes
+    assert set(codes) <= {130, -signal.SIGINT, 0} and codes[0] == 130, codes
 
 
 # --- output that could not be written -------------------------------------------------------
