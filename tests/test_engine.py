@@ -122,9 +122,15 @@ def test_grandchild_holding_the_pipe_does_not_block(tmp_path: Path, piddir: Path
 
 def test_leader_dies_on_term_child_ignores_it(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """The coreutils `timeout` hole: the leader dies on TERM, its child ignores TERM; the
-    child must still be gone after the grace period."""
-    result = digest(tmp_path, [hostile("t", "term-ignoring-child", timeout=1.0)], grace=0.2)
+    child must still be gone after the grace period. The tree is two shells, not Python: it
+    must be up within the 1 s timeout (a stage timeout cannot wait for a handshake), and a
+    shell is ready in a few milliseconds of CPU where Python needs tens."""
+    tree = ('sh -c \'trap "" TERM; echo $$ > "$PIDDIR/child.pid"; exec sleep 60\' & '
+            'echo $$ > "$PIDDIR/leader.pid"; echo leader ready; exec sleep 60')
+    result = digest(tmp_path, [{"name": "t", "run": ["sh", "-c", tree], "timeout": 1.0}],
+                    grace=0.2)
     assert result.stages[0].status == "timed_out"
+    assert (piddir / "child.pid").exists(), "the premise: the tree was up before its timeout"
     assert pid_dead(piddir / "child.pid")
     assert not result.truncated  # a per-stage timeout is not a digest truncation
 
