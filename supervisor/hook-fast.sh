@@ -180,6 +180,12 @@ if [ "$event" = post-tool ]; then
     *[{,]\"tool_input\":\{\"notebook_path\":\"*) key=notebook_path ;;
     *) slow "$@" ;;
   esac
+  # Python prefers file_path wherever it stands: with notebook_path first, a file_path in the
+  # head, or a head that may be cut before one, leaves the answer to Python
+  if [ "$key" = notebook_path ]; then
+    case $head in *\"file_path\"*) slow "$@" ;; esac
+    if [ "${#head}" -ge 3072 ]; then slow "$@"; fi
+  fi
   case $head in *\"tool_input\"*\"tool_input\"*|*\"$key\"*\"$key\"*) slow "$@" ;; esac
   pre=${head%%[{,]\"tool_input\":\{\""$key"\":\"*}
   top_level "$pre" || slow "$@"

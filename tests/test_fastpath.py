@@ -775,3 +775,60 @@ def test_python_gets_the_callers_locale(project: Path, tmp_path: Path, locale: s
                           cwd=project, env=env, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert seen.read_text() == ("unset" if locale is None else locale)
+
+
+def test_post_tool_notebook_path_first_with_a_file_path_runs_python(
+        interpreter: tuple[Path, Path], project: Path) -> None:
+    """Python reads ``file_path`` before ``notebook_path`` whatever their order: a tool_input
+    naming an injected file as ``notebook_path`` first and another file as ``file_path`` is
+    never answered from the first one's index entry."""
+    (project / "other").mkdir()
+    (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
+    _inject_then(project, interpreter)
+    payload = compact({"session_id": "s-1", "cwd": str(project), "tool_name": "NotebookEdit",
+                       "tool_input": {"notebook_path": str(project / "src dir" / "deep" / "n.ipynb"),
+                                      "file_path": str(project / "other" / "x.py")}})
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    assert b"OTHER-RULES" in answer.stdout
+    # the same with the file_path past the 4 KiB head the shim reads
+    (project / "third").mkdir()
+    (project / "third" / "AGENTS.md").write_text("THIRD-RULES\n")
+    payload = compact({"session_id": "s-1", "cwd": str(project), "tool_name": "NotebookEdit",
+                       "tool_input": {"notebook_path": str(project / "src dir" / "deep" / "n.ipynb"),
+                                      "new_source": "z" * 5000,
+                                      "file_path": str(project / "third" / "x.py")}})
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    assert b"THIRD-RULES" in answer.stdout
+    # a notebook_path alone, within the head, is still answered by the index
+    payload = compact({"session_id": "s-1", "cwd": str(project), "tool_name": "NotebookEdit",
+                       "tool_input": {"notebook_path": str(project / "src dir" / "deep" / "n.ipynb")}})
+    check(interpreter, "claude", "post-tool", payload, project, expect_python=False)
+
+
+@pytest.mark.parametrize("epoch", ["true", "false", "1.0", '"1"'])
+def test_post_tool_ledger_epoch_of_the_wrong_type_drops_the_index(
+        interpreter: tuple[Path, Path], project: Path, epoch: str) -> None:
+    """A ledger whose epoch is not an integer (a JSON true is a Python int) starts over in
+    Python, and the injected index goes with it: no entry of the old ledger is left for the
+    shim to answer from (each answer proved against the Python path)."""
+    (project / "other").mkdir()
+    (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
+    other = read_payload(project, str(project / "other" / "x.py"))
+    payload = _inject_then(project, interpreter)
+    assert b"OTHER-RULES" in check(interpreter, "claude", "post-tool", other, project,
+                                   expect_python=True).stdout
+    check(interpreter, "claude", "post-tool", other, project, expect_python=False)
+    ledgers = list((project / ".supervise" / "nested").glob("*.json"))
+    assert len(ledgers) == 1
+    injected = json.loads(ledgers[0].read_text())["injected"]
+    assert set(injected.values()) == {0} and len(injected) == 2
+    ledgers[0].write_text(json.dumps({"version": 1, "epoch": json.loads(epoch),
+                                      "injected": dict.fromkeys(injected, json.loads(epoch))}))
+    # a read that must run Python (a new file on the way) meets the damaged ledger
+    (project / "src dir" / "deep" / "AGENTS.md").write_text("DEEP\n")
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    assert b"DEEP" in answer.stdout and b"SUB-RULES" in answer.stdout
+    # the other folder's entry went with the old ledger: Python decides, and injects again
+    answer = check(interpreter, "claude", "post-tool", other, project, expect_python=True)
+    assert b"OTHER-RULES" in answer.stdout
+    check(interpreter, "claude", "post-tool", other, project, expect_python=False)

@@ -112,12 +112,15 @@ def _load(claim: _Claim) -> dict[str, object]:
     if not isinstance(data, dict):
         data = {}
     epoch = data.get("epoch")
-    if not (isinstance(epoch, int) and isinstance(data.get("injected"), dict)):
+    # one test for "usable" (a JSON true or false is a Python int, never an epoch): a ledger
+    # that starts over drops the index, or the shim would answer from entries it no longer counts
+    usable = type(epoch) is int and isinstance(data.get("injected"), dict)
+    if not usable:
         _forget_index(claim)
     return {
         "version": 1,
-        "epoch": epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else 0,
-        "injected": data.get("injected") if isinstance(data.get("injected"), dict) else {},
+        "epoch": epoch if usable else 0,
+        "injected": data["injected"] if usable else {},
         "retry_at": data.get("retry_at") if isinstance(data.get("retry_at"), dict) else {},
     }
 
