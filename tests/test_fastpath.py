@@ -832,3 +832,50 @@ def test_post_tool_ledger_epoch_of_the_wrong_type_drops_the_index(
     answer = check(interpreter, "claude", "post-tool", other, project, expect_python=True)
     assert b"OTHER-RULES" in answer.stdout
     check(interpreter, "claude", "post-tool", other, project, expect_python=False)
+
+
+LATE_REPEATS: dict[str, Callable[[Path], bytes]] = {
+    # Python keeps a repeated key's last value; past the 4 KiB head the shim cannot see it
+    "session_id": lambda p: b',"session_id":"s-2"}',
+    "tool_name": lambda p: b',"tool_name":"Read"}',
+    "tool_input": lambda p: (b',"tool_input":{"file_path":"'
+                             + str(p / "other" / "x.py").encode() + b'"}}'),
+    "cwd": lambda p: b',"cwd":"' + str(p).encode() + b'"}',
+}
+
+
+@pytest.mark.parametrize("case", LATE_REPEATS)
+def test_post_tool_key_repeated_past_the_head_runs_python(
+        interpreter: tuple[Path, Path], project: Path, case: str) -> None:
+    """A key the shim reads, repeated after a long tool_response (past the head it decides
+    from), is left to Python, which keeps the last value: never a missed injection."""
+    (project / "other").mkdir()
+    (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
+    payload = _inject_then(project, interpreter)
+    if case == "tool_name":  # a non-file tool first: the shim would answer "nothing"
+        payload = read_payload(project, str(project / "other" / "x.py")).replace(
+            b'"tool_name":"Read"', b'"tool_name":"Bash"')
+    elif case == "cwd":  # a first cwd below src dir/AGENTS.md (nothing on the way), a last above it
+        payload = read_payload(project, str(project / "src dir" / "deep" / "file.py"))
+        payload = payload.replace(b'"session_id":"s-1"', b'"session_id":"s-3"').replace(
+            b'"cwd":"' + str(project).encode(), b'"cwd":"' + str(project / "src dir").encode())
+    base = payload[:-1]
+    late = base + b',"pad":"' + b"z" * 5000 + b'"' + LATE_REPEATS[case](project)
+    json.loads(late)
+    answer = check(interpreter, "claude", "post-tool", late, project, expect_python=True)
+    expected = b"SUB-RULES" if case in ("session_id", "cwd") else b"OTHER-RULES"
+    assert expected in answer.stdout, case
+
+
+def test_prompt_cwd_repeated_past_the_head_runs_python(interpreter: tuple[Path, Path],
+                                                       project: Path, tmp_path: Path) -> None:
+    """A prompt payload whose cwd repeats after a long prompt: Python keeps the last cwd (the
+    project with a pending result) and delivers it; the shim, which saw the first, defers."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run(["git", "init", "-q", str(elsewhere)], check=True)
+    put_result(project / ".supervise", project=project)
+    payload = prompt_payload(elsewhere, prompt="p" * 5000)[:-1] + b',"cwd":"' + str(project).encode() + b'"}'
+    json.loads(payload)
+    answer = check(interpreter, "claude", "prompt", payload, elsewhere, expect_python=True)
+    assert b"NETWORK-OK" in answer.stdout
