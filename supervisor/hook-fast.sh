@@ -24,7 +24,7 @@
 #              injected index: <state>/fastpath/nested/<session_id><absolute path of the file>,
 #              an empty file the Python path writes once it injected that file in the current
 #              compaction epoch (removed, whole, before the epoch advances). No link on the way
-#              (cwd included) and a plain session id, or Python decides.
+#              (cwd included), none inside the index, and a plain session id, or Python decides.
 
 if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
 # Byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise), and
@@ -243,6 +243,10 @@ if [ "$event" = post-tool ]; then
          || [ -L "$idx" ] || [ ! -d "$idx" ]; then slow "$@"; fi
     fi
     if [ -L "$idx$dir/$name" ] || [ ! -f "$idx$dir/$name" ]; then slow "$@"; fi
+    # and no link inside the index on the way to it (one planted there, say to /, would make
+    # every instruction file its own entry): its folder's physical path is its path
+    cd -P -- "$idx$dir" 2>/dev/null || slow "$@"
+    if [ "$PWD" != "$idx$dir" ]; then slow "$@"; fi
   done
   nothing "$@"
 fi

@@ -879,3 +879,19 @@ def test_prompt_cwd_repeated_past_the_head_runs_python(interpreter: tuple[Path, 
     json.loads(payload)
     answer = check(interpreter, "claude", "prompt", payload, elsewhere, expect_python=True)
     assert b"NETWORK-OK" in answer.stdout
+
+
+def test_post_tool_link_inside_the_index_runs_python(interpreter: tuple[Path, Path],
+                                                     project: Path, tmp_path: Path) -> None:
+    """A link planted anywhere inside the session's index (here its first mirrored folder,
+    pointing at the real root) would make every instruction file its own index entry: the
+    shim finds the link on the way and leaves the answer to Python, which injects."""
+    payload = _inject_then(project, interpreter)
+    top = Path(str(_index(project)) + "/" + str(project).split("/")[1])
+    top.rename(tmp_path / "moved index")
+    top.symlink_to("/" + str(project).split("/")[1])
+    (project / "other").mkdir()
+    (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
+    other = payload.replace(b"/src dir/deep/file.py", b"/other/x.py")
+    answer = check(interpreter, "claude", "post-tool", other, project, expect_python=True)
+    assert b"OTHER-RULES" in answer.stdout
