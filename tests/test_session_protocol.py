@@ -223,6 +223,7 @@ lock.read_record = read_record
 """
 
 
+@pytest.mark.timeout(240)  # 40 real hooks at once: 23-45 s of wall on a loaded 2-core host
 def test_forty_concurrent_starts_have_one_owner(project: Path, harnesses: Harnesses,
                                                 tmp_path: Path) -> None:
     """Exactly one owner even when each start lingers between reading and writing the lock
