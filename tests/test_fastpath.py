@@ -676,7 +676,8 @@ DUPLICATE_KEYS: dict[str, Callable[[Path], bytes]] = {
         b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
         + b'"}}'),
     "cwd twice, spaced": lambda p: (
-        b'{"session_id":"dup","cwd":"/", "cwd":"' + str(p).encode() + b'","tool_name":"Read",'
+        b'{"session_id":"dup","cwd":"' + str(p / "src dir" / "deep").encode() + b'", "cwd":"'
+        + str(p).encode() + b'","tool_name":"Read",'
         b'"tool_input":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
         + b'"}}'),
     "file_path twice": lambda p: (
@@ -689,11 +690,13 @@ DUPLICATE_KEYS: dict[str, Callable[[Path], bytes]] = {
 @pytest.mark.parametrize("case", DUPLICATE_KEYS)
 def test_post_tool_repeated_key_runs_python(interpreter: tuple[Path, Path], project: Path,
                                             case: str) -> None:
-    """JSON's last duplicate wins in Python; the fast path never decides on a repeated key."""
+    """The fast path never decides on a key repeated in its head (in doubt: Python), and
+    Python keeps the first value (:func:`supervisor.session._payload.first_wins`): each
+    case's second value alone would inject SUB-RULES, its first never does."""
     (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
     payload = DUPLICATE_KEYS[case](project)
     answer = shim(interpreter, "claude", "post-tool", payload, project)
-    assert answer.ran_python and b"SUB-RULES" in answer.stdout, case
+    assert answer.ran_python and b"SUB-RULES" not in answer.stdout, case
 
 
 def test_oversized_post_tool_payload_is_drained_and_still_served(interpreter: tuple[Path, Path],
@@ -835,7 +838,7 @@ def test_post_tool_ledger_epoch_of_the_wrong_type_drops_the_index(
 
 
 LATE_REPEATS: dict[str, Callable[[Path], bytes]] = {
-    # Python keeps a repeated key's last value; past the 4 KiB head the shim cannot see it
+    # past the 4 KiB head the shim cannot see these; Python keeps a repeated key's first value
     "session_id": lambda p: b',"session_id":"s-2"}',
     "tool_name": lambda p: b',"tool_name":"Read"}',
     "tool_input": lambda p: (b',"tool_input":{"file_path":"'
@@ -845,14 +848,17 @@ LATE_REPEATS: dict[str, Callable[[Path], bytes]] = {
 
 
 @pytest.mark.parametrize("case", LATE_REPEATS)
-def test_post_tool_key_repeated_past_the_head_runs_python(
+def test_post_tool_key_repeated_past_the_head_changes_nothing(
         interpreter: tuple[Path, Path], project: Path, case: str) -> None:
     """A key the shim reads, repeated after a long tool_response (past the head it decides
-    from), is left to Python, which keeps the last value: never a missed injection."""
+    from): the shim and Python both keep the first value, so the shim's "nothing to do" is
+    Python's answer too (``check`` runs Python on the same payload). Python used to keep the
+    last value (a missed injection); a shim that scanned the rest for repeats cost 3 ms per
+    100 KB of every Read."""
     (project / "other").mkdir()
     (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
     payload = _inject_then(project, interpreter)
-    if case == "tool_name":  # a non-file tool first: the shim would answer "nothing"
+    if case == "tool_name":  # a non-file tool first: the shim answers "nothing"
         payload = read_payload(project, str(project / "other" / "x.py")).replace(
             b'"tool_name":"Read"', b'"tool_name":"Bash"')
     elif case == "cwd":  # a first cwd below src dir/AGENTS.md (nothing on the way), a last above it
@@ -862,36 +868,30 @@ def test_post_tool_key_repeated_past_the_head_runs_python(
     base = payload[:-1]
     late = base + b',"pad":"' + b"z" * 5000 + b'"' + LATE_REPEATS[case](project)
     json.loads(late)
-    answer = check(interpreter, "claude", "post-tool", late, project, expect_python=True)
-    expected = b"SUB-RULES" if case in ("session_id", "cwd") else b"OTHER-RULES"
-    assert expected in answer.stdout, case
+    check(interpreter, "claude", "post-tool", late, project, expect_python=False)
 
 
-def test_prompt_cwd_repeated_past_the_head_runs_python(interpreter: tuple[Path, Path],
-                                                       project: Path, tmp_path: Path) -> None:
-    """A prompt payload whose cwd repeats after a long prompt: Python keeps the last cwd (the
-    project with a pending result) and delivers it; the shim, which saw the first, defers."""
+def test_prompt_cwd_repeated_past_the_head_changes_nothing(interpreter: tuple[Path, Path],
+                                                           project: Path, tmp_path: Path) -> None:
+    """A prompt payload whose cwd repeats after a long prompt: the first cwd (a project with
+    nothing pending) decides in the shim and in Python alike; the pending result of the
+    project named last stays pending."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     subprocess.run(["git", "init", "-q", str(elsewhere)], check=True)
     put_result(project / ".supervise", project=project)
     payload = prompt_payload(elsewhere, prompt="p" * 5000)[:-1] + b',"cwd":"' + str(project).encode() + b'"}'
     json.loads(payload)
-    answer = check(interpreter, "claude", "prompt", payload, elsewhere, expect_python=True)
-    assert b"NETWORK-OK" in answer.stdout
+    check(interpreter, "claude", "prompt", payload, elsewhere, expect_python=False)
+    assert list((project / ".supervise" / "deferred").rglob("result-*.json"))
 
 
-def test_post_tool_link_inside_the_index_runs_python(interpreter: tuple[Path, Path],
-                                                     project: Path, tmp_path: Path) -> None:
-    """A link planted anywhere inside the session's index (here its first mirrored folder,
-    pointing at the real root) would make every instruction file its own index entry: the
-    shim finds the link on the way and leaves the answer to Python, which injects."""
-    payload = _inject_then(project, interpreter)
-    top = Path(str(_index(project)) + "/" + str(project).split("/")[1])
-    top.rename(tmp_path / "moved index")
-    top.symlink_to("/" + str(project).split("/")[1])
-    (project / "other").mkdir()
-    (project / "other" / "AGENTS.md").write_text("OTHER-RULES\n")
-    other = payload.replace(b"/src dir/deep/file.py", b"/other/x.py")
-    answer = check(interpreter, "claude", "post-tool", other, project, expect_python=True)
-    assert b"OTHER-RULES" in answer.stdout
+def test_a_repeated_key_keeps_its_first_value_at_every_level() -> None:
+    """What the shim can see decides: the first value, whole payload or cut-off prefix."""
+    from supervisor.session._payload import decode_payload, decode_prefix
+
+    raw = b'{"cwd":"/a","tool_input":{"file_path":"/x","file_path":"/y"},"cwd":"/b"}'
+    assert decode_payload(raw) == {"cwd": "/a", "tool_input": {"file_path": "/x"}}
+    assert decode_prefix(raw + b"  ") == {"cwd": "/a", "tool_input": {"file_path": "/x"}}
+    assert decode_prefix(b'{"cwd":"/a","cwd":"/b","tool_input":{"file_path":"/x","file_path":"/y"')[
+        "cwd"] == "/a"

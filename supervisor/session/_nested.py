@@ -462,7 +462,9 @@ def main(argv: list[str]) -> int:
         return 2
     harness = argv[argv.index("--harness") + 1] if "--harness" in argv[:-1] else "claude"
     try:
-        payload = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}")
+        from ._payload import first_wins
+
+        payload = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}", object_pairs_hook=first_wins)
     except ValueError:
         payload = {}
     if not isinstance(payload, dict):
