@@ -381,22 +381,11 @@ class StateDir:
         Raises:
             StateError: the log cannot be opened or written (disk full included).
         """
-        _check_name(name)
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         for _attempt in range(3):
+            fd = self.open_file(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             try:
-                fd = os.open(name, flags, 0o644, dir_fd=self._fd)
-            except OSError as err:
-                if err.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise StateError(f"{self.path / name} cannot be opened: {_why(err)}") from err
-                self.set_aside(name, self._describe(name))
-                continue
-            try:
-                st = os.fstat(fd)
-                if not stat.S_ISREG(st.st_mode):
-                    self.set_aside(name, _kind(st.st_mode))
-                    continue
-                if st.st_size + len(line) > max_bytes and st.st_size:
+                size = os.fstat(fd).st_size
+                if size + len(line) > max_bytes and size:
                     self._rotate(name, keep)
                     continue
                 _write_all(fd, line)
