@@ -48,6 +48,10 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 _LEAVING: list[int] = []
 """The signal that asked this process to leave (set once, by the handler)."""
 
+_HANDLER: list[object] = []
+"""The handler installed last (a second call with the same status and it still in place is a
+no-op)."""
+
 _STATUS: list[int | None] = [None]
 """The status a harness-facing verb leaves with (0); None: ``128 + n`` (a terminal verb)."""
 
@@ -78,6 +82,8 @@ def leave_quietly_on_signals(status: int | None) -> None:
 
     Never raises: a handler that cannot be installed (not the main thread) is left as it was.
     """
+    if _HANDLER and _STATUS[0] == status and signal.getsignal(signal.SIGTERM) is _HANDLER[0]:
+        return  # already in place: the console script's import, then entry(), then the verb
     _STATUS[0] = status
 
     def leave(signum: int, frame: object) -> None:
@@ -104,6 +110,7 @@ def leave_quietly_on_signals(status: int | None) -> None:
 
     if getattr(sys.unraisablehook, "__qualname__", "") != unraisable.__qualname__:
         sys.unraisablehook = unraisable
+    _HANDLER[:] = [leave]
     for sig in SIGNALS:
         try:
             signal.signal(sig, leave)

@@ -10,12 +10,21 @@ import importlib
 import os
 import sys
 
+HARNESS_FACING = ("hook", "nudge", "bridge")
+"""Verbs a harness or a bridge runs: they exit 0 on every path, a signal included, and write
+their stdout themselves (delivery recorded only after delivery)."""
+
+
+def _verb(argv: list[str]) -> str:
+    return argv[1] if len(argv) > 1 else ""
+
+
 if sys.argv and os.path.basename(sys.argv[0]) == "supervise":
     # Imported by the installed console script, whose wrapper still has code to run before
-    # entry() (``re.sub`` on argv[0]): the quiet handlers start here (entry() repeats it).
+    # entry() (``re.sub`` on argv[0]): the quiet handlers start here (entry() finds them in place).
     from ._interrupts import leave_quietly_on_signals as _leave
 
-    _leave(0 if sys.argv[1:2] in (["hook"], ["nudge"], ["bridge"]) else None)
+    _leave(0 if _verb(sys.argv) in HARNESS_FACING else None)
 
 from ._exitcodes import (EXIT_FAILURE, EXIT_OK, EXIT_RUN_FAILURE, EXIT_SIGINT, EXIT_UNEXPECTED,
                          EXIT_USAGE)
@@ -110,11 +119,6 @@ def _flush_state_notices() -> None:
         print(line, file=sys.stderr)
 
 
-HARNESS_FACING = ("hook", "nudge", "bridge")
-"""Verbs a harness or a bridge runs: they exit 0 on every path, a signal included, and write
-their stdout themselves (delivery recorded only after delivery)."""
-
-
 def _standard_fds(harness_facing: bool) -> bool:
     """Started with fd 0, 1 or 2 closed (``supervise digest >&-``)? Put ``/dev/null`` there
     first, so no file we open later takes that number and receives our output. Returns True
@@ -136,10 +140,6 @@ def _standard_fds(harness_facing: bool) -> bool:
 
                     mark_closed_at_start(1)
     return stdout_closed
-
-
-def _verb(argv: list[str]) -> str:
-    return argv[1] if len(argv) > 1 else ""
 
 
 def entry() -> None:  # pragma: no cover - thin wrapper for console scripts

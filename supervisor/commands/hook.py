@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+from .._interrupts import leaving
 from .._record import mutable_record, replace
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -220,11 +221,12 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
         ``/dev/null`` so nothing later writes half a document. Never raises for the write.
 
     Raises:
-        SystemExit: (status 0) after a TERM, INT or HUP reached :func:`quiet_exit_on_signals`'
-            handler, even if the ``SystemExit`` it raised was swallowed on the way (pydantic-core
-            ignores an error from a literal's ``__hash__``): nothing is written.
+        SystemExit: (status 0) after a TERM, INT or HUP reached the quiet handler
+            (:func:`supervisor._interrupts.leave_quietly_on_signals`), even if the
+            ``SystemExit`` it raised was swallowed on the way (pydantic-core ignores an error
+            from a literal's ``__hash__``): nothing is written.
     """
-    if leaving_on_signal():
+    if leaving() is not None:
         raise SystemExit(0)  # the harness asked us to stop and a library swallowed the exit
     if not text:
         return ""
@@ -511,7 +513,7 @@ def main(argv: list[str]) -> int:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)
         return _run(args)
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
-        if isinstance(err, SystemExit) and not err.code or leaving_on_signal():
+        if isinstance(err, SystemExit) and not err.code or leaving() is not None:
             return EXIT_OK  # a library may wrap our SystemExit (pydantic: SchemaError)
         # a prompt or post-tool hook adds nothing to the context; stderr says why
         report_internal_error("hook", args.harness, err,
@@ -533,18 +535,6 @@ def report_internal_error(verb: str, harness: str, err: BaseException, kind: str
                   file=sys.stderr)
     except BaseException:  # noqa: BLE001 - nothing more can be said
         pass
-
-
-def leaving_on_signal() -> bool:
-    """True once :func:`quiet_exit_on_signals`' handler has raised its ``SystemExit(0)``.
-
-    The handler runs wherever the main thread is, and a library may catch the exit and raise
-    its own error instead: pydantic-core, building a schema on import, reports it as
-    ``SchemaError: ... SystemExit: 0`` (seen in CI). Whatever reaches the top level after that
-    is the harness's request to stop, not an internal error."""
-    from .._interrupts import leaving
-
-    return leaving() is not None
 
 
 def quiet_exit_on_signals() -> None:

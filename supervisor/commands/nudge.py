@@ -13,8 +13,9 @@ from __future__ import annotations
 import sys
 
 from .._exitcodes import EXIT_OK
-from .hook import (HookArgs, build_parser, emit, leaving_on_signal, parse_hook_args,
-                   quiet_exit_on_signals, report_internal_error)
+from .._interrupts import leaving
+from .hook import (HookArgs, build_parser, emit, parse_hook_args, quiet_exit_on_signals,
+                   report_internal_error)
 
 
 def _run(args: HookArgs) -> None:
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
             print(f"supervise nudge: {problem} (ignored)", file=sys.stderr)
         _run(args)
     except BaseException as err:  # noqa: BLE001 - every path exits 0; the error is stated
-        if isinstance(err, SystemExit) and not err.code or leaving_on_signal():
+        if isinstance(err, SystemExit) and not err.code or leaving() is not None:
             return EXIT_OK
         report_internal_error("nudge", args.harness, err, "nudge")
     return EXIT_OK

@@ -10,7 +10,7 @@ import anyio
 
 T = TypeVar("T")
 
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+from .._interrupts import SIGNALS as HANDLED_SIGNALS  # noqa: E402  (TERM, INT, HUP)
 
 
 class Aborter:
