@@ -176,7 +176,7 @@ if [ "$event" = post-tool ]; then
   json_str tool_name || slow "$@"
   case $val in
     Read|Edit|MultiEdit|Write|NotebookRead|NotebookEdit) ;;
-    *) nothing "$@" ;;  # not a file tool: the Python path injects nothing
+    *) nothing ;;  # not a file tool: the Python path injects nothing
   esac
   # the file: tool_input's first member, file_path or notebook_path
   case $head in
@@ -236,7 +236,7 @@ if [ "$event" = post-tool ]; then
     cd -P -- "$idx$dir" 2>/dev/null || slow "$@"
     if [ "$PWD" != "$idx$dir" ]; then slow "$@"; fi
   done
-  nothing "$@"
+  nothing
 fi
 
 # prompt: the state dir of the payload's project.
@@ -262,4 +262,4 @@ if [ -e "$watch" ] || [ -L "$watch" ]; then
   if [ -z "$fd" ]; then slow "$@"; fi  # no find by absolute path: doubt
   if watch_changed "$fd" "$watch" "$links"; then slow "$@"; fi
 fi
-nothing "$@"
+nothing

@@ -8,8 +8,6 @@ lives here so a digest does not recompile its 300 lines at each session start.
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -461,14 +461,9 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m supervisor.session._nested post-tool|advance-epoch [--harness H]\n")
         return 2
     harness = argv[argv.index("--harness") + 1] if "--harness" in argv[:-1] else "claude"
-    try:
-        from ._payload import first_wins
+    from ._payload import decode_payload
 
-        payload = json.loads(sys.stdin.buffer.read(1 << 20) or b"{}", object_pairs_hook=first_wins)
-    except ValueError:
-        payload = {}
-    if not isinstance(payload, dict):
-        payload = {}
+    payload = decode_payload(sys.stdin.buffer.read(1 << 20)) or {}
     cwd = Path(payload["cwd"]) if isinstance(payload.get("cwd"), str) else Path.cwd()
     root = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), cwd)
     sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else ""
