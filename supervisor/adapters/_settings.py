@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .._errors import ConfigError
-from ..state._fsutil import atomic_write, link_on_path, link_refusal
+from ..state._fsutil import atomic_write, link_on_path, link_refusal, read_small_file
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 _PLAIN_RE = re.compile(r"(^|[\s/\"'])supervise hook(\s|$)")
@@ -95,26 +95,13 @@ def read_settings(path: Path) -> dict[str, Any] | None:
         ConfigError: not valid JSON, not a JSON object, or unreadable (one line; the file is
             never touched).
     """
-    import stat
-
-    try:  # never blocking on a planted FIFO, never reading a device or a huge file whole
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except FileNotFoundError:
+    data = read_small_file(path, _MAX_SETTINGS, what="a settings file", missing_ok=True)
+    if data is None:
         return None
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror or err}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"{path}: not a regular file (a FIFO, socket, device or folder); "
-                              "not read")
-        if st.st_size > _MAX_SETTINGS:
-            raise ConfigError(f"{path}: too large ({st.st_size} bytes); not read")
-        text = os.read(fd, _MAX_SETTINGS + 1).decode("utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read: {getattr(err, 'strerror', None) or err}") from None
-    finally:
-        os.close(fd)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: cannot read: {err}") from None
     if not text.strip():
         return {}
     try:

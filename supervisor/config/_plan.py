@@ -152,33 +152,11 @@ def read_config_bytes(path: Path, *, special_ok: bool = False) -> bytes:
         ConfigError: one line naming the file and the true reason: not a regular file (a FIFO,
             socket, device or folder), too large (its size), or cannot be read (the OS error).
     """
-    import stat
+    from ..state._fsutil import read_small_file
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if special_ok else os.O_NONBLOCK))
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode) or not (stat.S_ISREG(st.st_mode)
-                                            or (special_ok and stat.S_ISFIFO(st.st_mode))):
-            raise ConfigError(f"{path}: not a regular file (a folder, FIFO, socket or device); "
-                              "not read")
-        if st.st_size > MAX_CONFIG_BYTES:
-            raise ConfigError(f"{path}: too large ({st.st_size} bytes; a config file is at most "
-                              f"{MAX_CONFIG_BYTES} bytes); not read")
-        chunks: list[bytes] = []
-        got = 0
-        while got <= MAX_CONFIG_BYTES and (chunk := os.read(fd, 1 << 16)):
-            chunks.append(chunk)
-            got += len(chunk)
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
-    finally:
-        os.close(fd)
-    if got > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{path}: too large (over {MAX_CONFIG_BYTES} bytes); not read")
-    return b"".join(chunks)
+    data = read_small_file(path, MAX_CONFIG_BYTES, what="a config file", special_ok=special_ok)
+    assert data is not None  # missing_ok is False: a missing file raised
+    return data
 
 
 def find_config(project_dir: Path) -> Path | None:

@@ -1,6 +1,8 @@
-"""Small file-system primitives shared by every writer of state: atomic replace, bounded flock.
+"""Small file-system primitives shared by every writer of state: atomic replace, bounded flock,
+the guarded read of a small user file (a config or settings file: never blocking, capped).
 
-Stdlib only and cheap to import: the hook, the stages and the deferred runner all use it.
+Stdlib (and the base `_errors`) only, cheap to import: the hook, the stages and the deferred
+runner all use it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from .._errors import ConfigError
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: bool = False) -> None:
@@ -136,3 +140,52 @@ def link_refusal(link: Path, target: str) -> str:
     """The one line ``install``/``uninstall``/``doctor`` print for a settings file behind a link."""
     return (f"{link} is a symbolic link to {target}; refusing to write through it (it could "
             "reach outside this project): replace it with a regular file or folder")
+
+
+def read_small_file(path: str | os.PathLike[str], limit: int, *, what: str = "a file",
+                    special_ok: bool = False, missing_ok: bool = False) -> bytes | None:
+    """The bytes of the user's file ``path`` (a config or settings file), at most ``limit``
+    bytes, never blocking on a planted FIFO: opened with ``O_NONBLOCK`` and ``fstat``-ed; only
+    a regular file is read (``special_ok``: also a pipe, for ``--config <(...)``, which the
+    user named themselves). Links are followed: the user's own files may be links.
+
+    Returns:
+        the bytes; None when ``path`` does not exist and ``missing_ok`` (else that is an error).
+
+    Raises:
+        ConfigError: one line naming the file and the true reason: not a regular file (a
+            folder, FIFO, socket or device), too large (its size; ``what`` names the kind of
+            file in the message), or cannot be read (the OS error).
+    """
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | (0 if special_ok else os.O_NONBLOCK))
+    except FileNotFoundError as err:
+        if missing_ok:
+            return None
+        raise ConfigError(f"{os.fsdecode(path)}: cannot read: {err.strerror}") from None
+    except OSError as err:
+        raise ConfigError(f"{os.fsdecode(path)}: cannot read: {err.strerror or err}") from None
+    name = os.fsdecode(path)
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode) or not (stat.S_ISREG(st.st_mode)
+                                            or (special_ok and stat.S_ISFIFO(st.st_mode))):
+            raise ConfigError(f"{name}: not a regular file (a folder, FIFO, socket or device); "
+                              "not read")
+        if st.st_size > limit:
+            raise ConfigError(f"{name}: too large ({st.st_size} bytes; {what} is at most "
+                              f"{limit} bytes); not read")
+        chunks: list[bytes] = []
+        got = 0
+        while got <= limit and (chunk := os.read(fd, 1 << 16)):
+            chunks.append(chunk)
+            got += len(chunk)
+    except OSError as err:
+        raise ConfigError(f"{name}: cannot read: {err.strerror or err}") from None
+    finally:
+        os.close(fd)
+    if got > limit:
+        raise ConfigError(f"{name}: too large (over {limit} bytes); not read")
+    return b"".join(chunks)
