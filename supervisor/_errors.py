@@ -37,3 +37,18 @@ class StageSpawnError(SupervisorError):
     def __init__(self, message: str, argv: tuple[str, ...]) -> None:
         super().__init__(message)
         self.argv = argv
+
+
+def describe_os_error(err: OSError) -> str:
+    """An OS error in one line, for a person: ``"No space left on device (ENOSPC)"``; a
+    reader that left is ``"the reader closed the pipe (EPIPE)"``; an error without a number
+    is its text (or its class name). Used wherever output could not be written: a terminal
+    verb's stdout (:mod:`supervisor.commands._stdio`), the hook's envelope
+    (:func:`supervisor.state._delivery.write_whole`), the digest's sink."""
+    import errno
+
+    if err.errno == errno.EPIPE:
+        return "the reader closed the pipe (EPIPE)"
+    name = errno.errorcode.get(err.errno or 0, "")
+    text = err.strerror or str(err) or type(err).__name__
+    return f"{text} ({name})" if name else text

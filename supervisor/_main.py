@@ -175,10 +175,11 @@ def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
     except KeyboardInterrupt:  # Python's own handler, where ours could not be installed
         sys.exit(EXIT_OK if harness_facing else EXIT_SIGINT)
     except BrokenPipeError:  # `supervise config | head -1`: the reader left; not an error
+        from .state._fsutil import point_at_devnull
+
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-        except (OSError, ValueError):
+            point_at_devnull(sys.stdout.fileno())
+        except (OSError, ValueError):  # fileno() of a closed or replaced stdout
             pass
         sys.exit(0)
     except SystemExit:

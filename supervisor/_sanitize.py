@@ -160,6 +160,22 @@ def one_line(text: str) -> str:
     return escape(text).replace("\n", "\\n")
 
 
+MESSAGE_LIMIT = 300
+"""Characters of an argument error shown (``supervise status`` with 100,000 stray arguments
+printed a 200 KB "unrecognized arguments" line)."""
+
+
+def short(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """``message`` as one readable line: control characters, escape sequences and line breaks
+    of the user's arguments written as escapes (:func:`one_line`), and cut to ``limit``
+    characters (at least 41), saying how long it was: every verb's argument errors, the
+    hook's and nudge's ignored arguments."""
+    text = one_line(message)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 40]}... ({len(text)} characters)"
+
+
 def _plain(text: str) -> bool:
     """True for ASCII text with no control but LF and TAB: a C-speed ``bytes.translate``, no
     regex scan (the common case; docs/benchmarks.md)."""

@@ -10,6 +10,8 @@ import argparse
 from pathlib import Path
 from typing import NoReturn
 
+from .._sanitize import short
+
 
 def existing_dir(value: str) -> Path:
     """argparse ``type=`` for ``-C DIR``: an existing directory, made absolute; never created.
@@ -43,21 +45,6 @@ def add_format(parser: argparse.ArgumentParser, what: str) -> None:
                         "document for a program")
 
 
-MESSAGE_LIMIT = 300
-"""Characters of an argument error shown (``supervise status`` with 100,000 stray arguments
-printed a 200 KB "unrecognized arguments" line)."""
-
-
-def short(message: str, limit: int = MESSAGE_LIMIT) -> str:
-    """``message`` as one readable line: control characters, escape sequences and line breaks
-    of the user's arguments written as escapes (:func:`supervisor._sanitize.one_line`), and cut
-    to ``limit`` characters, saying how long it was."""
-    from .._sanitize import one_line
-
-    text = one_line(message)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit - 40]}... ({len(text)} characters)"
 
 
 class VerbParser(argparse.ArgumentParser):

@@ -106,27 +106,12 @@ class Outlet(io.RawIOBase):
         if isinstance(err, BrokenPipeError):
             self.reader_left = True
         else:
-            self.error = describe(err)
-        _point_at_devnull(self.fd)
+            from .._errors import describe_os_error
 
+            self.error = describe_os_error(err)
+        from ..state._fsutil import point_at_devnull
 
-def describe(err: OSError) -> str:
-    """``"No space left on device (ENOSPC)"``: an OS error in one line, for a person."""
-    import errno
-
-    name = errno.errorcode.get(err.errno or 0, "")
-    text = err.strerror or str(err) or type(err).__name__
-    return f"{text} ({name})" if name else text
-
-
-def _point_at_devnull(fd: int) -> None:
-    """Nothing later writes half a document to ``fd``: it now points at ``/dev/null``."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, fd)
-        os.close(devnull)
-    except OSError:
-        pass
+        point_at_devnull(self.fd)
 
 
 _stdout: list[Outlet] = []
@@ -214,7 +199,9 @@ def output_failure() -> str:
         sys.stdout.flush()
     except (OSError, ValueError) as err:  # not an Outlet (a test replaced it): say why
         if not isinstance(err, BrokenPipeError):
-            note_failure(describe(err) if isinstance(err, OSError) else str(err))
+            from .._errors import describe_os_error
+
+            note_failure(describe_os_error(err) if isinstance(err, OSError) else str(err))
     if _stdout and _stdout[0].error:
         note_failure(_stdout[0].error)
     return "; ".join(_failures)

@@ -25,7 +25,7 @@ from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        from ._cli import short
+        from .._sanitize import short
 
         raise ValueError(short(message))
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .._errors import describe_os_error
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .._record import replace
 from ._cli import VerbParser, add_directory, add_format
@@ -129,7 +130,7 @@ def main(argv: list[str]) -> int:
         context = replace(context, mode="read-only")
     unknown = sorted(set(args.only or ()) - {s.name for s in config.stages})
     if unknown:
-        from ._cli import short
+        from .._sanitize import short
 
         print(f"supervise digest: --only: no stage named {short(', '.join(unknown))} "
               f"(stages: {', '.join(s.name for s in config.stages) or 'none'})", file=sys.stderr)
@@ -207,7 +208,7 @@ def _lost_output(sink: StreamSink) -> bool:
     from . import _stdio
 
     if sink.error is not None and sink.error.errno != errno.EPIPE:
-        _stdio.note_failure(_stdio.describe(sink.error))
+        _stdio.note_failure(describe_os_error(sink.error))
         return True
     if _stdio.stdout_closed_at_start() and sink.written:
         _stdio.note_failure("stdout was closed when supervise started")

@@ -120,11 +120,12 @@ def _is_option(arg: str) -> bool:
     return False
 
 
-def _shown(value: str | None, limit: int = 60) -> str:
-    """``repr(value)`` (control characters escaped), cut to about ``limit`` characters."""
-    if value is not None and len(value) > limit:
-        return f"{value[:limit]!r}... ({len(value)} characters)"
-    return repr(value)
+def _shown(value: str | None) -> str:
+    """``repr(value)`` as one line cut to 100 characters (:func:`supervisor._sanitize.short`;
+    imported only when an argument is wrong: not on the hot path)."""
+    from .._sanitize import short
+
+    return short(repr(value), 100)
 
 
 def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
@@ -246,11 +247,11 @@ def emit(harness: str, text: str, *, state_dir: Path, kind: str,
         write_whole(sys.stdout.fileno(), data)
         return ""
     except (WriteFailed, ValueError, OSError) as err:
+        from ..state._fsutil import point_at_devnull
+
         try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, sys.stdout.fileno())
-            os.close(devnull)
-        except (OSError, ValueError):
+            point_at_devnull(sys.stdout.fileno())
+        except (OSError, ValueError):  # fileno() of a closed or replaced stdout
             pass
         return str(err) or type(err).__name__
 

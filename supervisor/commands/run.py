@@ -67,7 +67,7 @@ def _check_program(program: str) -> int | None:
 def _named(program: str) -> str:
     """``program`` for a message: its control characters and escape sequences written as
     escapes, cut to 300 characters (it is the user's argument, printed to their terminal)."""
-    from ._cli import short
+    from .._sanitize import short
 
     return short(program)
 

@@ -176,12 +176,9 @@ class StreamSink:
     def _go_dark(self) -> None:
         self.broken = True
         self._pending.clear()
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._fd)
-            os.close(devnull)
-        except OSError:
-            pass
+        from ..state._fsutil import point_at_devnull
+
+        point_at_devnull(self._fd)
 
 
 def cut_utf8(data: bytes, limit: int) -> bytes:

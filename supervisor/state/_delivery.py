@@ -24,7 +24,6 @@ Stdlib only and cheap to import: on the hook's hot path and imported by stage pr
 
 from __future__ import annotations
 
-import errno
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -102,7 +101,9 @@ def write_whole(fd: int, data: bytes, deadline: float = WRITE_DEADLINE) -> None:
         except BlockingIOError:
             pass
         except OSError as err:
-            raise WriteFailed(f"{_describe(err)} after {sent} of {len(data)} bytes") from err
+            from .._errors import describe_os_error
+
+            raise WriteFailed(f"{describe_os_error(err)} after {sent} of {len(data)} bytes") from err
         left = end - time.monotonic()
         if left <= 0:
             raise WriteFailed(f"the reader took only {sent} of {len(data)} bytes in "
@@ -114,13 +115,6 @@ def write_whole(fd: int, data: bytes, deadline: float = WRITE_DEADLINE) -> None:
         except (OSError, ValueError) as err:
             raise WriteFailed(f"cannot wait for the reader ({err}) after {sent} of "
                               f"{len(data)} bytes") from err
-
-
-def _describe(err: OSError) -> str:
-    if err.errno == errno.EPIPE:
-        return "the reader closed the pipe (EPIPE)"
-    name = errno.errorcode.get(err.errno or 0, "error")
-    return f"{err.strerror or 'write error'} ({name})"
 
 
 @final

@@ -142,6 +142,25 @@ def link_refusal(link: Path, target: str) -> str:
             "reach outside this project): replace it with a regular file or folder")
 
 
+def point_at_devnull(fd: int) -> None:
+    """Point descriptor ``fd`` at ``/dev/null`` (``dup2``), so nothing later writes half a
+    document to it and no file opened later takes its number: the output choke point's sink,
+    a verb's stdout, the hook's envelope after a write failed, the reader that left (EPIPE).
+    Never raises: a descriptor that cannot be pointed anywhere is left as it is."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        if devnull != fd:
+            os.dup2(devnull, fd)
+    except OSError:
+        pass
+    finally:
+        if devnull != fd:
+            os.close(devnull)
+
+
 def read_small_file(path: str | os.PathLike[str], limit: int, *, what: str = "a file",
                     special_ok: bool = False, missing_ok: bool = False) -> bytes | None:
     """The bytes of the user's file ``path`` (a config or settings file), at most ``limit``

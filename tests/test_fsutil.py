@@ -83,3 +83,51 @@ def test_a_pipe_the_user_named_is_read_for_config(tmp_path: Path) -> None:
         assert read_config_bytes(Path(f"/dev/fd/{read_end}"), special_ok=True) == b"budget = 5\n"
     finally:
         os.close(read_end)
+
+
+def test_point_at_devnull_takes_the_descriptor_off_its_reader() -> None:
+    """The one "point fd at /dev/null" (sink, stdout outlet, hook envelope, EPIPE exit): the
+    descriptor stays open and writable, and nothing more reaches what it pointed at."""
+    from supervisor.state._fsutil import point_at_devnull
+
+    read_end, write_end = os.pipe()
+    try:
+        os.write(write_end, b"half")
+        point_at_devnull(write_end)
+        assert os.write(write_end, b" a document") == len(b" a document")
+        assert os.read(read_end, 100) == b"half"
+        assert os.read(read_end, 100) == b""  # the pipe has no writer left: end of file
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    point_at_devnull(10_000)  # never raises, even for a number nothing can take
+
+
+def test_one_line_for_an_os_error() -> None:
+    """One describer for lost output (terminal verbs, the hook's envelope, the digest)."""
+    import errno
+
+    from supervisor._errors import describe_os_error
+    from supervisor.state._delivery import WriteFailed, write_whole
+
+    assert describe_os_error(OSError(errno.ENOSPC, "No space left on device")) == \
+        "No space left on device (ENOSPC)"
+    assert describe_os_error(BrokenPipeError(errno.EPIPE, "Broken pipe")) == \
+        "the reader closed the pipe (EPIPE)"
+    assert describe_os_error(OSError("odd")) == "odd"
+    with open("/dev/full", "wb", buffering=0) as full:
+        with pytest.raises(WriteFailed, match=r"^No space left on device \(ENOSPC\) after 0 "
+                                              r"of 3 bytes$"):
+            write_whole(full.fileno(), b"abc")
+
+
+def test_short_is_one_line_cut_saying_how_long() -> None:
+    """One shortener for untrusted arguments in messages (verbs, hook, nudge)."""
+    from supervisor._sanitize import short
+    from supervisor.commands.hook import parse_hook_args
+
+    assert short("a\nb\x1b[2J") == "a\\nb\\x1b[2J"
+    cut = short("x" * 1000, 100)
+    assert cut == "x" * 60 + "... (1000 characters)"
+    problems = parse_hook_args(["claude", "--bogus=" + "y\x1b" * 500]).problems
+    assert problems and all(len(p) < 200 and "\x1b" not in p for p in problems)
