@@ -239,7 +239,7 @@ def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """A JSON object's members with a repeated key keeping its FIRST value (``json.loads``
     keeps the last). RFC 8259 leaves repeated names to the reader; the per-event shim
     (``supervisor/hook-fast.sh``) decides from the payload's first 4 KiB and drains the rest
-    unread, so the first value is the one both can see: a key repeated after a long
+    unread (or, for a harness proved to tolerate it, leaves it unread), so the first value is the one both can see: a key repeated after a long
     ``tool_response`` must not change the answer (a shim that scanned the rest for repeats
     cost 3 ms per 100 KB of every Read)."""
     out: dict[str, Any] = {}
