@@ -76,7 +76,7 @@ from typing import Any  # noqa: E402
 import anyio  # noqa: E402
 import psutil  # noqa: E402
 
-from helpers import supervise_cmd  # noqa: E402
+from helpers import alive_and_ours, supervise_cmd  # noqa: E402
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest  # noqa: E402
 from supervisor.engine._results import DigestResult  # noqa: E402
 
@@ -441,3 +441,97 @@ def test_a_signal_inside_a_callback_still_ends_the_hook_quietly(tmp_path: Path, 
                           capture_output=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == b"" and proc.stderr == b"", (proc.stdout, proc.stderr)
+
+
+# -- leftover checks of many stages at once (issue 13: one children listing per tick) --------
+ESCAPEE = ('setsid sh -c \'echo $$ > "$0"; exec sleep 60\' "$1" & '
+           'while [ ! -s "$1" ]; do sleep 0.01; done')
+"""A stage leader (``sh -c ESCAPEE sh PIDFILE``) that leaves a ``setsid`` escapee (its own
+session, the stage's token in its environment) and exits once the escapee has written its pid:
+the escapee is then an orphan adopted by the subreaper, outside the stage's process group."""
+
+
+def _leaders(tmp_path: Path, count: int, leave: set[int]) -> list[tuple[int, str, Path]]:
+    """Start ``count`` stage leaders as the engine does (own session, a token each); the ones
+    in ``leave`` leave an escapee. Each leader is waited for (reaped) before this returns:
+    (leader pid, token, escapee pid file)."""
+    from supervisor.engine._tree import TOKEN_VAR
+
+    procs = []
+    for i in range(count):
+        token, pidfile = uuid.uuid4().hex, tmp_path / f"escapee{i}.pid"
+        argv = ["sh", "-c", ESCAPEE, "sh", str(pidfile)] if i in leave else ["true"]
+        procs.append((subprocess.Popen(argv, env={**os.environ, TOKEN_VAR: token},
+                                       start_new_session=True, stdin=subprocess.DEVNULL),
+                      token, pidfile))
+    for proc, _, _ in procs:
+        assert proc.wait(timeout=60) == 0
+    return [(proc.pid, token, pidfile) for proc, token, pidfile in procs]
+
+
+def test_leftover_checks_ending_together_share_one_children_listing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpu_load: str) -> None:
+    """Forty stages whose leaders have exited are checked for leftovers at once: every stage
+    that left a setsid escapee (adopted by the subreaper, outside its process group) is found,
+    none of the others is, and the checks share their listings of our children (one per
+    tick) instead of listing them once or twice each (quadratic in the stages: 500 stages
+    listed 500 children 1,000 times). The escapees are then killed by the kill sequence."""
+    from supervisor.engine import _tree
+
+    assert _tree.enable_subreaper()
+    count, leave = 40, set(range(0, 40, 2))
+    leaders = _leaders(tmp_path, count, leave)
+    listings = 0
+    real = _tree.our_children
+
+    def counted() -> list[int]:
+        nonlocal listings
+        listings += 1
+        return real()
+
+    monkeypatch.setattr(_tree, "our_children", counted)
+    found: dict[int, bool] = {}
+    reports: list[_tree.KillReport] = []
+
+    async def check() -> None:
+        watch = _tree.Watch()
+        trees = [_tree.StageTree(pid, lambda: False, token) for pid, token, _ in leaders]
+        for tree in trees:
+            watch.add(tree)
+
+        async def one(i: int, tree: _tree.StageTree) -> None:
+            found[i] = await watch.has_leftovers(tree, anyio.current_time() + 30)
+
+        async with anyio.create_task_group() as tg:
+            for i, tree in enumerate(trees):
+                tg.start_soon(one, i, tree)
+        checked = listings
+        for i in sorted(leave):
+            reports.append(await watch.kill_stage(trees[i], 0.2, anyio.current_time() + 10))
+        found[-1] = checked <= count // 4  # recorded before the kills' own listings
+
+    anyio.run(check)
+    assert {i for i in range(count) if found[i]} == leave
+    assert found[-1], f"the {count} leftover checks took their own listings of our children"
+    assert all(r.survivors == 0 for r in reports), reports
+    for i in leave:
+        pid = int((tmp_path / f"escapee{i}.pid").read_text())
+        assert not alive_and_ours(pid), f"escapee {i} outlived the kill"
+
+
+def test_every_stage_ending_together_has_its_escapee_swept(tmp_path: Path, cpu_load: str) -> None:
+    """Thirty stages in one digest, all running at once, each leaving a setsid escapee and
+    exiting: the shared leftover checks find each stage's escapee and the digest kills it
+    (rule 8: leftovers die with their stage)."""
+    stages = [{"name": f"s{i}", "run": ["sh", "-c", ESCAPEE, "sh", str(tmp_path / f"e{i}.pid")]}
+              for i in range(30)]
+    from supervisor.engine._tree import enable_subreaper
+
+    enable_subreaper()  # as the CLI does
+    config = DigestConfig(budget=60, max_parallel=0, stages=tuple(StageSpec(**s) for s in stages))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")
+    result = anyio.run(partial(run_digest, config, ctx))
+    assert [s.status for s in result.stages] == ["ok"] * 30, [s.output for s in result.stages]
+    for i in range(30):
+        pid = int((tmp_path / f"e{i}.pid").read_text())
+        assert not alive_and_ours(pid), f"stage s{i}'s escapee outlived the digest"
