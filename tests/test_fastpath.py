@@ -941,3 +941,63 @@ def test_a_repeated_key_keeps_its_first_value_at_every_level() -> None:
     assert decode_prefix(raw + b"  ") == {"cwd": "/a", "tool_input": {"file_path": "/x"}}
     assert decode_prefix(b'{"cwd":"/a","cwd":"/b","tool_input":{"file_path":"/x","file_path":"/y"')[
         "cwd"] == "/a"
+
+
+def _plant_entry(project: Path, instructions: Path, session: str = "s-1") -> None:
+    entry = Path(str(project / ".supervise" / "fastpath" / "nested" / session) + str(instructions))
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    entry.write_bytes(b"")
+
+
+def _plant_ledger(project: Path, instructions: Path, session: str = "s-1") -> None:
+    from supervisor._hashing import sha256
+
+    key = sha256(session.encode()).hexdigest()[:32]
+    folder = project / ".supervise" / "nested"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{key}.json").write_text(json.dumps(
+        {"version": 1, "epoch": 0, "injected": {str(instructions): 0}, "retry_at": {}}))
+
+
+@pytest.mark.parametrize("source", ["startup", "clear"])
+@pytest.mark.parametrize("planted", ["index", "index and ledger"])
+def test_post_tool_planted_index_is_dropped_at_session_start(
+        interpreter: tuple[Path, Path], project: Path, source: str, planted: str) -> None:
+    """Issue 11's kind (planted files): an injected-index entry (and a ledger) planted in a
+    clone's ``.supervise/`` for a never-injected file made the shim skip that injection. A new
+    session (startup) or a cleared one has been given nothing: its SessionStart drops both,
+    and the first read injects (proved against the Python path)."""
+    rules = project / "src dir" / "AGENTS.md"
+    rules.write_text("SUB-RULES\n")
+    _plant_entry(project, rules)
+    if planted == "index and ledger":
+        _plant_ledger(project, rules)
+    compact_hook(project, source)
+    payload = read_payload(project, str(project / "src dir" / "deep" / "file.py"))
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    assert b"SUB-RULES" in answer.stdout
+    check(interpreter, "claude", "post-tool", payload, project, expect_python=False)
+
+
+def test_post_tool_index_is_rebuilt_from_the_ledger_on_resume(
+        interpreter: tuple[Path, Path], project: Path) -> None:
+    """A resumed session keeps what it was given (its ledger), but an index entry the ledger
+    does not record (planted for a never-injected file) is dropped at its SessionStart."""
+    payload = _inject_then(project, interpreter)  # src dir/AGENTS.md injected and indexed
+    deep = project / "src dir" / "deep" / "AGENTS.md"
+    deep.write_text("DEEP-RULES\n")
+    _plant_entry(project, deep)
+    compact_hook(project, "resume")
+    answer = check(interpreter, "claude", "post-tool", payload, project, expect_python=True)
+    assert b"DEEP-RULES" in answer.stdout and b"SUB-RULES" not in answer.stdout
+    check(interpreter, "claude", "post-tool", payload, project, expect_python=False)
+    shallow = read_payload(project, str(project / "src dir" / "x.py"))
+    check(interpreter, "claude", "post-tool", shallow, project, expect_python=False)
+
+
+def test_startup_without_a_ledger_writes_nothing(project: Path) -> None:
+    """The startup check costs two lstat calls: no ledger or index is created for a session
+    that reads no nested file."""
+    compact_hook(project, "startup")
+    assert not (project / ".supervise" / "nested").exists()
+    assert not (project / ".supervise" / "fastpath" / "nested").exists()

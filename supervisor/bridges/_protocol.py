@@ -161,13 +161,13 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         context = SessionContext.for_project(project, source=routed, harness=harness,
                                              session_id=clean_session_id(session_id),
                                              cwd=(Path(cwd) if cwd else Path.cwd()).resolve())
-        if routed in ("compact", "clear") and context.session_id:
+        if context.session_id:
             from .._errors import SupervisorError
-            from ..session._nested import advance_epoch
+            from ..session._nested import at_session_start
 
-            try:  # context was lost: nested files read before must be injected again
-                advance_epoch(context)
-            except SupervisorError:  # an unusable state dir: no re-arm, the digest still runs
+            try:  # a new epoch at compact/clear; a ledger a new session did not write: dropped
+                at_session_start(context)
+            except (SupervisorError, OSError):  # an unusable state dir: the digest still runs
                 pass
         outcome = run_session(config, context)
     except Exception as err:  # noqa: BLE001 - the extension must get a document, not a traceback

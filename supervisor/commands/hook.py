@@ -378,8 +378,7 @@ def _run(args: HookArgs) -> int:
                            state_dir=context.state_dir, kind="prompt")
             settle(delivery, problem, "per-prompt context (deferred results, refreshed instructions)")
         return EXIT_OK
-    if source in ("compact", "clear"):
-        _advance_nested_epoch(context)
+    _settle_nested(context)
     from ..state._delivery import open_delivery
     from ..session._routing import run_session
 
@@ -486,18 +485,19 @@ def _refreshed(context: SessionContext) -> str:
         return ""
 
 
-def _advance_nested_epoch(context: SessionContext) -> None:
-    """Context was lost (compact, clear): nested instruction files injected earlier in this
-    session must be injected again on the next read (the bug fixed in seed 003)."""
+def _settle_nested(context: SessionContext) -> None:
+    """The nested-instructions ledger and injected index at a SessionStart
+    (:func:`supervisor.session._nested.at_session_start`: a new epoch at compact and clear,
+    dropped at startup, the index rebuilt from the ledger otherwise)."""
     if not context.session_id:
         return
     from .._errors import SupervisorError
-    from ..session._nested import advance_epoch
+    from ..session._nested import at_session_start
 
     try:
-        advance_epoch(context)
+        at_session_start(context)
     except (SupervisorError, OSError) as err:
-        print(f"supervise hook: cannot advance the nested-instructions epoch: {err}",
+        print(f"supervise hook: cannot settle the nested-instructions ledger: {err}",
               file=sys.stderr)
 
 

@@ -452,6 +452,61 @@ def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> i
     return epoch
 
 
+def at_session_start(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> None:
+    """Bring ``context.session_id``'s ledger and injected index in line with what this
+    session's model has seen, at its SessionStart (``context.source``):
+
+    - ``compact`` / ``clear``: context was lost: a new epoch (:func:`advance_epoch`), so files
+      read before are injected again (the bug fixed in seed 003);
+    - ``startup``: a new session has been given nothing yet, so a ledger or index already
+      there was not written by it (planted in a hostile clone's ``.supervise/``, or left by an
+      id reused): both are dropped (a new epoch), and the next read injects. Nothing is
+      written when neither exists (two ``lstat`` calls);
+    - any other source (``resume``, none): the session continues, so its ledger stands, but
+      the index is rebuilt from it (an index entry the ledger does not record as injected in
+      its current epoch, say one planted for a never-injected file, would make the per-event
+      shim skip that injection; the shim cannot read JSON cheaply, so Python prunes). Nothing
+      is done when there is no index.
+
+    Raises:
+        StateError: the ledger cannot be written, the index cannot be removed, or a
+            concurrent load held the claim for longer than ``lock_wait`` seconds.
+    """
+    from ._fastpath import FASTPATH_DIR, NESTED_INDEX, index_name
+
+    session_id = context.session_id
+    if not session_id:
+        return
+    source = context.source
+    if source in ("compact", "clear"):
+        advance_epoch(context, lock_wait=lock_wait)
+        return
+    base = _ledger_base(context, session_id)
+    name = index_name(session_id)
+    index = (Path(context.state_dir) / FASTPATH_DIR / NESTED_INDEX / name) if name else None
+    has_index = index is not None and os.path.lexists(index)
+    if source == "startup":
+        if has_index or os.path.lexists(f"{base}.json"):
+            advance_epoch(context, lock_wait=lock_wait)
+        return
+    if not has_index:
+        return
+    claim = _Claim(base, lock_wait, session_id)
+    if not claim.acquired:
+        claim.release()
+        raise StateError(f"nested-instructions ledger {base}.json stayed busy for {lock_wait} s")
+    try:
+        ledger = _load(claim)
+        epoch, injected = ledger["epoch"], ledger["injected"]
+        assert isinstance(injected, dict)
+        _forget_index(claim)
+        _index(claim, [key for key, at in injected.items()
+                       if isinstance(key, str) and at == epoch and type(at) is int
+                       and os.path.isabs(key) and os.path.realpath(key) == key])
+    finally:
+        claim.release()
+
+
 def main(argv: list[str]) -> int:
     """``python -m supervisor.session._nested post-tool|advance-epoch [--harness H]``: payload on stdin
     (``session_id``, ``cwd``, tool fields); prints the text to inject. Always exits 0."""
