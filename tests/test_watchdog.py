@@ -535,3 +535,46 @@ def test_every_stage_ending_together_has_its_escapee_swept(tmp_path: Path, cpu_l
     for i in range(30):
         pid = int((tmp_path / f"e{i}.pid").read_text())
         assert not alive_and_ours(pid), f"stage s{i}'s escapee outlived the digest"
+
+
+_SIGNAL_AS_THE_LOOP_ENDS = """
+import signal, sys
+from supervisor.engine import _signals
+
+original = _signals.with_signals
+signum = getattr(signal, sys.argv[1])
+
+async def late(body):
+    got = await original(body)  # the quiet handler is back in place; the loop still runs
+    signal.raise_signal(signum)
+    for _ in range(1000): pass  # the handler has run (recorded) before the loop stops
+    return got
+
+_signals.with_signals = late
+sys.argv = ["supervise", *sys.argv[2:]]
+from supervisor._main import entry
+entry()
+"""
+
+
+@pytest.mark.parametrize(("signame", "verb", "status"), [
+    ("SIGTERM", ["digest"], 143), ("SIGINT", ["digest"], 130), ("SIGHUP", ["digest"], 129),
+    ("SIGTERM", ["hook", "claude"], 0)])
+def test_a_signal_as_the_event_loop_ends_is_acted_on(tmp_path: Path, signame: str,
+                                                     verb: list[str], status: int) -> None:
+    """A signal after ``with_signals`` put the quiet handler back but before ``anyio.run``
+    returned was recorded (a loop was running) and never acted on: ``supervise digest`` went
+    on and exited 0, not 143, and the hook delivered its envelope after a TERM. It is now acted
+    on as the loop ends, as one a moment later would be: 128+n for a terminal verb, a quiet 0
+    with nothing written for the hook. The signal is raised from inside that window in the
+    process under test, so the moment is certain."""
+    write_config(tmp_path, '[[stages]]\nname = "a"\nrun = "echo STAGE-RAN"\n')
+    payload = json.dumps({"session_id": "s", "source": "startup", "cwd": str(tmp_path),
+                          "hook_event_name": "SessionStart"}).encode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.run([sys.executable, "-c", _SIGNAL_AS_THE_LOOP_ENDS, signame, *verb],
+                          cwd=tmp_path, input=payload, capture_output=True, timeout=120, env=env)
+    assert proc.returncode == status, (proc.stdout, proc.stderr)
+    assert b"Traceback" not in proc.stderr and b"internal error" not in proc.stderr, proc.stderr
+    if verb[0] == "hook":
+        assert proc.stdout == b"", proc.stdout  # it left before the envelope

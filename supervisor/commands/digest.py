@@ -84,8 +84,6 @@ def main(argv: list[str]) -> int:
                   f"{limit:g}", file=sys.stderr)
             return EXIT_USAGE
 
-    import anyio
-
     from ..engine import _tree
     from ..config._plan import as_plan
     from ..config._plancache import load_plan
@@ -94,7 +92,7 @@ def main(argv: list[str]) -> int:
     from .._errors import ConfigError
     from ..engine._output import BufferSink, StreamSink
     from ..state._project import find_project_root
-    from ..engine._signals import Aborter, with_signals
+    from ..engine._signals import Aborter, run_with_signals
 
     start = args.directory or Path.cwd()
     project = find_project_root(start)
@@ -167,7 +165,7 @@ def main(argv: list[str]) -> int:
     except OSError:
         pass
     with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
-        result, aborter = anyio.run(with_signals, body)
+        result, aborter = run_with_signals(body)
         if live is not None:
             state = "TRUNCATED" if result.truncated else "complete"
             print(f"supervise: digest {state} in {result.seconds:.2f}s (budget "

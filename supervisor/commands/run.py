@@ -188,13 +188,11 @@ def _finish(command: list[str], budget: float, capture: bool, status: str,
 def _run_with_engine(command: list[str], budget: float, grace: float, capture: bool) -> int:
     """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor.engine._runwait`
     cannot run (no ``posix_spawn`` with a new session)."""
-    import anyio
-
     from ..engine import _tree
     from ..engine._run import run_command
     from ..engine._output import BufferSink
     from ..engine._results import StageResult
-    from ..engine._signals import Aborter, with_signals
+    from ..engine._signals import Aborter, run_with_signals
 
     _tree.enable_subreaper()
     sink = BufferSink() if capture else None  # text: the command's own stdio
@@ -203,7 +201,7 @@ def _run_with_engine(command: list[str], budget: float, grace: float, capture: b
         return await run_command(command, budget=budget, grace=grace, sink=sink,
                                  abort=aborter.event)
 
-    result, aborter = anyio.run(with_signals, body)
+    result, aborter = run_with_signals(body)
     _tree.reap_zombie_children()
     return _finish(command, budget, capture, result.status, result.exit_code, aborter.signum,
                    result.seconds, sink.getvalue() if sink is not None else b"")

@@ -65,6 +65,39 @@ async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Abor
     return result, aborter
 
 
+def run_with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
+    """``anyio.run(with_signals, body)``, then act on a signal that came after
+    :func:`with_signals` put the quiet handler back but before the event loop had stopped.
+
+    The quiet handler (:mod:`supervisor._interrupts`) only records a signal while a loop runs
+    (raising there would tear through the loop's shutdown), so one landing in that window was
+    recorded and never acted on: ``supervise digest`` then exited 0 instead of 143. Now it is
+    acted on as if it came just after the loop: the handler in place is called (it raises
+    ``SystemExit``: ``128 + n`` for a terminal verb, 0 for the hook). Returns what
+    :func:`with_signals` returned.
+
+    Raises:
+        SystemExit: a signal came in that window (from the quiet handler).
+    """
+    try:
+        return anyio.run(with_signals, body)
+    finally:
+        late = take_early_signal()
+        if late is not None:
+            _act_on(late)
+
+
+def _act_on(signum: int) -> None:
+    """Deliver ``signum`` to the handler in place now, synchronously: a Python handler is
+    called (the quiet one raises ``SystemExit``); the default action is taken by raising the
+    signal; an ignored signal is dropped."""
+    handler = signal.getsignal(signum)
+    if callable(handler):
+        handler(signum, None)
+    elif handler == signal.SIG_DFL:
+        signal.raise_signal(signum)
+
+
 _early: list[int] = []
 
 

@@ -131,12 +131,10 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
         skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
         return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
-    import anyio
-
     from ..engine import _tree
     from ..engine._run import run_digest
     from ..engine._output import BufferSink
-    from ..engine._signals import Aborter, with_signals
+    from ..engine._signals import Aborter, run_with_signals
 
     from ..state._delivery import current
 
@@ -160,7 +158,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     _spawn.own_descriptors()  # stages never hold what the harness passed us
     try:
-        result, _ = anyio.run(with_signals, body)
+        result, _ = run_with_signals(body)
     finally:
         _tree.reap_zombie_children()
     return result, sink.getvalue().decode("utf-8", "replace")
