@@ -171,35 +171,63 @@ def test_hostile_session_ids_are_cleaned(raw: str, tmp_path: Path) -> None:
     assert "ran" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
 
 
-def test_an_oversized_payload_from_a_slow_writer_is_drained_to_its_end() -> None:
-    """Over the byte bound, the read goes on past the first timeout while data keeps coming
-    (a harness writing a big Write payload slowly): the writer finishes, the head is kept."""
-    import threading
+class _VirtualClock:
+    """``time.monotonic`` for :func:`read_stdin`, moved only by the test: each call advances
+    it by ``step`` seconds, so the read's deadlines pass at a known point in its loop whatever
+    the host's load (no thread or writer that must be scheduled in time)."""
 
+    def __init__(self, step: float, start: float = 1000.0) -> None:
+        self.now = start
+        self.step = step
+
+    def monotonic(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def _messages(count: int, size: int) -> tuple[int, int]:
+    """A read end holding ``count`` messages of ``size`` bytes, then EOF: a SEQPACKET socket,
+    so each ``os.read`` returns one message, as a writer's separate writes would arrive."""
+    import socket
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    rfd, wfd = a.detach(), b.detach()
+    for _ in range(count):
+        os.write(wfd, b"x" * size)
+    return rfd, wfd
+
+
+def test_an_oversized_payload_from_a_slow_writer_is_drained_to_its_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the byte bound, the read goes on past the first timeout while data keeps coming
+    (a harness writing a big Write payload slowly): 50 writes, 0.1 s of the read's clock
+    apart (5 s in all: five times the timeout), are all read to EOF, the head kept."""
     from supervisor.session._payload import read_stdin
 
-    rfd, wfd = os.pipe()
-    failed: list[BaseException] = []
-    finished = threading.Event()
-
-    def writer() -> None:
-        try:
-            for _ in range(50):
-                os.write(wfd, b"x" * 50)
-                time.sleep(0.05)  # 2.5 s in all: longer than the read's 1 s timeout
-        except OSError as err:
-            failed.append(err)
-        finally:
-            finished.set()  # before the close: EOF on the read end means this is set
-            os.close(wfd)
-
-    thread = threading.Thread(target=writer)
-    thread.start()
+    monkeypatch.setattr(_payload, "time", _VirtualClock(step=0.05))
+    rfd, wfd = _messages(50, 50)
+    os.close(wfd)
     try:
         read = read_stdin(rfd, timeout=1.0, max_bytes=100)
-        done = finished.is_set()
+        assert _payload.time.now - 1000.0 > 4.0  # the read ran well past its first timeout
+        assert os.read(rfd, 65536) == b""  # drained to its end: nothing left before EOF
     finally:
-        thread.join(timeout=30)
         os.close(rfd)
     assert read.oversize and read.data is None and read.head == b"x" * 100
-    assert done and not failed
+
+
+def test_a_payload_waiting_when_this_process_wakes_late_is_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The timeout bounds the writer's silence, not a stall of the hook: a payload and its EOF
+    already in the pipe when the hook's clock shows the deadline past (descheduled on a
+    starved host) is read whole (the loop checked the deadline first and dropped it)."""
+    from supervisor.session._payload import read_stdin
+
+    monkeypatch.setattr(_payload, "time", _VirtualClock(step=2.0))  # each look: 2 s later
+    rfd, wfd = _messages(3, 7)
+    os.close(wfd)
+    try:
+        read = read_stdin(rfd, timeout=1.0, max_bytes=1000)
+    finally:
+        os.close(rfd)
+    assert read.data == b"x" * 21 and not read.oversize

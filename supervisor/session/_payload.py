@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 READ_TIMEOUT = 1.0
-"""Seconds the hook waits, in total, for the payload on stdin."""
+"""Seconds the hook waits for the payload on stdin (what is already waiting when they are
+up is still read, for at most :data:`DRAIN_LIMIT` seconds more: see :func:`read_stdin`)."""
 MAX_PAYLOAD = 1024 * 1024
 """Bytes kept of the payload; a longer one is drained to its end, and only its members whole
 within the first MAX_PAYLOAD bytes are used (:func:`read_payload_data`)."""
@@ -107,7 +108,9 @@ def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
     A payload over ``max_bytes`` is drained to EOF (while data keeps coming at most
     ``timeout`` seconds apart, for at most :data:`DRAIN_LIMIT` seconds more) and its first
     ``max_bytes`` bytes kept in :attr:`StdinRead.head`: a PostToolUse ``Write`` of a 10 MB
-    file must not see EPIPE. Never raises for I/O reasons.
+    file must not see EPIPE. The timeout bounds the writer's silence: data already waiting
+    when it expires (this process was descheduled, not the writer slow) is still read, up to
+    :data:`DRAIN_LIMIT` seconds past the timeout. Never raises for I/O reasons.
     """
     if fd == 0 and sys.stdin is None:
         return StdinRead(None)  # started with fd 0 closed: whatever holds fd 0 now is not ours
@@ -122,10 +125,14 @@ def read_stdin(fd: int = 0, *, timeout: float = READ_TIMEOUT,
     size = 0
     try:
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
+            now = time.monotonic()
+            if now >= drain_end:
                 break
-            ready, _, _ = select.select([fd], [], [], left)
+            # Past the deadline, what is already waiting is still read (a poll): the deadline
+            # bounds the writer's silence, not a stall of this process (a starved host can
+            # deschedule the hook for longer than the timeout between two reads, while the
+            # whole payload and its EOF wait in the pipe).
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - now))
             if not ready:
                 break
             chunk = os.read(fd, 65536)
