@@ -19,20 +19,24 @@ from helpers import alive_and_ours, run_cli
 DETACH_VAR = "SUPERVISE_DETACHED_FROM"
 
 # A configured stage that imitates the built-in detach: a setsid child with the mark set to its
-# own stage name and no stage token. The child writes its pid, then sleeps.
+# own stage name and no stage token. The stage writes the child's pid, then waits for it to end,
+# ignoring SIGTERM: it lives until the kill at its timeout has frozen and SIGKILLed it, so the
+# watchdog's scans (the kill's own included) see the child while its parent, a member, lives.
+# (A child that leaves every handle behind before any scan saw it is a known limit without a
+# cgroup, docs/engine.md; this test is about the mark, not that race.)
 IMPOSTOR = r"""
-import os, subprocess, sys, time
+import os, signal, subprocess, sys
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 env = {k: v for k, v in os.environ.items() if k != "SUPERVISE_STAGE_TOKEN"}
 env[sys.argv[2]] = "impostor"
-subprocess.Popen([sys.executable, "-c",
-                  "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
-                  sys.argv[1]], env=env, start_new_session=True,
-                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-deadline = time.monotonic() + 10
-while not os.path.exists(sys.argv[1]) and time.monotonic() < deadline:
-    time.sleep(0.01)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                         start_new_session=True, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(child.pid))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 print("spawned", flush=True)
-time.sleep(1.5)  # long enough for the watchdog to see the child while the stage lives
+child.wait()
 """
 
 
@@ -58,7 +62,7 @@ def test_a_configured_stage_cannot_detach_with_the_mark(tmp_path: Path) -> None:
     script = tmp_path / "impostor.py"
     script.write_text(IMPOSTOR)
     (tmp_path / "supervise.toml").write_text(
-        f'budget = 20\n[[stages]]\nname = "impostor"\n'
+        f'budget = 20\n[[stages]]\nname = "impostor"\ntimeout = 2\n'
         f'run = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, '
         f'{json.dumps(str(pidfile))}, "{DETACH_VAR}"]\n')
     proc = run_cli("digest", cwd=tmp_path)
