@@ -39,14 +39,18 @@ of a concealed span stays: it becomes visible.
 
 :func:`clean` is for whole texts (files, stored results); :class:`StreamCleaner` for output
 that arrives in chunks (a sequence split across two reads is still removed whole). Cheap: one
-compiled ``re`` search when there is nothing to remove; stdlib only (``re`` is loaded by the
-hook already), imported by the stage programs too.
+compiled ``re`` search when there is nothing to remove; stdlib only, imported by the stage
+programs too. ``re`` itself (with ``enum``, about 6 ms) is imported on the first text that
+needs a regular expression: plain ASCII text never does, and the hook paths import neither.
 """
 
 from __future__ import annotations
 
-import re
 from functools import cache
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    import re
 
 _C1_STRING = "\x90\x98\x9d\x9e\x9f"  # DCS, SOS, OSC, PM, APC as C1 characters
 _SEQUENCE = (
@@ -93,6 +97,8 @@ character classes cost about 2.5 ms to compile, which plain ASCII text (the comm
 @cache
 def _rx(name: str) -> re.Pattern[str]:
     """The compiled :data:`_PATTERNS` entry ``name`` (once per process)."""
+    import re
+
     return re.compile(_PATTERNS[name])
 
 

@@ -18,22 +18,58 @@ the session protocol, the bridges or the verbs: the harness facts stand on their
 
 from __future__ import annotations
 
-from . import claude, codex, cursor, gemini, grok, qwen
+from collections.abc import Iterator, Mapping
+from importlib import import_module
+
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
-    from collections.abc import Mapping
     from pathlib import Path
 
 __all__ = ("ADAPTERS", "Adapter", "HOOK_MARKER", "SHIM_MARKER", "fit_inline", "get",
            "inline_cap", "is_foreign", "render")
 
-ADAPTERS: dict[str, Adapter] = {
-    a.name: a for a in (claude.ADAPTER, codex.ADAPTER, cursor.ADAPTER, gemini.ADAPTER,
-                        qwen.ADAPTER, grok.ADAPTER)
-}
-"""Registry of hook-command harnesses, by the name used in ``supervise hook NAME``."""
+NAMES = ("claude", "codex", "cursor", "gemini", "qwen", "grok")
+"""The hook-command harnesses, in registry order; ``supervisor/adapters/<name>.py`` holds each
+one's :class:`Adapter` as ``ADAPTER``."""
+
+
+class _Registry(Mapping[str, Adapter]):
+    """``{name: Adapter}`` over :data:`NAMES`, each adapter's module imported when it is first
+    looked up: a hook needs its own harness's facts only, and the six modules together cost
+    about 0.6 ms of every hook's imports (docs/benchmarks.md, 2026-11-30 23:40 UTC). Iterating
+    or ``values()`` loads them all."""
+
+    __slots__ = ("_loaded",)
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, Adapter] = {}
+
+    def __getitem__(self, name: str) -> Adapter:
+        adapter = self._loaded.get(name)
+        if adapter is None:
+            if name not in NAMES:
+                raise KeyError(name)
+            adapter = self._loaded[name] = import_module(f"{__name__}.{name}").ADAPTER
+        return adapter
+
+    def __contains__(self, name: object) -> bool:
+        return name in NAMES
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(NAMES)
+
+    def __len__(self) -> int:
+        return len(NAMES)
+
+    def __repr__(self) -> str:
+        return f"ADAPTERS({', '.join(NAMES)})"
+
+
+ADAPTERS: Mapping[str, Adapter] = _Registry()
+"""Registry of hook-command harnesses, by the name used in ``supervise hook NAME`` (a read-only
+mapping; each adapter module is imported on first use)."""
 
 DEFAULT_CAP = 16_000
 """Inline cap in characters for a harness we have no adapter for (printed as plain text)."""
@@ -142,7 +178,7 @@ def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
         if _looks_like_json(text):
             text = "supervise digest:\n" + text
         return (text if text.endswith("\n") else text + "\n").encode("utf-8")
-    import json
+    from .._jsontext import dumps
 
     if envelope == "cursor":
         obj: dict[str, object] = {"additional_context": text}
@@ -150,4 +186,4 @@ def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
         assert adapter is not None
         obj = {"hookSpecificOutput": {"hookEventName": adapter.event_name(kind),
                                       "additionalContext": text}}
-    return (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")
+    return (dumps(obj, ensure_ascii=False) + "\n").encode("utf-8")

@@ -76,11 +76,11 @@ class BridgeResult:
 
     def to_json(self) -> str:
         """One line of JSON (non-ASCII kept as UTF-8; lone surrogates replaced)."""
-        import json
+        from .._jsontext import dumps
 
         data = asdict(self)
         data["text"] = self.text.encode("utf-8", "replace").decode("utf-8")
-        return json.dumps(data, ensure_ascii=False)
+        return dumps(data, ensure_ascii=False)
 
 
 def resolve_project(cwd: str | None) -> Path:

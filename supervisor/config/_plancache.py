@@ -13,12 +13,12 @@ the config models and the plan (``_plancache -> _config -> _plan``), and neither
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import _jsontext
 from .._errors import ConfigError
 from ._plan import DigestPlan, apply_env_overrides, find_config
 
@@ -128,7 +128,7 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
     plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
     try:
         with StateDir.open(cache_dir, create=True) as cache:
-            cache.write(cache_name, json.dumps({"key": key, "plan": plan.to_mapping()}).encode())
+            cache.write(cache_name, _jsontext.dumps({"key": key, "plan": plan.to_mapping()}).encode())
     except StateError:
         pass
     return _with_env(plan, on_env_error)

@@ -14,7 +14,6 @@ prompt hook (:func:`take_undelivered`) or the next digest.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
@@ -22,6 +21,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .. import _jsontext
 from .._record import asdict, record, replace
 from ..state._delivery import DELIVERY_VAR, current
 from .._errors import StateError
@@ -101,7 +101,7 @@ def _signature(data: dict[str, Any], key: bytes) -> str:
     from .._hashing import blake2b
 
     body = {k: v for k, v in data.items() if k != "sig"}
-    raw = json.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
+    raw = _jsontext.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
     return blake2b(raw, key=key, digest_size=32).hexdigest()
 
 
@@ -160,7 +160,7 @@ def _encode_result(data: dict[str, Any], cap: int, key: bytes | None = None) -> 
     def encode(record: dict[str, Any]) -> bytes:
         if key is not None:
             record = {**record, "sig": _signature(record, key)}
-        return json.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
+        return _jsontext.dumps(record, ensure_ascii=False).encode("utf-8", "replace")
 
     raw = encode(data)
     output = str(data.get("output", ""))
@@ -269,7 +269,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                           "--dir", str(stage_dir(context.state_dir, spec.name)),
                           "--run-id", run_id, "--deadline", str(deadline),
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
-                          "--spec", json.dumps(asdict(inner))]
+                          "--spec", _jsontext.dumps(asdict(inner))]
                 devnull = os.devnull
                 env = stage_env(spec, context, token, config)
                 env.pop(DELIVERY_VAR, None)  # the runner outlives the digest's delivery

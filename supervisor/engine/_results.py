@@ -6,8 +6,8 @@ protocol on an empty digest, ``supervise status``) never imports anyio.
 
 from __future__ import annotations
 
-import json
 
+from .. import _jsontext
 from .._record import record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -80,7 +80,7 @@ class DigestResult:
 
     def to_json(self) -> str:
         """The ``--format json`` document (see docs/engine.md)."""
-        return json.dumps({
+        return _jsontext.dumps({
             "truncated": self.truncated,
             "reason": self.reason,
             "budget": self.budget,

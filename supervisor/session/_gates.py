@@ -15,7 +15,6 @@ Everything here reads files only (no ``git`` subprocess): it is on the hook's ho
 
 from __future__ import annotations
 
-import fnmatch
 import os
 from pathlib import Path
 
@@ -40,6 +39,8 @@ def gate_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | Non
     if dirs is not None:
         common = str(dirs[1])
         for pattern in config.gate_common_dirs:
+            import fnmatch  # only for a config that sets patterns: it imports `re`
+
             if fnmatch.fnmatchcase(common, pattern):
                 return f"git common dir {common} matches gate pattern {pattern!r}"
     return ""

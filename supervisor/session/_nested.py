@@ -28,14 +28,13 @@ and ``python -m supervisor.session._nested post-tool|advance-epoch`` (payload on
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import stat
 import sys
 import time
 from pathlib import Path
 
+from .. import _jsontext
 from .._hashing import sha256
 from .._errors import StateError
 from .._sanitize import clean, one_line, removed_note
@@ -53,7 +52,13 @@ LOCK_WAIT = 2.0  # seconds to wait for another hook process's in-flight load of 
 MAX_INJECT_BYTES = 32 * 1024  # per injection, whole files only; bigger ones are named
 _MAX_READ = 4 * 1024 * 1024
 _MAX_LEDGER = 256 * 1024  # bytes: a session's ledger; a bigger file is corrupt (set aside)
-_IMPORTS_AGENTS = re.compile(r"(?:^|\s)@(?:\./)?AGENTS\.md(?:\s|$)")
+
+
+def _imports_agents(text: str) -> bool:
+    """Whether ``text`` (a CLAUDE.md) imports its folder's AGENTS.md: a whitespace-separated
+    ``@AGENTS.md`` or ``@./AGENTS.md`` (what ``(?:^|\\s)@(?:\\./)?AGENTS\\.md(?:\\s|$)`` matches:
+    ``str.split`` and ``\\s`` use the same whitespace, without importing ``re``)."""
+    return "AGENTS.md" in text and any(word in ("@AGENTS.md", "@./AGENTS.md") for word in text.split())
 
 
 def _ledger_base(context: SessionContext, session_id: str) -> Path:
@@ -126,11 +131,11 @@ def _load(claim: _Claim) -> dict[str, object]:
 
 
 def _save(claim: _Claim, ledger: dict[str, object]) -> None:
-    data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+    data = _jsontext.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     if len(data) > _MAX_LEDGER:  # thousands of nested files: start the session's ledger over
         _forget_index(claim)
         ledger = {**ledger, "injected": {}, "retry_at": {}}
-        data = json.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
+        data = _jsontext.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     claim.folder.write(f"{claim.key}.json", data)
 
 
@@ -252,7 +257,7 @@ def _claude_loads(directory: Path, candidate: Path) -> bool:
         if os.path.realpath(claude) == os.path.realpath(candidate):
             return True
         got = _read(claude)
-        if got and candidate.name == "AGENTS.md" and _IMPORTS_AGENTS.search(got[0]):
+        if got and candidate.name == "AGENTS.md" and _imports_agents(got[0]):
             return True
     return False
 

@@ -17,13 +17,13 @@ Shapes (see the brief's harness notes):
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import sys
 import time
 from pathlib import Path
 
+from .. import _jsontext
 from .._record import field, record
 from ..state._project import find_project_root
 from ..state._records import load_record
@@ -193,7 +193,7 @@ def decode_prefix(raw: bytes) -> dict[str, Any] | None:
         The object found, or ``None`` when ``raw`` does not begin a JSON object.
     """
     text = raw.decode("utf-8", "ignore")
-    found = _prefix_object(text, 0, json.JSONDecoder(object_pairs_hook=first_wins))
+    found = _prefix_object(text, 0)
     return found[0] if found is not None else None
 
 
@@ -203,8 +203,7 @@ def _skip(text: str, i: int) -> int:
     return i
 
 
-def _prefix_object(text: str, i: int, dec: json.JSONDecoder,
-                   depth: int = 0) -> tuple[dict[str, Any], int, bool] | None:
+def _prefix_object(text: str, i: int, depth: int = 0) -> tuple[dict[str, Any], int, bool] | None:
     """``(members, end, whole)`` of the object at ``text[i]``, or None when none starts there."""
     i = _skip(text, i)
     if i >= len(text) or text[i] != "{":
@@ -215,7 +214,7 @@ def _prefix_object(text: str, i: int, dec: json.JSONDecoder,
         return out, i + 1, True
     while True:
         try:
-            key, i = dec.raw_decode(text, _skip(text, i))
+            key, i = _jsontext.raw_decode(text, _skip(text, i), object_pairs_hook=first_wins)
         except (ValueError, RecursionError):
             return out, i, False
         i = _skip(text, i)
@@ -223,7 +222,7 @@ def _prefix_object(text: str, i: int, dec: json.JSONDecoder,
             return out, i, False
         i = _skip(text, i + 1)
         if text[i:i + 1] == "{" and depth < 16:  # deeper: whole values only (no recursion)
-            inner = _prefix_object(text, i, dec, depth + 1)
+            inner = _prefix_object(text, i, depth + 1)
             assert inner is not None
             value, i, whole = inner
             out.setdefault(key, value)
@@ -231,7 +230,7 @@ def _prefix_object(text: str, i: int, dec: json.JSONDecoder,
                 return out, i, False
         else:
             try:
-                value, i = dec.raw_decode(text, i)
+                value, i = _jsontext.raw_decode(text, i, object_pairs_hook=first_wins)
             except (ValueError, RecursionError):
                 return out, i, False
             out.setdefault(key, value)
@@ -261,7 +260,7 @@ def decode_payload(raw: bytes | None) -> dict[str, Any] | None:
     if not raw:
         return None
     try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=first_wins)
+        value = _jsontext.loads(raw.decode("utf-8"), object_pairs_hook=first_wins)
     except (UnicodeDecodeError, ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

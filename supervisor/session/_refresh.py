@@ -22,7 +22,6 @@ recent session is stale, so one session's refresh never hides a change from anot
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import time

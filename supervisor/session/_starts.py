@@ -21,11 +21,11 @@ cannot be used means "no dedupe", never an error.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import _jsontext
 from .._hashing import sha256
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -44,7 +44,7 @@ _CAP = 8 * 1024 * 1024
 
 def start_key(owner: ProcessId, session_id: str, source: str) -> str:
     """The key of a start: hex SHA-256 of pid, whole-second create time, session id, source."""
-    raw = json.dumps([owner.pid, int(owner.create_time), session_id, source])
+    raw = _jsontext.dumps([owner.pid, int(owner.create_time), session_id, source])
     return sha256(raw.encode("utf-8", "replace")).hexdigest()[:32]
 
 
@@ -66,7 +66,7 @@ def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | 
     if not data:
         return None
     try:
-        rec = json.loads(data)
+        rec = _jsontext.loads(data)
         if not isinstance(rec, dict) or not 0 <= now - float(rec["at"]) <= WINDOW \
                 or rec.get("state") != fingerprint:
             return None
@@ -80,7 +80,7 @@ def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | 
 
 
 def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
-    return json.dumps({
+    return _jsontext.dumps({
         "at": now, "state": fingerprint, "text": outcome.text, "kind": outcome.kind, "mode": outcome.mode,
         "truncation": outcome.truncation, "notices": outcome.notices,
         "parts": [list(p) for p in outcome.parts] if outcome.parts is not None else None,

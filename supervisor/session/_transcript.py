@@ -22,12 +22,12 @@ its last :data:`MAX_SCAN` bytes are read, and a line that does not parse is skip
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .. import _jsontext
 from .._record import record
 
 MAX_SCAN = 32 * 1024 * 1024
@@ -153,7 +153,7 @@ def _scan(lines: Iterator[bytes], harness: str,
                 after_boundary = True
             continue
         try:
-            entry = json.loads(raw)
+            entry = _jsontext.loads(raw)
         except (ValueError, RecursionError, MemoryError):  # deep nesting is not a ValueError
             continue
         if not isinstance(entry, dict):

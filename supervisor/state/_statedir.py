@@ -45,8 +45,6 @@ to import: the hook's hot path, the stages and the deferred runner all use it.
 from __future__ import annotations
 
 import errno
-import fnmatch
-import json
 import os
 import stat
 import time
@@ -54,6 +52,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .. import _jsontext
 from .._errors import StateError
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -97,6 +96,24 @@ def notice(line: str) -> None:
 
 def _why(err: OSError) -> str:
     return err.strerror or str(err)
+
+
+def _matcher(pattern: str) -> Callable[[str], bool]:
+    """``fnmatch.fnmatchcase(name, pattern)`` as a function of ``name``. The state dir's own
+    patterns (``*``, ``*.json``, ``result-*.json``) are matched by prefix and suffix:
+    ``fnmatch`` compiles a regular expression, and ``re`` costs the hook paths about 6 ms of
+    imports (docs/benchmarks.md, 2026-11-30 23:40 UTC)."""
+    head, star, tail = pattern.partition("*")
+    if not star:
+        star, tail = "", ""
+    if "[" in pattern or "?" in pattern or "*" in tail:
+        import fnmatch  # pragma: no cover - no caller passes such a pattern today
+
+        return lambda name: fnmatch.fnmatchcase(name, pattern)
+    if not star:
+        return lambda name: name == pattern
+    least = len(head) + len(tail)
+    return lambda name: len(name) >= least and name.startswith(head) and name.endswith(tail)
 
 
 def _kind(mode: int) -> str:
@@ -273,7 +290,7 @@ class StateDir:
         if data is None:
             return None
         try:
-            value = json.loads(data.decode("utf-8"))
+            value = _jsontext.loads(data.decode("utf-8"))
             return check(value) if check is not None else value
         except _BAD_PARSE as err:
             self.set_aside(name, f"not valid ({type(err).__name__})")
@@ -292,10 +309,11 @@ class StateDir:
         :data:`MAX_ENTRIES` of them; hidden temp files are not listed unless the pattern
         starts with a dot. Raises StateError when the folder cannot be listed."""
         found: list[str] = []
+        matches = _matcher(pattern)
         try:
             with os.scandir(self._fd) as it:
                 for entry in it:
-                    if fnmatch.fnmatchcase(entry.name, pattern):
+                    if matches(entry.name):
                         found.append(entry.name)
                         if len(found) >= MAX_ENTRIES:
                             break
@@ -368,7 +386,7 @@ class StateDir:
 
     def write_json(self, name: str, value: Any, *, fsync: bool = False) -> None:
         """:meth:`write` ``value`` as compact UTF-8 JSON plus a newline. Raises like it."""
-        self.write(name, json.dumps(value, ensure_ascii=False).encode("utf-8", "replace") + b"\n",
+        self.write(name, _jsontext.dumps(value, ensure_ascii=False).encode("utf-8", "replace") + b"\n",
                    fsync=fsync)
 
     def append(self, name: str, line: bytes, *, max_bytes: int, keep: int = 1) -> None:
