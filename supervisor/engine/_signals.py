@@ -33,36 +33,46 @@ class Aborter:
 async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
     """Run ``body(aborter)`` while SIGTERM/SIGINT/SIGHUP set ``aborter.event`` instead of
     killing us (design rule 15: the same path as the deadline). Returns the body's result and
-    the aborter (``aborter.signum`` is the signal received, or None)."""
-    aborter = Aborter()
-    before = {sig: signal.getsignal(sig) for sig in HANDLED_SIGNALS}
-    try:
-        async with anyio.create_task_group() as tg:
-            async def listen() -> None:
-                with anyio.open_signal_receiver(*HANDLED_SIGNALS) as signals:
-                    early = take_early_signal()  # one that came while the loop was starting
-                    if early is not None:
-                        aborter.signum = early
-                        aborter.event.set()
-                    async for signum in signals:
-                        if aborter.signum is None:
-                            aborter.signum = int(signum)
-                        aborter.event.set()
+    the aborter (``aborter.signum`` is the signal received, or None).
 
-            tg.start_soon(listen)
-            await anyio.sleep(0)  # let the receiver install its handlers before work starts
-            result = await body(aborter)
-            tg.cancel_scope.cancel()
-    finally:
-        # The event loop's own handlers are gone now: put back what was there (the hook's
-        # quiet exit), so a signal while the result is written is not a death by signal.
-        for sig, handler in before.items():
+    The three handlers are ours for the body's whole run and the ones found are put back
+    after it, with no moment in between at the default action: anyio's signal receiver
+    (``loop.add_signal_handler``) set ``SIG_DFL`` (``SIGINT``: ``KeyboardInterrupt``) when it
+    closed, while the task group was still finishing, so a TERM there killed a hook by signal.
+    The handler runs in the main thread between two bytecodes (an ``epoll_wait`` is
+    interrupted and retried, PEP 475) and wakes the loop with ``call_soon_threadsafe``, as the
+    asyncio documentation says a ``signal.signal`` handler must. A signal that came while the
+    loop was starting (:func:`note_early_signal`) aborts at once."""
+    import asyncio  # anyio.run's backend here; already imported by it
+
+    aborter = Aborter()
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if aborter.signum is None:
+            aborter.signum = int(signum)
+        loop.call_soon_threadsafe(aborter.event.set)
+
+    before: dict[signal.Signals, object] = {}  # signal -> the handler found
+    try:
+        for number in HANDLED_SIGNALS:
             try:
-                if handler is not None:
-                    signal.signal(sig, handler)
+                before[number] = signal.signal(number, on_signal)
+            except (OSError, ValueError):  # not the main thread: signals stay as they were
+                pass
+        early = take_early_signal()  # one that came while the loop was starting
+        if early is not None:
+            aborter.signum = early
+            aborter.event.set()
+        return await body(aborter), aborter
+    finally:
+        # put back what was there (the hook's quiet exit), so a signal while the result is
+        # written is not a death by signal; one before the loop stops: run_with_signals
+        for number, handler in before.items():
+            try:
+                signal.signal(number, handler if handler is not None else signal.SIG_DFL)  # type: ignore[arg-type]
             except (OSError, ValueError, TypeError):
                 pass
-    return result, aborter
 
 
 def run_with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
@@ -106,7 +116,8 @@ def note_early_signal(signum: int) -> bool:
     raising there would tear through its task groups (an ``ExceptionGroup ... SystemExit``
     traceback and "coroutine was never awaited" warnings, issue 10 example 7). Then the
     signal is remembered instead, and :func:`with_signals` turns it into an abort as soon as
-    it starts listening. Returns True when it was remembered (the caller must not raise)."""
+    it starts listening (or :func:`run_with_signals` acts on it once the loop has stopped).
+    Returns True when it was remembered (the caller must not raise)."""
     import sys
 
     # asyncio may be half imported when the signal lands (``asyncio.events`` not yet set: an
