@@ -13,7 +13,10 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+
+TYPE_CHECKING = False  # not typing's: a stage imports this module before anything else
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Variables a hook inherits from a running git command that would point our own git calls at
 #: the wrong repository (pre-commit's ``no_git_env`` has the same list, for the same reason).
@@ -107,7 +110,7 @@ def clean_git_env() -> dict[str, str]:
     return env
 
 
-def spawn(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], cwd: str | Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start ``argv`` in its own session (so :func:`finish` can kill its whole group), stdin
     from /dev/null, stdout and stderr piped. Raises OSError when it cannot start."""
     return subprocess.Popen(argv, cwd=cwd, env=env if env is not None else clean_git_env(),

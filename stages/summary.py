@@ -19,11 +19,9 @@ from __future__ import annotations
 import os
 
 if __name__ == "__main__":  # the common case, decided before any other import (digest start)
-    _project = os.environ.get("SUPERVISE_PROJECT_DIR", "")
-    if ((os.environ.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
-            and _project.startswith("/") and os.path.isdir(_project)
-            and ("memory" not in os.environ.get("SUPERVISE_DIGEST_BUILTINS", "memory").split(",")
-                 or not os.path.lexists(os.path.join(_project, "memory", "summary.md")))):
+    from _idle import idle  # the rule the engine checks too (stages/_idle.py)
+
+    if idle("summary", os.environ):
         raise SystemExit(0)  # default options and no summary to inject: main() prints nothing
 
 

@@ -16,10 +16,19 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 if __name__ == "__main__":
     from _common import warn
 
+    listing = None
     try:
+        from instructions.listing import start_early
+
+        # git walks the tree for the nested listing while the body's modules load
+        listing = start_early(os.environ)
         from instructions.stage import main  # the body, from cached bytecode
 
-        sys.exit(main())
+        code = main(listing)
     except Exception as err:  # a stage exits 0 on every internal failure (memory.md req. 20)
         warn(f"internal error: {type(err).__name__}: {err}")
-        sys.exit(0)
+        code = 0
+    finally:
+        if listing is not None:
+            listing.close()  # never leave git behind (a failure before the listing was read)
+    sys.exit(code)

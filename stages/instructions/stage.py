@@ -7,14 +7,14 @@ lives here so a digest does not recompile it at each session start.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from _common import clean_git_env, opt_bool, opt_int, opt_strings, stage_options, warn
+from _common import opt_bool, opt_int, opt_strings, stage_options, warn
 from instructions.files import Place, is_within, present, real
 from instructions.discover import NATIVE, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
+from instructions.listing import ON_DEMAND, Listing
 from supervisor.session._nested import listing_note, subtree_file
 from supervisor._sanitize import one_line, removed_note
 
@@ -23,8 +23,6 @@ DEFAULT_MAX_DEPTH = 5
 MAX_NESTED_LISTED = 20
 LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
           "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
-#: Harnesses that get nested AGENTS.md on demand (a read hook or their own loader).
-ON_DEMAND = {"claude", "opencode", "cursor"}
 
 
 def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
@@ -55,26 +53,24 @@ def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def nested_listing(place: Place) -> list[str]:
+def nested_listing(place: Place, listing: Listing | None = None) -> list[str]:
     """Instruction files of the directories below cwd that hold a git-tracked or untracked (not
     ignored) file, sorted, each with the reason it cannot be used when there is one. The file
     of a directory is the one the post-tool injection picks (``supervisor.session._nested``:
     ``AGENTS.override.md`` before ``AGENTS.md``; a FIFO or a link to ``/dev/zero`` is named
-    with why it is not read, not skipped), so the listing and the injection agree."""
-    try:
-        proc = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=place.cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
-            capture_output=True, timeout=5, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    if proc.returncode != 0:
+    with why it is not read, not skipped), so the listing and the injection agree.
+    ``listing``: git's listing already started from ``place.cwd`` (the program starts it
+    before importing this module); None: started here."""
+    if listing is None:
+        listing = Listing(str(place.cwd))
+    raw = listing.output()
+    if raw is None:
         return []
     # Plain strings, not Path objects: a 20,000-file listing made 40,000 Paths (0.3 s of the
     # digest's start); git's paths are already normal (no "./", no "//"; an untracked nested
     # repository ends in "/" and stands for itself, not for a folder of ours).
     dirs: set[str] = set()
-    for rel in proc.stdout.decode("utf-8", "surrogateescape").split("\0"):
+    for rel in raw.decode("utf-8", "surrogateescape").split("\0"):
         parent = rel.rstrip("/").rpartition("/")[0]
         while parent and parent not in dirs:
             dirs.add(parent)  # every folder on the way: a folder may hold only folders
@@ -90,7 +86,9 @@ def nested_listing(place: Place) -> list[str]:
     return out
 
 
-def main() -> int:
+def main(listing: Listing | None = None) -> int:
+    """Print the stage's section; ``listing``: git's nested listing when the program started
+    it already (:func:`instructions.listing.start_early`). Exits 0."""
     options = stage_options()
     harness = os.environ.get("SUPERVISE_HARNESS", "")
     source = os.environ.get("SUPERVISE_SOURCE", "")
@@ -123,7 +121,8 @@ def main() -> int:
         # (never /proc, /sys or /dev)
         walk.visit(p, trusted=True)
 
-    nested = nested_listing(place) if opt_bool(options, "list_nested", harness not in ON_DEMAND) else []
+    nested = (nested_listing(place, listing)
+              if opt_bool(options, "list_nested", harness not in ON_DEMAND) else [])
     text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested)
     if text:
         sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))

@@ -21,17 +21,19 @@ from __future__ import annotations
 
 if __name__ == "__main__":  # the common case, decided before any other import (digest start)
     import os as _os
+    import sys as _sys
 
-    _project = _os.environ.get("SUPERVISE_PROJECT_DIR", "")
-    if ((_os.environ.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
-            and _project.startswith("/") and _os.path.isdir(_project)
-            and not _os.path.lexists(_os.path.join(_project, ".remember"))):
+    _sys.path.insert(0, _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__))))  # stages/
+    from _idle import idle as _idle  # the rule the engine checks too (stages/_idle.py)
+
+    if _idle("memory", _os.environ):
         raise SystemExit(0)  # default options and no store: main() would print nothing
 
 import os  # noqa: E402
 import sys  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # stages/
+if __name__ != "__main__":  # run as the program, the check above put stages/ first already
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # stages/
 
 from memory import common  # noqa: E402
 

@@ -19,10 +19,24 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 if __name__ == "__main__":
     from _common import warn
 
+    calls = None
     try:
+        from repo.calls import (DEFAULT_COMMITS, DEFAULT_TIMEOUT, DEFAULT_UNTRACKED, Calls,
+                                default_options)
+
+        if default_options(os.environ):  # git works while the body's modules load
+            cwd = os.getcwd()
+            try:
+                calls = Calls(DEFAULT_UNTRACKED, DEFAULT_COMMITS, DEFAULT_TIMEOUT, cwd)
+            except OSError:
+                sys.exit(0)  # no git: nothing to say
         from repo.status import main  # the body, from cached bytecode
 
-        sys.exit(main())
+        code = main(calls)
     except Exception as err:  # a stage exits 0 on every internal failure
         warn(f"internal error: {type(err).__name__}: {err}")
-        sys.exit(0)
+        code = 0
+    finally:
+        if calls is not None:
+            calls.close()  # never leave git behind (a failure before its answers were read)
+    sys.exit(code)

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from _common import finish, opt_float, opt_int, spawn, stage_options, warn
+from _common import finish, opt_float, opt_int, stage_options, warn
+from repo.calls import Calls
 
 UNTRACKED = ("normal", "no", "all")
 
@@ -123,7 +124,9 @@ def own_state_dir(cwd: Path) -> str:
     return f"?? {rel.as_posix()}/" if rel else ""
 
 
-def main() -> int:
+def main(calls: Calls | None = None) -> int:
+    """Print the ``## Repository`` section (nothing outside git); exits 0. ``calls``: the git
+    calls the program started already with the default options (:mod:`repo.calls`)."""
     options = stage_options()
     max_status = opt_int(options, "max_status", 20)
     commits = opt_int(options, "commits", 3)
@@ -133,14 +136,12 @@ def main() -> int:
         warn(f"option untracked must be one of {', '.join(UNTRACKED)} (got {untracked!r}); using normal")
         untracked = "normal"
     cwd = Path.cwd()
-    deadline = time.monotonic() + timeout
-    try:
-        rev = spawn(["git", "rev-parse", "--absolute-git-dir", "--git-common-dir"], cwd)
-        status = spawn(["git", "status", "--porcelain=v2", "--branch", "--show-stash", "-z",
-                        f"--untracked-files={untracked}"], cwd)
-        log = spawn(["git", "log", f"-n{commits}", "--format=%h%x09%cr%x09%s"], cwd) if commits else None
-    except OSError:
-        return 0  # no git: nothing to say
+    if calls is None:
+        try:
+            calls = Calls(str(untracked), commits, timeout, str(cwd))
+        except OSError:
+            return 0  # no git: nothing to say
+    deadline, rev, status, log = calls.deadline, calls.rev, calls.status, calls.log
     rc, out, _ = finish(rev, deadline - time.monotonic())
     s_rc, s_out, s_err = finish(status, deadline - time.monotonic())
     l_rc, l_out, _ = finish(log, deadline - time.monotonic()) if log else (1, b"", b"")

@@ -11,6 +11,7 @@ runtime dependencies, reading ``SUPERVISE_*`` from its environment) and name it 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
 
@@ -61,3 +62,30 @@ def builtin_argv(name: str, args: tuple[str, ...] = ()) -> list[str]:
         known = ", ".join(list_builtins()) or "none"
         raise ConfigError(f"unknown builtin stage '{name}' (known: {known})")
     return [sys.executable, str(program), *args]
+
+
+def idle(name: str, env: Mapping[str, str]) -> bool:
+    """True when built-in stage ``name`` started with environment ``env`` would print nothing,
+    do nothing and exit 0 (no memory store, no summary file, default options): the engine
+    then records it as ``ok`` without starting an interpreter for it. The rule is the one the
+    stage program checks first (``stages/_idle.py``, loaded from :func:`stages_dir` once);
+    False when that file cannot be loaded (the stage then runs and decides itself)."""
+    rule = _idle_rule()
+    return rule is not None and rule(name, env)
+
+
+@cache
+def _idle_rule() -> Callable[[str, Mapping[str, str]], bool] | None:
+    import importlib.util
+
+    try:
+        path = stages_dir() / "_idle.py"
+        spec = importlib.util.spec_from_file_location("supervisor._stage_idle", path)
+        if spec is None or spec.loader is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        rule: Callable[[str, Mapping[str, str]], bool] = module.idle
+        return rule
+    except (ConfigError, OSError, ImportError, SyntaxError, AttributeError):
+        return None

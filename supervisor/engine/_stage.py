@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 
 from . import _cgroup, _spawn, _stagelog, _tree
-from ..config._builtins import builtin_argv
+from ..config._builtins import builtin_argv, idle
 from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
 from ._output import OrderedOutput
@@ -161,6 +161,18 @@ def _digest_builtins(digest: DigestPlan) -> str:
     return _builtins_of[1]
 
 
+def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
+    """A built-in stage that would only exit 0 having printed nothing (``stages/_idle.py``,
+    :func:`supervisor.config._builtins.idle`, asked with the environment it would get): a
+    digest's default ``memory`` and ``summary`` stages without a store or a summary file.
+    Never for ``supervise run``, a stage given arguments or one whose ``ok_exit`` lacks 0."""
+    if spec.builtin is None or run.transparent or spec.args or 0 not in spec.ok_exit:
+        return False
+    if (spec.options or {}) != {}:
+        return False  # the rule would say no: no environment to build
+    return idle(spec.builtin, stage_env(spec, run.context, token, run.config))
+
+
 def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     if spec.cwd is None:
         return context.project_dir
@@ -222,6 +234,12 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
     token = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex (uuid imports platform)
     started = now()
+    if _idle_builtin(run, spec, token):
+        # Nothing to do (no memory store, no summary file): what the program would decide
+        # first, decided here on the same environment; no interpreter, the same result.
+        run.report(spec.name, None)
+        run.report(spec.name, StageResult(spec.name, "ok", 0, now() - started))
+        return
     cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
               if run.cgroup_root is not None else None)
     run.watch.spawning += 1

@@ -1,0 +1,77 @@
+"""The nested listing's git call (``git ls-files --cached --others``), started before the
+stage's body is imported so that git walks the tree while Python loads the stage's modules.
+
+Imports only what ``_common`` imports (no ``pathlib``, no ``dataclasses``): the program
+(``__main__.py``) starts the listing first, then imports :mod:`instructions.stage`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+
+from _common import clean_git_env
+
+ARGV = ("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+TIMEOUT = 5.0
+"""Seconds the stage waits for git's listing once it asks for it (then git is killed and the
+listing is empty), as with the call made after the imports."""
+ON_DEMAND = frozenset({"claude", "opencode", "cursor"})
+"""Harnesses that get nested AGENTS.md on demand (a read hook or their own loader): the
+stage lists no nested files for them unless ``list_nested = true``."""
+
+
+class Listing:
+    """git's listing of the tracked and untracked (not ignored) files below ``cwd``, started
+    at construction (stdin from /dev/null; stdout and stderr piped). Never raises: a git that
+    cannot start, fails or outlasts :data:`TIMEOUT` gives no listing."""
+
+    def __init__(self, cwd: str) -> None:
+        try:
+            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+                ARGV, cwd=cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        except (OSError, ValueError):
+            self._proc = None
+
+    def output(self) -> bytes | None:
+        """git's NUL-separated paths, or None (no git, an error, or killed at the timeout)."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            out, _ = proc.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.close()
+            return None
+        self._proc = None  # read and reaped: nothing left to close
+        return out if proc.returncode == 0 else None
+
+    def close(self) -> None:
+        """Kill git if it still runs and reap it (the stage leaves no process behind)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+
+def wanted_by_default(env: Mapping[str, str]) -> bool:
+    """True when the stage, run with ``env``, lists nested files with certainty: default
+    options (no ``list_nested`` key) and a harness that does not load them on demand."""
+    return ((env.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
+            and env.get("SUPERVISE_HARNESS", "") not in ON_DEMAND)
+
+
+def start_early(env: Mapping[str, str]) -> Listing | None:
+    """The listing, started now from the stage's working dir (``SUPERVISE_CWD`` or the
+    process's own: the same folder :class:`instructions.files.Place` resolves), when the
+    stage will surely want it; None otherwise (the stage starts it later if it wants it)."""
+    if not wanted_by_default(env):
+        return None
+    return Listing(env.get("SUPERVISE_CWD") or os.curdir)
