@@ -1,4 +1,5 @@
-"""Instruction files, read safely: where they are, what they are, their text (stdlib only).
+"""Instruction files, read safely: where they are, what they are, their text (stdlib and
+:mod:`supervisor._record`, whose frozen records cost what a plain class costs).
 
 The ``instructions`` stage's helpers (``instructions.discover``, ``instructions.imports``) build on these;
 the helpers every stage shares (options, warnings, child processes) are in ``_common``.
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+
+from supervisor._record import record  # not dataclasses: inspect, ast, dis cost ~8 ms a start
 
 #: Largest instruction file read at all (bytes); bigger ones are named, never read.
 MAX_READ_BYTES = 4 * 1024 * 1024
@@ -23,7 +25,7 @@ def find_git_root(start: Path) -> Path | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class Place:
     """Where the stage looks: ``cwd`` (the harness's working dir), ``root`` (project root,
     the git top level when in git, else ``cwd``) and ``home``; all absolute, not resolved."""
@@ -77,7 +79,7 @@ def real(path: str | Path) -> str:
     return os.path.realpath(path)
 
 
-@dataclass(frozen=True)
+@record
 class FileText:
     """An instruction file read from disk.
 

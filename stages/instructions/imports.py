@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from instructions.files import FileText, examine, real, special_location
+from supervisor._record import field, mutable_record, record
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _IMPORT = re.compile(r"(?:(?<=\s)|^)@((?:\\ |[^\s])+)")
@@ -98,7 +98,7 @@ def resolve_token(token: str, importer: Path, home: Path) -> tuple[str, Path]:
     return token, target
 
 
-@dataclass(frozen=True)
+@record
 class Entry:
     """One instruction file to emit, in order.
 
@@ -115,7 +115,7 @@ class Entry:
     importer: Path | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Skipped:
     """A file or import not followed: ``what`` (display text), ``reason``, ``path``."""
 
@@ -124,7 +124,7 @@ class Skipped:
     path: Path | None = None
 
 
-@dataclass
+@mutable_record
 class Walk:
     """Depth-first expansion of discovered files and their imports.
 
