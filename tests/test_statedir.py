@@ -206,3 +206,29 @@ def test_every_state_record_reader_survives_deep_json() -> None:
 
     assert _starts._load(DEEP, 0.0, "x") is None
     assert _starts._load(b"[" * 5_000, 0.0, "x") is None
+
+
+def test_write_json_keeps_what_it_is_given(state: Path) -> None:
+    """One JSON writer for state records (the lock, completion and start-ledger writes each
+    encoded their own): UTF-8 text, a newline, and a lone surrogate (a file name that is not
+    UTF-8, as ``os.fsdecode`` gives it) kept as its escape, where it used to become ``?``."""
+    value = {"path": os.fsdecode(b"/p/bad\xff"), "name": "caf\u00e9", "n": 1}
+    with StateDir.open(state, create=True) as sd:
+        sd.write_json("x.json", value)
+        assert sd.read_json("x.json", 4096) == value
+        sd.write_json("y.json", {"name": "caf\u00e9"})
+    assert (state / "x.json").read_bytes().endswith(b"\n")
+    assert (state / "y.json").read_bytes() == '{"name": "caf\u00e9"}\n'.encode()
+
+
+def test_lock_records_round_trip_through_write_json(tmp_path: Path) -> None:
+    """The lock's record writer goes through write_json: what it writes reads back whole."""
+    from supervisor.session import _lock
+    from supervisor.session._lock import CompletionRecord
+
+    path = tmp_path / ".supervise" / "complete.json"
+    done = CompletionRecord(nonce="ab" * 16, pid=os.getpid(), session_id="s-\u00e9",
+                            completed_at=1.5)
+    _lock.write_record(path, done, fsync=False)
+    assert _lock.read_record(path, CompletionRecord) == done
+    assert path.read_bytes().endswith(b"\n") and "s-\u00e9".encode() in path.read_bytes()

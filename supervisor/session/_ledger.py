@@ -25,7 +25,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from .. import _jsontext
 from .._hashing import sha256
 from .._errors import StateError
 from ._lock import state_mutex
@@ -80,7 +79,7 @@ def _update(state_dir: Path, key: str, entry: dict[str, object], same: tuple[str
         doc = _load(sd)
         kept = [e for e in doc[key] if any(e.get(k) != entry.get(k) for k in same)]
         doc[key] = (kept + [entry])[-bound:]
-        sd.write(LEDGER_FILE, _jsontext.dumps(doc).encode() + b"\n")
+        sd.write_json(LEDGER_FILE, doc)
 
 
 def record_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:

@@ -32,7 +32,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
-from .. import _jsontext
 from .._record import record
 from ._ancestry import CREATE_TIME_TOLERANCE, ProcessId, is_alive
 from .._errors import StateError
@@ -177,7 +176,7 @@ def write_record(path: Path, record: object, *, fsync: bool = True) -> None:
         StateError: the state dir is unusable, or the write failed (disk full included).
     """
     with StateDir.open(path.parent, create=True) as sd:
-        sd.write(path.name, _jsontext.dumps(dump_record(record)).encode() + b"\n", fsync=fsync)
+        sd.write_json(path.name, dump_record(record), fsync=fsync)
 
 
 def remove_record(path: Path) -> None:
@@ -250,7 +249,7 @@ def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, sess
                                 nonce=os.urandom(16).hex(), acquired_at=time.time(),
                                 pid_ns=pid_ns, boot_id=boot_id)
             sd.remove(COMPLETE_FILE)
-            sd.write(LOCK_FILE, _jsontext.dumps(dump_record(record)).encode() + b"\n", fsync=True)
+            sd.write_json(LOCK_FILE, dump_record(record), fsync=True)
             return LockOutcome("acquired", record, previous=current)
     except StateError as err:
         return LockOutcome("unusable", reason=str(err))
@@ -308,7 +307,7 @@ def record_completion(state_dir: Path, nonce: str, session_id: str) -> str:
                 return "the lock changed hands while the digest ran"
             done = CompletionRecord(nonce=nonce, pid=current.pid, session_id=session_id,
                                     completed_at=time.time())
-            sd.write(COMPLETE_FILE, _jsontext.dumps(dump_record(done)).encode() + b"\n", fsync=True)
+            sd.write_json(COMPLETE_FILE, dump_record(done), fsync=True)
             return ""
     except StateError as err:
         return str(err)

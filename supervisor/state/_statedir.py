@@ -385,9 +385,14 @@ class StateDir:
                 pass
 
     def write_json(self, name: str, value: Any, *, fsync: bool = False) -> None:
-        """:meth:`write` ``value`` as compact UTF-8 JSON plus a newline. Raises like it."""
-        self.write(name, _jsontext.dumps(value, ensure_ascii=False).encode("utf-8", "replace") + b"\n",
-                   fsync=fsync)
+        """:meth:`write` ``value`` as UTF-8 JSON plus a newline. A lone surrogate (a file name
+        that is not UTF-8, as ``os.fsdecode`` gives it) is written as its ``\\udcxx`` escape,
+        never replaced: the value reads back as it was written. Raises like :meth:`write`."""
+        try:
+            data = _jsontext.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            data = _jsontext.dumps(value).encode("ascii")
+        self.write(name, data + b"\n", fsync=fsync)
 
     def append(self, name: str, line: bytes, *, max_bytes: int, keep: int = 1) -> None:
         """Append ``line`` (one whole record, usually ending in a newline) to log ``name``.
