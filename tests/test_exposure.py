@@ -92,9 +92,26 @@ def test_concurrent_appends_from_processes_keep_whole_lines(tmp_path: Path) -> N
 
 def test_import_is_stdlib_only_and_cheap() -> None:
     code = ("import sys; import supervisor.state._exposure; "
-            "print(sorted(m for m in ('pydantic', 'anyio', 'psutil', 'yaml') if m in sys.modules))")
+            "print(sorted(m for m in ('pydantic', 'anyio', 'psutil', 'yaml', 'dataclasses', "
+            "'datetime', 'typing') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=30)
     assert out.stdout.strip() == "[]"
+
+
+def test_summaries_are_frozen_records(tmp_path: Path) -> None:
+    """The summary types are ``@record`` classes (no ``dataclasses`` on a stage's path): frozen,
+    and their JSON form is unchanged."""
+    from supervisor._record import FrozenRecordError
+
+    append_exposure(tmp_path, what="/p/a.md", nbytes=8, source="", session="s", stage="memory")
+    summary = summarize_exposure(tmp_path)
+    with pytest.raises(FrozenRecordError):
+        summary.files[0].count = 5  # type: ignore[misc]
+    assert summary.to_dict()["files"] == [{"what": "/p/a.md", "count": 1, "bytes": 8,
+                                           "tokens": 2, "last_at": summary.files[0].last_at}]
+    assert summary.to_dict()["sources"] == [{"source": "(none)", "events": 1, "bytes": 8,
+                                             "tokens": 2, "sessions": 1}]
+    assert len(summary.files[0].last_at) == 25 and summary.files[0].last_at.endswith("+00:00")
 
 
 def run_stage(name: str, project: Path, state: Path, source: str) -> None:

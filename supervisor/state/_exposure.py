@@ -20,14 +20,17 @@ Stdlib only and cheap to import: stage programs import it on their hot path.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+import time
 from pathlib import Path
-from typing import Any
 
 from .._errors import StateError
+from .._record import field, record
 from ._statedir import StateDir
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: stage programs import this module
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from typing import Any
 
 LOG_NAME = "exposure.jsonl"
 MAX_LOG_BYTES = 2 * 1024 * 1024
@@ -63,7 +66,7 @@ def append_exposure(state_dir: Path, *, what: str, nbytes: int, source: str, ses
     """
     event = {
         "v": 1,
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "at": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),  # ISO 8601, UTC
         "event": "exposure",
         "stage": stage,
         "what": what,
@@ -80,10 +83,10 @@ def append_exposure(state_dir: Path, *, what: str, nbytes: int, source: str, ses
         raise OSError(str(err)) from err
 
 
-@dataclass
+@record
 class FileExposure:
-    """Totals for one injected thing: ``count`` events, ``bytes`` and estimated ``tokens``
-    summed over them, ``last_at`` the ISO time of the latest event."""
+    """Totals for one injected thing (frozen): ``count`` events, ``bytes`` and estimated
+    ``tokens`` summed over them, ``last_at`` the ISO time of the latest event."""
 
     what: str
     count: int = 0
@@ -92,9 +95,10 @@ class FileExposure:
     last_at: str = ""
 
 
-@dataclass
+@record
 class SourceExposure:
-    """Totals for one source (``startup``, ``compact``, ..., ``(none)``)."""
+    """Totals for one source (frozen; ``startup``, ``compact``, ..., ``(none)``):
+    ``events``, ``bytes``, estimated ``tokens``, distinct ``sessions``."""
 
     source: str
     events: int = 0
@@ -103,9 +107,9 @@ class SourceExposure:
     sessions: int = 0
 
 
-@dataclass
+@record
 class ExposureSummary:
-    """What ``supervise status`` shows about exposure.
+    """What ``supervise status`` shows about exposure (frozen).
 
     Attributes:
         path: the log read.
@@ -184,35 +188,38 @@ def summarize_exposure(state_dir: Path) -> ExposureSummary:
     summary, malformed lines are counted in ``skipped``.
     """
     path = Path(state_dir) / LOG_NAME
-    summary = ExposureSummary(path=path)
-    files: dict[str, FileExposure] = {}
-    sources: dict[str, SourceExposure] = {}
+    events = skipped = 0
+    files: dict[str, list[Any]] = {}  # what -> [count, bytes, tokens, last_at]
+    sources: dict[str, list[int]] = {}  # source -> [events, bytes, tokens]
     sessions: dict[str, set[str]] = {}
     for event in _events(path):
         if event is None:
-            summary.skipped += 1
+            skipped += 1
             continue
         nbytes = max(int(event["bytes"]), 0)
         tokens = estimate_tokens(nbytes)
         what = event["what"]
         source = event.get("source") if isinstance(event.get("source"), str) else ""
         source = source or NO_SOURCE
-        f = files.setdefault(what, FileExposure(what=what))
-        f.count += 1
-        f.bytes += nbytes
-        f.tokens += tokens
+        f = files.setdefault(what, [0, 0, 0, ""])
+        f[0] += 1
+        f[1] += nbytes
+        f[2] += tokens
         at = event.get("at")
-        if isinstance(at, str) and at > f.last_at:
-            f.last_at = at
-        s = sources.setdefault(source, SourceExposure(source=source))
-        s.events += 1
-        s.bytes += nbytes
-        s.tokens += tokens
+        if isinstance(at, str) and at > f[3]:
+            f[3] = at
+        s = sources.setdefault(source, [0, 0, 0])
+        s[0] += 1
+        s[1] += nbytes
+        s[2] += tokens
         session = event.get("session")
         sessions.setdefault(source, set()).add(session if isinstance(session, str) else "")
-        summary.events += 1
-    for source, seen in sessions.items():
-        sources[source].sessions = len(seen)
-    summary.files = sorted(files.values(), key=lambda f: (-f.count, -f.tokens, f.what))
-    summary.sources = sorted(sources.values(), key=lambda s: (-s.tokens, s.source))
-    return summary
+        events += 1
+    file_totals = [FileExposure(what, count, nbytes, tokens, last_at)
+                   for what, (count, nbytes, tokens, last_at) in files.items()]
+    source_totals = [SourceExposure(source, count, nbytes, tokens, len(sessions[source]))
+                     for source, (count, nbytes, tokens) in sources.items()]
+    return ExposureSummary(
+        path=path, events=events, skipped=skipped,
+        files=sorted(file_totals, key=lambda f: (-f.count, -f.tokens, f.what)),
+        sources=sorted(source_totals, key=lambda s: (-s.tokens, s.source)))
