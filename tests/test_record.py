@@ -7,7 +7,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import hmac
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 
@@ -151,6 +152,50 @@ def test_an_unsupported_field_type_is_a_programming_error() -> None:
 
     with pytest.raises(TypeError, match="unsupported record field type 'set\\[int\\]'"):
         load_record(Odd, {"when": [1]})
+
+
+@record
+class Shaped:
+    """Annotations the records loader cannot parse: fine for a record never read from JSON."""
+
+    kind: Literal["a", "b"]
+    where: Path
+    pair: tuple[str, int] = ("x", 1)
+
+
+@record
+class HoldsShaped:
+    name: str
+    inner: Shaped | None = None
+
+
+def test_an_annotation_the_loader_cannot_parse_fails_loudly_naming_class_and_field(
+        tmp_path: Path) -> None:
+    """It used to surface inside the state door's parse, where every TypeError means
+    "corrupt": the file was set aside and None returned, hiding a programming error (and
+    losing a good record). Now the first load raises TypeError naming the class and field,
+    before any file is read, also for a record nested in the one loaded (even when the data
+    does not hold it); the file stays where it is."""
+    from supervisor.state._statedir import StateDir
+
+    with pytest.raises(TypeError, match=r"^Shaped\.kind: unsupported record field type "
+                                        r".Literal\["):
+        load_record(Shaped, {"kind": "a", "where": "/x"})
+    with pytest.raises(TypeError, match=r"^Shaped\.kind: "):
+        load_record(HoldsShaped, {"name": "n"})
+    state = tmp_path / "state"
+    with StateDir.open(state, create=True) as sd:
+        sd.write_json("shaped.json", {"kind": "a", "where": "/x"})
+        with pytest.raises(TypeError, match=r"^Shaped\.kind: "):
+            sd.read_record("shaped.json", Shaped)
+        with pytest.raises(TypeError, match=r"^Shaped\.kind: "):
+            sd.read_record("shaped.json", HoldsShaped)
+    assert sorted(p.name for p in state.iterdir()) == ["shaped.json"]  # nothing set aside
+    # a class not read from JSON stays a usable record
+    one = Shaped("a", Path("/x"))
+    assert one == Shaped(kind="a", where=Path("/x"), pair=("x", 1)) and hash(one) == hash(
+        Shaped("a", Path("/x")))
+    assert replace(one, kind="b").kind == "b" and asdict(one)["where"] == Path("/x")
 
 
 def test_every_json_record_of_the_hot_path_has_a_supported_shape() -> None:

@@ -10,8 +10,12 @@ The configuration, read rarely and cached, keeps pydantic (:mod:`supervisor.conf
 
 Supported field types: ``str``, ``int`` (a bool is not an int), ``float`` (an int is
 accepted), ``bool``, ``X | None``, ``tuple[X, ...]`` (from a JSON list), a nested record
-class (named in the record's module), and ``dict[str, Any]``. Any other annotation is a
-programming error (``TypeError`` at the first load).
+class (named in the record's module), and ``dict[str, Any]``. Any other annotation (a
+``Literal``, a ``Path``, a fixed-length tuple) is a programming error: the first load of the
+class (:func:`load_record`, :meth:`StateDir.read_record
+<supervisor.state._statedir.StateDir.read_record>`) raises ``TypeError`` naming the class
+and the field, before any file is read, so it is never mistaken for a corrupt file. A record
+class that is never loaded from JSON may use any annotation.
 """
 
 from __future__ import annotations
@@ -71,18 +75,51 @@ def _parse(text: str, cls: type) -> Any:
     named = getattr(sys.modules.get(cls.__module__), text, None)
     if isinstance(named, type) and is_record(named):
         return named
-    raise TypeError(f"{cls.__name__}: unsupported record field type {text!r}")
+    raise TypeError(f"unsupported record field type {text!r} (the records loader reads str, "
+                    "int, float, bool, X | None, tuple[X, ...], dict[str, Any] and records "
+                    "named in the same module)")
 
 
 _SPECS: dict[type, dict[str, Any]] = {}
 
 
-def _specs(cls: type) -> dict[str, Any]:
+def check_loadable(cls: type) -> dict[str, Any]:
+    """The field specs of record class ``cls`` (parsed once and kept), with those of every
+    record class nested in it: a class the loader cannot read fails here, loudly.
+
+    Returns:
+        ``{field name: spec}`` in field order.
+
+    Raises:
+        TypeError: ``cls`` is not a record, or a field's annotation (here or in a nested
+            record) cannot be parsed: ``"Name.field: unsupported record field type ..."``.
+    """
     specs = _SPECS.get(cls)
-    if specs is None:
-        annotations: dict[str, str] = cls.__dict__.get("__annotations__", {})
-        specs = _SPECS[cls] = {name: _parse(str(annotations[name]), cls) for name in fields(cls)}
+    if specs is not None:
+        return specs
+    annotations: dict[str, str] = cls.__dict__.get("__annotations__", {})
+    specs = {}
+    for name in fields(cls):
+        try:
+            specs[name] = _parse(str(annotations[name]), cls)
+        except TypeError as err:
+            raise TypeError(f"{cls.__name__}.{name}: {err}") from None
+    _SPECS[cls] = specs  # before the nested ones: a record may hold itself
+    try:
+        for spec in specs.values():
+            for nested in _nested_records(spec):
+                check_loadable(nested)
+    except TypeError:
+        del _SPECS[cls]
+        raise
     return specs
+
+
+def _nested_records(spec: Any) -> list[type]:
+    if type(spec) is tuple:
+        inner = spec[1] if spec[0] == "union" else (spec[1],)
+        return [cls for item in inner for cls in _nested_records(item)]
+    return [spec] if isinstance(spec, type) and is_record(spec) else []
 
 
 def _convert(value: Any, spec: Any, where: str) -> Any:
@@ -139,10 +176,12 @@ def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
     Raises:
         RecordError: ``data`` is not an object, or (strict mode) a field is missing or has
             the wrong type. The message names the field.
+        TypeError: ``cls`` cannot be loaded from JSON (:func:`check_loadable`): a programming
+            error, whatever ``data`` is.
     """
+    specs = check_loadable(cls)
     if not isinstance(data, dict):
         raise RecordError(f"{cls.__name__}: expected an object")
-    specs = _specs(cls)
     defaults: tuple[object, ...] = getattr(cls, "__record_defaults__")
     kwargs: dict[str, Any] = {}
     for (name, spec), default in zip(specs.items(), defaults):

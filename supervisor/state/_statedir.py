@@ -297,10 +297,18 @@ class StateDir:
             return None
 
     def read_record(self, name: str, model: type[R], cap: int = RECORD_CAP) -> R | None:
-        """The record dataclass ``model`` stored in ``name`` (see :mod:`supervisor.state._records`),
-        or None when absent or corrupt (set aside). Raises StateError like :meth:`read`."""
-        from ._records import load_record
+        """The record ``model`` stored in ``name`` (see :mod:`supervisor.state._records`),
+        or None when absent or corrupt (set aside).
 
+        Raises:
+            StateError: like :meth:`read`.
+            TypeError: ``model`` cannot be loaded from JSON (a field annotation the records
+                loader cannot parse): a programming error, raised before the file is read,
+                never taken for a corrupt file.
+        """
+        from ._records import check_loadable, load_record
+
+        check_loadable(model)
         result: R | None = self.read_json(name, cap, lambda v: load_record(model, v))
         return result
 
