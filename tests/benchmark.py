@@ -228,6 +228,7 @@ def bench_hook(tmp: Path, runs: int) -> tuple[str, str, str]:
 # -- issue 13: per-event hooks, session start on a large repository, engine overheads ---------
 FAST_PATH = ROOT / "supervisor" / "hook-fast.sh"
 NO_BYTECODE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+GIT_CLEAN_ENV = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
 
 
 def interleaved(cases: dict[str, Callable[[], float]], runs: int) -> dict[str, float]:
@@ -497,6 +498,59 @@ def bench_large_repo_digest(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
              f"{got['digest'] / got['git']:.1f}x")]
 
 
+def bench_config_cache(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    """A SessionStart hook on one project used by two installations (two copies of the
+    package, as a venv and a user install would be) in turn, against the same hook after a
+    config-cache miss (its cache folder removed first: the plan is validated again, with
+    pydantic) and a bare interpreter. With one cache slot per project the two installations
+    evicted each other: every hook was a miss; the cache keeps an entry per installation."""
+    installs = []
+    for name in ("install a", "install b"):
+        shutil.copytree(ROOT / "supervisor", tmp / name / "supervisor",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        installs.append(tmp / name)
+    cache = tmp / "xdg cache"
+    projects = []
+    for name in ("cache project", "missed project"):
+        project = tmp / name
+        project.mkdir()
+        subprocess.run(["git", "init", "-q", str(project)], check=True, env=GIT_CLEAN_ENV)
+        (project / "supervise.toml").write_text("budget = 10\nstages = []\n")  # an empty digest
+        projects.append(project)
+    env = {**{k: v for k, v in NO_BYTECODE_ENV.items() if not k.startswith("GIT_")},
+           "SUPERVISE_STATE_DIR": str(tmp / "cache state"), "XDG_CACHE_HOME": str(cache)}
+
+    def hook(install: Path, project: Path) -> Callable[[], float]:
+        payload = json.dumps({"session_id": "bench", "cwd": str(project), "source": "startup",
+                              "hook_event_name": "SessionStart"}).encode()
+        run_env = {**env, "PYTHONPATH": str(install)}
+        return lambda: timed([*SUPERVISE, "hook", "claude"], cwd=project, env=run_env,
+                             stdin=payload)
+
+    first, second, missed = hook(installs[0], projects[0]), hook(installs[1], projects[0]), \
+        hook(installs[0], projects[1])
+    first(), second()  # both installations have used the project once
+    kept = set((cache / "watchkeeper").iterdir())
+
+    def miss() -> float:
+        for folder in (cache / "watchkeeper").iterdir():
+            if folder not in kept:  # the missed project's cache folder only
+                shutil.rmtree(folder)
+        return missed()
+
+    got = interleaved({"python": lambda: timed([sys.executable, "-c", "pass"], env=env),
+                       "a": first, "b": second, "miss": miss}, runs)
+    files = sorted(p.name for folder in kept for p in folder.iterdir())
+    turn = statistics.mean((got["a"], got["b"]))
+    return [("SessionStart hook, two installations on one project in turn (each keeps its own "
+             f"config-cache entry: {len(files)} files) vs the same hook after a config-cache miss",
+             f"{turn * 1000:.1f} ms (a {got['a'] * 1000:.1f}, b {got['b'] * 1000:.1f}) vs "
+             f"{got['miss'] * 1000:.1f} ms", f"{turn / got['miss']:.2f}x"),
+            ("the same, in turn vs `python -c pass`",
+             f"{turn * 1000:.1f} ms vs {got['python'] * 1000:.1f} ms",
+             f"{turn / got['python']:.1f}x")]
+
+
 def _peak_and_wall(argv: list[str], env: dict[str, str]) -> tuple[int, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
@@ -693,12 +747,12 @@ def bench_transcript(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
-    parser.add_argument("--only", choices=("cost", "hooks", "digest", "engine", "run", "stress",
-                                           "state"),
+    parser.add_argument("--only", choices=("cost", "hooks", "digest", "engine", "run", "cache",
+                                           "stress", "state"),
                         help="only the rows of issue 13 (cost; hooks: its per-event and "
                         "session-start hook rows alone; digest: its large-repository digest row "
                         "alone; engine: its 1 GiB and many-stage rows alone; run: its "
-                        "`supervise run` rows), issue 10 (stress) or issue 11 (state)")
+                        "`supervise run` rows; cache: its config-cache row), issue 10 (stress) or issue 11 (state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -711,6 +765,9 @@ def main() -> int:
             return 0
         if args.only == "run":
             _print(bench_run_vs_python(runs), runs, load)
+            return 0
+        if args.only == "cache":
+            _print(bench_config_cache(tmp, runs), runs, load)
             return 0
         if args.only == "stress":
             rows += bench_stress(tmp, max(3, runs // 3))
@@ -732,6 +789,7 @@ def main() -> int:
         rows += bench_gib(tmp, 3, args.gib)
         rows += bench_many_stages(tmp, runs)
         rows += bench_run_vs_python(runs)
+        rows += bench_config_cache(tmp, runs)
         if args.only == "cost":
             _print(rows, runs, load)
             return 0
