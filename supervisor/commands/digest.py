@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
@@ -11,16 +10,95 @@ from typing import TYPE_CHECKING
 
 from .._errors import describe_os_error
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from .._record import replace
-from ._cli import VerbParser, add_directory, add_format
+from .._record import mutable_record, replace
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..engine._output import StreamSink
     from ..engine._results import DigestResult, StageResult
 
 
+@mutable_record
+class DigestArgs:
+    """``supervise digest``'s arguments: ``budget``/``grace`` in seconds or None, ``config``
+    (a path or None), ``format`` (``text``/``json``), ``only`` (stage names or None),
+    ``directory`` (``-C DIR``: an absolute existing directory or None), ``source`` and
+    ``harness`` (``""``: none)."""
+
+    budget: float | None = None
+    grace: float | None = None
+    config: Path | None = None
+    format: str = "text"
+    only: list[str] | None = None
+    directory: Path | None = None
+    source: str = ""
+    harness: str = ""
+
+
+_VALUED = {"--budget": "budget", "--grace": "grace", "--config": "config", "--format": "format",
+           "--only": "only", "-C": "directory", "--project": "directory", "--source": "source",
+           "--harness": "harness"}
+
+
+def parse_args(argv: list[str]) -> DigestArgs:
+    """``argv`` parsed: the usual shapes (``--option VALUE`` pairs of the digest's own options,
+    every value well-formed) without argparse, whose import and parser cost about 6 ms of CPU
+    at each session start (docs/benchmarks.md, issue 13, the digest on 20,000 files, 23:xx);
+    anything else (``-h``, ``--option=VALUE``, an abbreviation, a value starting with ``-`` or
+    empty, a bad number, choice or directory) by argparse, which gives the same result or
+    reports the error and exits 2, as it always did.
+
+    Raises:
+        SystemExit: argparse's exit on ``--help`` (0) or a usage error (2).
+    """
+    quick = _quick_parse(argv)
+    if quick is not None:
+        return quick
+    return DigestArgs(**vars(build_parser().parse_args(argv)))
+
+
+def _quick_parse(argv: list[str]) -> DigestArgs | None:
+    from ..config._plan import WHEN_HARNESSES, WHEN_SOURCES
+
+    if len(argv) % 2:
+        return None
+    args = DigestArgs()
+    for flag, value in zip(argv[::2], argv[1::2]):
+        dest = _VALUED.get(flag)
+        if dest is None or not value or value.startswith("-"):
+            return None
+        if dest in ("budget", "grace"):
+            try:
+                setattr(args, dest, float(value))
+            except ValueError:
+                return None
+        elif dest == "config":
+            args.config = Path(value)
+        elif dest == "only":
+            args.only = [*(args.only or ()), value]
+        elif dest == "directory":
+            path = Path(value).expanduser()
+            try:
+                if not path.is_dir():
+                    return None
+            except (OSError, RuntimeError):  # RuntimeError: expanduser of an unknown ~user
+                return None
+            args.directory = path.absolute()
+        elif dest == "format" and value in ("text", "json") or (
+                dest == "source" and value in WHEN_SOURCES) or (
+                dest == "harness" and value in WHEN_HARNESSES and value != "terminal"):
+            setattr(args, dest, value)
+        else:
+            return None
+    return args
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """The ``digest`` argument parser."""
+    """The ``digest`` argument parser (argparse; :func:`parse_args` leaves to it what its
+    quick path does not take, ``--help`` included)."""
+    from ._cli import VerbParser, add_directory, add_format
+
     p = VerbParser(prog="supervise digest", description=__doc__)
     p.add_argument("--budget", type=float, metavar="S", help="overall budget in seconds")
     p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
@@ -40,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _rerun_hint(args: argparse.Namespace, project: Path) -> str:
+def _rerun_hint(args: DigestArgs, project: Path) -> str:
     parts = ["supervise", "digest", "-C", str(project)]
     if args.config is not None:
         parts += ["--config", str(args.config)]
@@ -73,7 +151,7 @@ def _nudge_tier_parent() -> str:
 
 def main(argv: list[str]) -> int:
     """Run the digest; exit 0 (also after a truncation), 1 on a bad config, 128+n on a signal."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     from ..config._plan import MAX_GRACE, MAX_SECONDS
 
     for flag, limit in (("budget", MAX_SECONDS), ("grace", MAX_GRACE)):

@@ -11,11 +11,15 @@ runtime dependencies, reading ``SUPERVISE_*`` from its environment) and name it 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
 
 from .._errors import ConfigError
+
+TYPE_CHECKING = False  # not typing's: the hook's hot path imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @cache
@@ -71,11 +75,20 @@ def idle(name: str, env: Mapping[str, str]) -> bool:
     stage program checks first (``stages/_idle.py``, loaded from :func:`stages_dir` once);
     False when that file cannot be loaded (the stage then runs and decides itself)."""
     rule = _idle_rule()
-    return rule is not None and rule(name, env)
+    return rule is not None and may_idle(name) and bool(rule.idle(name, env))
+
+
+def may_idle(name: str) -> bool:
+    """True when built-in ``name`` has a "nothing to do" rule at all (``memory``,
+    ``summary``): the others are started without building an environment to ask it."""
+    rule = _idle_rule()
+    return rule is not None and name in rule.IDLE_WHEN_ABSENT
 
 
 @cache
-def _idle_rule() -> Callable[[str, Mapping[str, str]], bool] | None:
+def _idle_rule() -> Any:
+    """``stages/_idle.py`` as a module (``idle``, ``IDLE_WHEN_ABSENT``), or None when it
+    cannot be loaded."""
     import importlib.util
 
     try:
@@ -85,7 +98,9 @@ def _idle_rule() -> Callable[[str, Mapping[str, str]], bool] | None:
             return None
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        rule: Callable[[str, Mapping[str, str]], bool] = module.idle
-        return rule
-    except (ConfigError, OSError, ImportError, SyntaxError, AttributeError):
+        if not callable(getattr(module, "idle", None)) or not isinstance(
+                getattr(module, "IDLE_WHEN_ABSENT", None), dict):
+            return None
+        return module
+    except (ConfigError, OSError, ImportError, SyntaxError):
         return None

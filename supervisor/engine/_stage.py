@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 
 from . import _cgroup, _spawn, _stagelog, _tree
-from ..config._builtins import builtin_argv, idle
+from ..config._builtins import builtin_argv, idle, may_idle
 from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
 from ._output import OrderedOutput
@@ -166,7 +166,8 @@ def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
     :func:`supervisor.config._builtins.idle`, asked with the environment it would get): a
     digest's default ``memory`` and ``summary`` stages without a store or a summary file.
     Never for ``supervise run``, a stage given arguments or one whose ``ok_exit`` lacks 0."""
-    if spec.builtin is None or run.transparent or spec.args or 0 not in spec.ok_exit:
+    if (spec.builtin is None or run.transparent or spec.args or 0 not in spec.ok_exit
+            or not may_idle(spec.builtin)):
         return False
     if (spec.options or {}) != {}:
         return False  # the rule would say no: no environment to build
