@@ -8,7 +8,7 @@
 #
 # Rules (docs/session-protocol.md, "The per-event fast path"):
 # - prints nothing itself (only Python prints envelopes) and always exits 0;
-# - needs no PATH (head, cat and find by absolute path) and quotes every path (spaces are fine);
+# - needs no PATH (head, cat, du and find by absolute path) and quotes every path (spaces are fine);
 # - reads the payload to its end before leaving (a PostToolUse payload carries a whole file:
 #   the harness's write must never fail because the hook left early), except for the harnesses
 #   proved, with their real CLIs, to ignore a hook that leaves its payload unread (claude,
@@ -18,9 +18,9 @@
 # - "nothing to do" is answered only when the Python path would print nothing:
 #   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) nor
 #              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
-#              wake file in <state>/fastpath/ and no file watched there (watch, watch.d/)
-#              changed, mtime or ctime (features that need the prompt hook to run Python
-#              register there);
+#              wake file in <state>/fastpath/ and no file watched there (watch,
+#              watch.parents/) changed: its ctime, or a link in its place (features that
+#              need the prompt hook to run Python register there);
 #   post-tool: the tool is not a file tool, or every directory strictly below the payload's
 #              cwd down to the file's own directory that holds AGENTS.override.md or AGENTS.md
 #              (the first of the two present is its file) has that file in the session's
@@ -31,7 +31,7 @@
 
 if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
 # Byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise), and
-# exported: head, cat and find then load no locale files (about 0.2 ms each per event).
+# exported: head, cat, du and find then load no locale files (about 0.2 ms each per event).
 export LC_ALL=C
 
 restore_locale() {
@@ -64,14 +64,23 @@ for arg in "$@"; do
   prev=$arg
 done
 
-hd=
-for tool in /usr/bin/head /bin/head; do
-  if [ -x "$tool" ]; then hd=$tool; break; fi
-done
-ct=
-for tool in /bin/cat /usr/bin/cat; do
-  if [ -x "$tool" ]; then ct=$tool; break; fi
-done
+# tool NAME: $found = /usr/bin/NAME or /bin/NAME, the first executable one ("" when neither
+# is). SUPERVISE_SHIM_BIN (for tests: a host without GNU du, say) names the one folder to
+# look in instead.
+tool() {
+  found=
+  if [ -n "${SUPERVISE_SHIM_BIN:-}" ]; then
+    if [ -x "$SUPERVISE_SHIM_BIN/$1" ]; then found=$SUPERVISE_SHIM_BIN/$1; fi
+    return 0
+  fi
+  if [ -x "/usr/bin/$1" ]; then found=/usr/bin/$1; elif [ -x "/bin/$1" ]; then found=/bin/$1; fi
+  return 0
+}
+nl='
+'
+tab='	'
+tool head; hd=$found
+tool cat; ct=$found
 
 if [ ! -x "${1:-}" ]; then
   echo "supervise hook: interpreter ${1:-(none)} is missing or not executable; run \`supervise install\` again; hook skipped" >&2
@@ -145,18 +154,63 @@ top_level() {
   return 0
 }
 
-# watch_changed FIND LIST LINKS: status 0 (Python must run) when a file LINKS (a folder of
-# symlinks, one per watched path, written with LIST) points to is missing, or its mtime OR
-# ctime is newer than LIST's mtime (set MTIME_SLACK seconds back by Python), or when find
-# fails; 1 when every watched file is untouched. ctime catches the edits that keep an old
-# mtime (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`, `touch -r`, clock skew): every
-# write, rename, chmod or utime sets it to now and no user tool can set it back. One find, and
-# the list itself is never read here: -L stats each link's target (a dangling link is still of
-# type l), `! -name . -prune` stays in LINKS, nothing is opened.
-watch_changed() {
-  wc_out=$("$1" -L "$3/." ! -name . -prune \( -type l -o -newer "$2" -o -cnewer "$2" \) \
-           -print 2>/dev/null) || return 0
-  case $wc_out in "") return 1 ;; esac
+# watch_verdict LIST LINKS: $verdict = "same" when no watched file changed since Python took
+# its baseline, "changed" when one may have (Python must run), "" when this host's tools could
+# not tell (the caller runs Python). LINKS (fastpath/watch.parents, written by Python with
+# LIST) holds, per watched file /dir/NAME, a symlink "<n>-NAME" to /dir, and an empty file
+# ".since-<ns>": the baseline's time in nanoseconds (MTIME_SLACK seconds back, as LIST's mtime).
+# Through "<n>-NAME/NAME" the shell itself sees a watched file that is missing, not a regular
+# file, or a symlink (one planted in its place: its target's old ctime would say nothing);
+# then one program compares the ctimes: every write, rename, chmod or utime sets a file's ctime
+# to now and no user tool can set it back, so it catches the edits that keep an old mtime
+# (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`, `touch -r`, `touch -d`, clock skew).
+# GNU du (libc alone: 0.3 ms less than find) prints each ctime in ns; where du cannot
+# (BusyBox, BSD, macOS: it fails), find -newer/-cnewer LIST decides. Nothing is opened.
+watch_verdict() {
+  verdict=changed
+  since=
+  for wv in "$2"/.since-*; do
+    if [ -n "$since" ]; then return 0; fi  # two stamps: not Python's
+    since=${wv#"$2"/.since-}
+  done
+  # digits, under 2**63 (9?????????????????? could overflow the shell's test)
+  case $since in ""|0*|*[!0-9]*|9??????????????????|????????????????????*) return 0 ;; esac
+  wv_list=$1
+  wv_links=$2
+  set --
+  for wv in "$wv_links"/*; do
+    if [ "$wv" = "$wv_links/*" ] && [ ! -e "$wv" ] && [ ! -L "$wv" ]; then break; fi  # none
+    wv_name=${wv##*/}
+    case $wv_name in [0-9]*-?*) ;; *) return 0 ;; esac
+    case ${wv_name%%-*} in *[!0-9]*) return 0 ;; esac
+    wv_file=$wv/${wv_name#*-}
+    if [ ! -L "$wv" ] || [ ! -d "$wv" ] || [ -L "$wv_file" ] || [ ! -f "$wv_file" ]; then
+      return 0
+    fi
+    set -- "$@" "$wv_file"
+  done
+  if [ "$#" -eq 0 ]; then verdict=same; return 0; fi
+  tool du
+  if [ -n "$found" ]; then
+    # "<blocks>\t<ctime ns>\t<path>" a line; -l: a file linked twice is listed twice
+    if wv_out=$("$found" -l --time=ctime --time-style=+%s%N -- "$@" 2>/dev/null); then
+      wv_left=$#
+      while [ -n "$wv_out" ]; do
+        wv_line=${wv_out%%"$nl"*}
+        case $wv_out in *"$nl"*) wv_out=${wv_out#*"$nl"} ;; *) wv_out= ;; esac
+        wv_time=${wv_line#*"$tab"}
+        wv_time=${wv_time%%"$tab"*}
+        case $wv_time in ""|0*|*[!0-9]*|9??????????????????|????????????????????*) wv_left=-1; break ;; esac
+        if [ "$wv_time" -lt "$since" ]; then :; else return 0; fi  # (an error is "changed" too)
+        wv_left=$((wv_left - 1))
+      done
+      if [ "$wv_left" -eq 0 ]; then verdict=same; return 0; fi
+    fi
+  fi
+  tool find
+  if [ -z "$found" ]; then verdict=; return 0; fi
+  wv_out=$("$found" "$@" -prune \( -type l -o -newer "$wv_list" -o -cnewer "$wv_list" \) -print 2>/dev/null) || return 0
+  case $wv_out in "") verdict=same ;; esac
   return 0
 }
 
@@ -261,19 +315,16 @@ for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.jso
   if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
 done
 # The state dir is untrusted input (issue 11): with a linked state dir or fastpath folder, a
-# watch list that is a link or not a regular file (a FIFO), or a watch.d that is a link or not
-# a folder, Python's state door decides. Nothing there is opened here (find only stats).
+# watch list that is a link or not a regular file (a FIFO), or a watch.parents that is a link
+# or not a folder, Python's state door decides. Nothing there is opened here (du and find
+# only stat).
 if [ -L "$state" ] || [ -L "$state/fastpath" ]; then slow "$@"; fi
 watch=$state/fastpath/watch
-links=$state/fastpath/watch.d
+links=$state/fastpath/watch.parents
 if [ -e "$watch" ] || [ -L "$watch" ]; then
   if [ -L "$watch" ] || [ ! -f "$watch" ]; then slow "$@"; fi
   if [ -L "$links" ] || [ ! -d "$links" ]; then slow "$@"; fi  # a list without its links
-  fd=
-  for tool in /usr/bin/find /bin/find; do
-    if [ -x "$tool" ]; then fd=$tool; break; fi
-  done
-  if [ -z "$fd" ]; then slow "$@"; fi  # no find by absolute path: doubt
-  if watch_changed "$fd" "$watch" "$links"; then slow "$@"; fi
+  watch_verdict "$watch" "$links"
+  if [ "$verdict" != same ]; then slow "$@"; fi
 fi
 nothing

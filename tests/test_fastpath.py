@@ -555,7 +555,7 @@ def test_fast_path_is_posix_sh() -> None:
 
 def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project: Path) -> None:
     """The watch check runs find by absolute path: a PATH without it (or none) changes nothing.
-    The list itself is never read by the shell (only stat calls through watch.d's links), so
+    The list itself is never read by the shell (only stat calls through watch.parents' links), so
     an oversized list costs nothing and decides nothing; a changed file is still seen."""
     from supervisor.session._fastpath import set_watch
 
@@ -578,13 +578,22 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
           PATH="/nonexistent")
 
 
+def watched_entries(state: Path) -> dict[str, str]:
+    """``watch.parents``' symlinks (name -> target) and its stamp (``.since-<ns>`` -> "")."""
+    folder = state / "fastpath" / "watch.parents"
+    return {p.name: (os.readlink(p) if p.is_symlink() else "") for p in folder.iterdir()}
+
+
 @pytest.mark.parametrize("damage", ["no links", "links is a symlink", "links is a file",
-                                    "dangling link", "relinked to a newer file"])
+                                    "dangling link", "relinked to a newer file", "no stamp",
+                                    "two stamps", "stamp not a number", "entry not a link",
+                                    "an entry Python never writes"])
 def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project: Path,
                                          tmp_path: Path, damage: str) -> None:
-    """A watch list whose watch.d is missing (a list written before the links existed), a
-    link or a file, a watched file that is gone, or a link moved to a changed file: the
-    prompt runs Python (and Python's answer stands)."""
+    """A watch list whose watch.parents is missing (a list written before it existed), a link
+    or a file, a watched file that is gone, an entry moved to a folder whose file changed, a
+    stamp missing, doubled or not a number, an entry that is no link or has a name Python
+    never writes: the prompt runs Python (and Python's answer stands)."""
     from supervisor.session._fastpath import set_watch
 
     rules = project / "AGENTS.md"
@@ -594,45 +603,149 @@ def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project
     state = project / ".supervise"
     set_watch(state, [rules])
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=False)
-    links = state / "fastpath" / "watch.d"
-    assert os.readlink(links / "0") == str(rules)
-    (links / "0").unlink()
-    if damage == "no links":
+    links = state / "fastpath" / "watch.parents"
+    entries = watched_entries(state)
+    stamp = next(name for name in entries if name.startswith(".since-"))
+    assert entries == {"0-AGENTS.md": str(project), stamp: ""}
+    if damage in ("no links", "links is a symlink", "links is a file"):
+        for entry in links.iterdir():
+            entry.unlink()
         links.rmdir()
-    elif damage == "links is a symlink":
-        links.rmdir()
+    if damage == "links is a symlink":
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
-        (elsewhere / "0").symlink_to(rules)
+        (elsewhere / "0-AGENTS.md").symlink_to(project)
+        (elsewhere / stamp).write_text("")
         links.symlink_to(elsewhere)
     elif damage == "links is a file":
-        links.rmdir()
         links.write_text(str(rules) + "\n")
     elif damage == "dangling link":
-        (links / "0").symlink_to(project / "gone.md")
-    else:
-        newer = tmp_path / "newer.md"
-        newer.write_text("new\n")
-        (links / "0").symlink_to(newer)
+        (links / "0-AGENTS.md").unlink()
+        (links / "0-AGENTS.md").symlink_to(project / "gone")
+    elif damage == "relinked to a newer file":
+        newer = tmp_path / "newer"
+        newer.mkdir()
+        (newer / "AGENTS.md").write_text("new\n")
+        (links / "0-AGENTS.md").unlink()
+        (links / "0-AGENTS.md").symlink_to(newer)
+    elif damage == "no stamp":
+        (links / stamp).unlink()
+    elif damage == "two stamps":
+        (links / ".since-1000000000000000000").write_text("")
+    elif damage == "stamp not a number":
+        (links / stamp).rename(links / ".since-12ab")
+    elif damage == "entry not a link":
+        (links / "0-AGENTS.md").unlink()
+        (links / "0-AGENTS.md").mkdir()
+        (links / "0-AGENTS.md" / "AGENTS.md").write_text("rules\n")
+    elif damage == "an entry Python never writes":
+        (links / "x-AGENTS.md").symlink_to(project)
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
 
 
+def shim_tools(tmp_path: Path, tools: str) -> dict[str, str]:
+    """The environment that gives the shim only some tools (``SUPERVISE_SHIM_BIN``): "gnu"
+    (this host's own), "find only" (no du), "busybox du" (a du that rejects --time, as
+    BusyBox, BSD and macOS do), "garbage du" (a du printing what is no time), "neither" (no
+    du, no find)."""
+    if tools == "gnu":
+        return {}
+    folder = tmp_path / f"bin {tools}"
+    folder.mkdir()
+    for name in ("head", "cat") + (("find",) if tools != "neither" else ()):
+        real = next(p for p in (Path("/usr/bin") / name, Path("/bin") / name) if p.exists())
+        (folder / name).symlink_to(real)
+    fake = {"busybox du": "echo \"du: unrecognized option '--time=ctime'\" >&2; exit 1",
+            "garbage du": "printf '4\\tlast tuesday\\t%s\\n' \"$@\"; exit 0"}.get(tools)
+    if fake:
+        (folder / "du").write_text(f"#!/bin/sh\n{fake}\n")
+        (folder / "du").chmod(0o755)
+    return {"SUPERVISE_SHIM_BIN": str(folder)}
+
+
+TOOLSETS = ("gnu", "find only", "busybox du", "garbage du", "neither")
+
+
+@pytest.mark.parametrize("change", ["edited, then touch -d to an old date", "cp -p in place",
+                                    "replaced by mv", "a link planted in its place", "deleted",
+                                    "chmod"])
+def test_watch_sees_ctime_only_changes_with_every_toolset(
+        interpreter: tuple[Path, Path], project: Path, tmp_path: Path, change: str) -> None:
+    """Changes that leave the watched file's mtime old (or its path pointing at an old file)
+    run Python, whatever tools the host has: GNU du, only find (BusyBox/BSD du fails, a du
+    that prints no time is not believed), or neither (then every prompt with a watch list
+    runs Python). Untouched files are answered in sh wherever a tool can tell."""
+    from supervisor.session._fastpath import set_watch
+
+    rules = project / "src dir" / "AGENTS.md"
+    rules.write_text("rules\n")
+    second = project / "CLAUDE.md"  # a second watched file, left alone
+    second.write_text("claude rules\n")
+    other = tmp_path / "old other.md"  # older than the baseline, and different
+    other.write_text("other rules\n")
+    for path in (rules, second, other):
+        os.utime(path, (1.0, 1.0))
+        settle(path)
+    state = project / ".supervise"
+    set_watch(state, [second, rules])
+    envs = {tools: shim_tools(tmp_path, tools) for tools in TOOLSETS}
+    payload = prompt_payload(project)
+    for tools, env in envs.items():
+        check(interpreter, "claude", "prompt", payload, project, expect_python=tools == "neither",
+              **env)
+    if change == "edited, then touch -d to an old date":
+        rules.write_text("new rules\n")
+        os.utime(rules, (1.0, 1.0))
+    elif change == "cp -p in place":
+        import shutil
+
+        inode = rules.stat().st_ino
+        shutil.copy2(other, rules)
+        assert rules.stat().st_ino == inode and rules.stat().st_mtime == 1.0
+    elif change == "replaced by mv":
+        fresh = project / "src dir" / "AGENTS.md.new"
+        fresh.write_text("moved rules\n")
+        os.utime(fresh, (1.0, 1.0))
+        settle(fresh)
+        fresh.rename(rules)
+    elif change == "a link planted in its place":
+        rules.unlink()
+        rules.symlink_to(other)  # stat() through it gives other's old times
+    elif change == "deleted":
+        rules.unlink()
+    else:
+        rules.chmod(0o600)
+    for tools, env in envs.items():
+        check(interpreter, "claude", "prompt", payload, project, expect_python=True, **env)
+
+
 def test_watch_links_follow_the_list(project: Path) -> None:
-    """set_watch writes watch.d anew each time (no stale link, no temporary folder left), in
-    step with the list; an empty list leaves an empty folder."""
+    """set_watch writes watch.parents anew each time (no stale link, no temporary folder
+    left), in step with the list, with one stamp; an empty list leaves a folder holding the
+    stamp alone; the folder of older versions (watch.d) is removed."""
     from supervisor.session._fastpath import has_links, set_watch
 
     state = project / ".supervise"
     one, two = project / "AGENTS.md", project / "sub dir" / "CLAUDE.md"
     assert not has_links(state)
+    (state / "fastpath" / "watch.d").mkdir(parents=True)
+    (state / "fastpath" / "watch.d" / "0").symlink_to(one)
     set_watch(state, [one, two])
     folder = state / "fastpath"
-    assert sorted(os.readlink(p) for p in (folder / "watch.d").iterdir()) == sorted([str(one), str(two)])
+
+    def links() -> dict[str, str]:
+        entries = watched_entries(state)
+        stamps = [name for name in entries if name.startswith(".since-")]
+        assert len(stamps) == 1 and entries.pop(stamps[0]) == ""
+        assert abs(int(stamps[0][7:]) / 1e9 - folder.joinpath("watch").stat().st_mtime) < 0.01
+        return entries
+
+    assert links() == {"0-AGENTS.md": str(project), "1-CLAUDE.md": str(project / "sub dir")}
     set_watch(state, [two])
-    assert [os.readlink(p) for p in (folder / "watch.d").iterdir()] == [str(two)]
+    assert links() == {"0-CLAUDE.md": str(project / "sub dir")}
     set_watch(state, [])
-    assert has_links(state) and list((folder / "watch.d").iterdir()) == []
-    assert sorted(p.name for p in folder.iterdir()) == ["watch", "watch.d"]
+    assert has_links(state) and links() == {}
+    assert sorted(p.name for p in folder.iterdir()) == ["watch", "watch.parents"]
 
 
 def test_exit_status_is_zero_when_stdin_cannot_be_read(interpreter: tuple[Path, Path],
@@ -785,7 +898,7 @@ def test_checkout_shim_resolves_a_bare_interpreter_name(interpreter: tuple[Path,
 
 def test_a_list_without_links_is_rewritten_by_the_next_prompt(interpreter: tuple[Path, Path],
                                                              project: Path) -> None:
-    """A state dir from before watch.d (a list alone): the first prompt runs Python, which
+    """A state dir from before watch.parents (a list alone): the first prompt runs Python, which
     writes the links; the prompts after it stay in sh again."""
     rules = project / "AGENTS.md"
     rules.write_text("rule one\n")
@@ -793,14 +906,14 @@ def test_a_list_without_links_is_rewritten_by_the_next_prompt(interpreter: tuple
     settle(rules)
     start = compact({"session_id": "sessU", "cwd": str(project), "source": "startup"})
     python_path("claude", "session-start", start, project)
-    links = project / ".supervise" / "fastpath" / "watch.d"
-    assert [os.readlink(p) for p in links.iterdir()] == [str(rules)]
+    links = project / ".supervise" / "fastpath" / "watch.parents"
+    assert [os.readlink(p) for p in links.iterdir() if p.is_symlink()] == [str(project)]
     for link in links.iterdir():
         link.unlink()
     links.rmdir()
     prompt = compact({"session_id": "sessU", "cwd": str(project), "prompt": "hi"})
     check(interpreter, "claude", "prompt", prompt, project, expect_python=True)
-    assert [os.readlink(p) for p in links.iterdir()] == [str(rules)]
+    assert [os.readlink(p) for p in links.iterdir() if p.is_symlink()] == [str(project)]
     check(interpreter, "claude", "prompt", prompt, project, expect_python=False)
 
 

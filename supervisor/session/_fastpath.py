@@ -7,17 +7,21 @@ files under ``<state>/fastpath/``:
 
 - a wake file ``wake-<name>`` (:func:`wake`): the next prompt hooks run Python until the
   feature removes it (:func:`clear_wake`);
-- the watch list ``watch`` (:func:`set_watch`): one absolute path per line, and the same paths
-  as the symlinks ``watch.d/0``, ``watch.d/1``, ... (written first); a prompt hook runs Python
-  when a watched file is missing or its mtime or ctime is newer than the list's mtime (ctime
-  catches edits that keep an old mtime: ``cp -p``, ``mv``, ``tar x``, ``touch -r``). The
-  shell never reads the list: one ``find -L`` over ``watch.d`` stats each target (a planted
-  oversized list or FIFO is never opened), and a ``watch`` without its ``watch.d`` makes the
-  prompt run Python. The list's mtime is set :data:`MTIME_SLACK` seconds into the past, so a
-  change made in the same second as the baseline (file systems compare at one-second
-  granularity at worst) is never missed: at worst Python runs once more and finds nothing
-  changed.
-
+- the watch list ``watch`` (:func:`set_watch`): one absolute path per line, and the same files
+  in the folder ``watch.parents`` (written first): per file ``/dir/NAME`` a symlink
+  ``<n>-NAME`` to ``/dir``, and an empty file ``.since-<ns>`` holding the baseline's time in
+  nanoseconds. A prompt hook runs Python when a watched file is missing, not a regular file,
+  a symlink (one planted in its place), or has a ctime at or after the stamp: ctime catches
+  every edit, those that keep an old mtime too (``cp -p``, ``mv``, ``tar x``, ``touch -r``,
+  ``touch -d``), since every write, rename, chmod or utime sets it to now. The shell never
+  reads the list: it walks ``watch.parents`` (``<n>-NAME/NAME`` is the file itself, reached
+  through its folder's link, so its own type is seen) and one GNU ``du --time=ctime`` (or,
+  where ``du`` cannot, ``find -newer/-cnewer watch``) stats the files (a planted oversized
+  list or FIFO is never opened); a ``watch`` without its ``watch.parents`` makes the prompt
+  run Python. The stamp (and the list's mtime) is :data:`MTIME_SLACK` seconds before the
+  moment the list was written, so a change made in the same second as the baseline (file
+  systems compare at one-second granularity at worst) is never missed: at worst Python runs
+  once more and finds nothing changed.
 A post-tool hook checks the directories between the payload's ``cwd`` and the file for
 ``AGENTS.override.md`` / ``AGENTS.md`` itself. When one holds such a file, the shim answers
 "nothing to do" only from the **injected index** (:func:`mark_injected`): the folder
@@ -46,8 +50,13 @@ if TYPE_CHECKING:
 
 FASTPATH_DIR = "fastpath"
 
-WATCH_LINKS = "watch.d"
-"""The folder of symlinks to the watched files that the shell's one ``find -L`` stats."""
+WATCH_LINKS = "watch.parents"
+"""The folder the shell reads the watched files through: per file ``/dir/NAME`` a symlink
+``<n>-NAME`` to ``/dir`` (so ``<n>-NAME/NAME`` is the file itself, a link planted in its place
+included), and an empty file ``.since-<ns>``, the baseline's time (:func:`set_watch`)."""
+OLD_WATCH_LINKS = "watch.d"
+"""The folder of symlinks to the watched files themselves that an older version wrote
+(removed by :func:`set_watch`; the shim ignores it)."""
 
 MTIME_SLACK = 2.0
 """Seconds the watch list's mtime is set before the moment it was written."""
@@ -109,11 +118,13 @@ def set_watch(state_dir: Path, paths: Iterable[Path]) -> None:
         if not os.path.isabs(text) or "\n" in text:
             raise ValueError(f"watch path must be absolute and on one line: {text!r}")
         lines.append(text + "\n")
-    stamp = time.time() - MTIME_SLACK
+    stamp_ns = time.time_ns() - int(MTIME_SLACK * 1e9)
+    stamp = stamp_ns / 1e9
     with _folder(state_dir) as folder:
-        _write_links(folder.fileno(), [line[:-1] for line in lines])
+        _write_links(folder.fileno(), [line[:-1] for line in lines], stamp_ns)
         folder.write("watch", "".join(lines).encode("utf-8", "surrogateescape"))
         os.utime("watch", (stamp, stamp), dir_fd=folder.fileno(), follow_symlinks=False)
+        _remove_links(folder.fileno(), OLD_WATCH_LINKS)
 
 
 def index_name(session_id: str) -> str | None:
@@ -219,8 +230,8 @@ def _prune(top: StateDir) -> None:
 
 
 def has_links(state_dir: Path) -> bool:
-    """True when ``<state>/fastpath/watch.d`` is a folder (not a link): without it, a watch
-    list makes every prompt hook run Python until :func:`set_watch` runs again."""
+    """True when ``<state>/fastpath/watch.parents`` is a folder (not a link): without it, a
+    watch list makes every prompt hook run Python until :func:`set_watch` runs again."""
     import stat
 
     try:
@@ -230,11 +241,12 @@ def has_links(state_dir: Path) -> bool:
     return stat.S_ISDIR(st.st_mode)
 
 
-def _write_links(fd: int, targets: list[str]) -> None:
-    """Replace ``watch.d`` in the folder open as ``fd`` with one symlink per target, built
-    under a temporary name and renamed into place (the shell sees the old folder or the new
-    one, never half of one; a concurrent writer's folder is replaced in turn: the last
-    writer wins, as with the list itself).
+def _write_links(fd: int, targets: list[str], stamp_ns: int) -> None:
+    """Replace :data:`WATCH_LINKS` in the folder open as ``fd`` with, per target
+    ``/dir/NAME``, a symlink ``<n>-NAME`` to ``/dir``, and the empty file ``.since-<stamp_ns>``
+    (nanoseconds since the epoch), built under a temporary name and renamed into place (the
+    shell sees the old folder or the new one, never half of one; a concurrent writer's folder
+    is replaced in turn: the last writer wins, as with the list itself).
 
     Raises:
         OSError: the folder cannot be written.
@@ -249,7 +261,10 @@ def _write_links(fd: int, targets: list[str]) -> None:
     sub = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
     try:
         for number, target in enumerate(targets):
-            os.symlink(target, str(number), dir_fd=sub)
+            parent, name = os.path.split(target)
+            os.symlink(parent or "/", f"{number}-{name}", dir_fd=sub)
+        os.close(os.open(f".since-{stamp_ns}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o644, dir_fd=sub))
     finally:
         os.close(sub)
     for _attempt in range(5):

@@ -15,7 +15,8 @@ deleted file gets one line saying so. An unchanged file is never re-injected. Co
 prompt hooks of one session inject once (a ``flock`` around the compare-and-update).
 
 The per-event fast path (``supervisor/hook-fast.sh``) answers "nothing to do" without Python
-unless a watched file's mtime or ctime is newer than the watch list (:func:`supervisor.session._fastpath.set_watch`):
+unless a watched file is missing, replaced by a link, or has a ctime at or after the watch
+list's stamp (:func:`supervisor.session._fastpath.set_watch`):
 every baseline's files are on that list. The list is re-stamped only when no baseline of a
 recent session is stale, so one session's refresh never hides a change from another.
 """
