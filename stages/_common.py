@@ -140,3 +140,29 @@ def finish(proc: subprocess.Popen[bytes], timeout: float) -> tuple[int | None, b
         proc.wait()
         out, err = b"", b""
     return None, out or b"", err or b""
+
+
+def read_regular(path: str | os.PathLike[str], limit: int, *, follow_links: bool = True) -> bytes:
+    """Up to ``limit`` bytes of the regular file ``path``, never blocking on a planted FIFO
+    nor reading a device (opened ``O_NONBLOCK`` and ``fstat``-ed first); with
+    ``follow_links=False`` a link is not followed (``O_NOFOLLOW``: a file swapped for a link
+    after the caller's checks is not read).
+
+    Raises:
+        OSError: ``path`` is absent, a link (``follow_links=False``), not a regular file, or
+            cannot be read.
+    """
+    import stat
+
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{os.fsdecode(path)}: not a regular file")
+        chunks, total = [], 0
+        while total < limit and (chunk := os.read(fd, min(1 << 16, limit - total))):
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

@@ -147,26 +147,14 @@ def _special(path: Path) -> str:
 
 def _read(path: Path, limit: int) -> bytes | None:
     """Up to ``limit`` bytes of regular file ``path``; never follows a link, never blocks (a
-    file swapped for a FIFO after the checks is not read). None when it cannot be read."""
-    import os
-    import stat
+    file swapped for a FIFO after the checks is not read: :func:`_common.read_regular`).
+    None when it cannot be read."""
+    from _common import read_regular
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        return read_regular(path, limit, follow_links=False)
     except OSError:
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks, total = [], 0
-        while total < limit and (chunk := os.read(fd, min(1 << 16, limit - total))):
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.date) -> Recap | None:

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import finish, opt_float, opt_int, stage_options, warn
+from _common import finish, opt_float, opt_int, read_regular, stage_options, warn
 from repo.calls import Calls
 
 UNTRACKED = ("normal", "no", "all")
@@ -46,18 +46,11 @@ def parse_status(raw: bytes) -> tuple[dict[str, str], list[str]]:
     return headers, lines
 
 
-def _small(path: Path, cap: int = 64 * 1024) -> str:
-    """A regular file's text (at most ``cap`` bytes), never blocking on a FIFO nor reading a
-    device; raises OSError when it is absent or not a regular file (the caller skips it)."""
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path}: not a regular file")
-        return os.read(fd, cap).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
+def _small(path: Path) -> str:
+    """A small git file's text (at most 64 KiB; :func:`_common.read_regular`: never blocking
+    on a FIFO nor reading a device). Raises OSError when it cannot be read (the caller skips
+    it)."""
+    return read_regular(path, 64 * 1024).decode("utf-8", "replace")
 
 
 def in_progress(git_dir: Path) -> list[str]:

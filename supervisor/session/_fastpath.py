@@ -132,11 +132,7 @@ def index_name(session_id: str) -> str | None:
     characters of ``[A-Za-z0-9_-]`` starting with a letter or digit (the shim compares the
     payload's ``session_id`` against the same rule), else None (no index: every read under a
     folder with an instruction file runs Python)."""
-    if not 0 < len(session_id) <= 128 or not session_id[0].isascii() or not session_id[0].isalnum():
-        return None
-    if not all(c.isascii() and (c.isalnum() or c in "-_") for c in session_id):
-        return None
-    return session_id
+    return session_id if _plain(session_id, 128) and session_id[0].isalnum() else None
 
 
 def mark_injected(state_dir: Path, session_id: str, paths: Iterable[str]) -> None:
@@ -334,7 +330,13 @@ def _folder(state_dir: Path) -> StateDir:
     return folder
 
 
+def _plain(name: str, limit: int) -> bool:
+    """Whether ``name`` is 1 to ``limit`` characters of ``[A-Za-z0-9_-]`` (safe as one path
+    part, and what the shim's ``case`` patterns accept)."""
+    return 0 < len(name) <= limit and all(c.isascii() and (c.isalnum() or c in "-_") for c in name)
+
+
 def _check(name: str) -> str:
-    if not name or len(name) > 64 or not all(c.isascii() and (c.isalnum() or c in "-_") for c in name):
+    if not _plain(name, 64):
         raise ValueError(f"wake name must be 1-64 characters of [A-Za-z0-9_-]: {name!r}")
     return name
