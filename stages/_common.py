@@ -8,7 +8,6 @@ there before its imports, and each imports this module as ``_common``.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -36,8 +35,10 @@ def warn(message: str) -> None:
 def stage_options() -> dict[str, object]:
     """``SUPERVISE_STAGE_OPTIONS`` as a dict; invalid JSON warns and yields ``{}``."""
     raw = os.environ.get("SUPERVISE_STAGE_OPTIONS", "").strip()
-    if not raw:
+    if raw in ("", "{}"):  # no options table (the usual case): no json import before git starts
         return {}
+    import json
+
     try:
         value = json.loads(raw)
     except ValueError:
