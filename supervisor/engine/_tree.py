@@ -28,6 +28,7 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -62,7 +63,10 @@ MONITOR_MAX_PERIOD = 0.5
 """Longest pause between two watchdog scans, in seconds (a starved host's slow scans would
 otherwise space them out past a short digest's whole life)."""
 LEFTOVER_SCANS = 6
-"""Most scans that look for leftovers of a stage whose leader exited (fewer without churn)."""
+"""Most rounds of scans that look for leftovers of a stage whose leader exited. Each round is
+two fresh scans in one worker thread, repeated there up to ``LEFTOVER_SCANS - 2`` more times
+while they see churn (:meth:`Watch.refresh`, ``again`` and ``settle``); without churn two
+fresh scans settle it."""
 REAP_BATCH = 4096
 """Most zombies reaped per reaper tick (the tick stays bounded whatever the stages do)."""
 
@@ -228,6 +232,8 @@ class Watch:
         """New processes the last applied scan found gone before it could classify them."""
         self.full_at = -math.inf
         """When the last complete full scan began (anyio clock)."""
+        self.began: deque[float] = deque(maxlen=64)
+        """When each of the last applied scans began (anyio clock), oldest first."""
         self._tokens: dict[tuple[int, float], str | None] = {}
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
@@ -385,6 +391,7 @@ class Watch:
         if previous is None:
             self.scan_seconds = time.monotonic() - t0
         self.scanned_at = began
+        self.began.append(began)
         self.last_complete = complete
         self.last_churn = churn
         if previous is None and complete:
@@ -422,7 +429,7 @@ class Watch:
 
     async def refresh(self, deadline: float, max_age: float = 0.0,
                       started_after: float | None = None, incremental: bool = False,
-                      every_member: bool = False) -> bool:
+                      every_member: bool = False, again: int = 0, settle: int = 0) -> bool:
         """Scan the process table in a worker thread and update every stage's members.
 
         ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
@@ -431,6 +438,12 @@ class Watch:
         table younger than ``max_age`` seconds is reused. ``incremental`` reads only new pids
         and the members of the stages being killed or checked (of every stage with
         ``every_member``: the caps need their sizes; see :func:`supervisor.engine._proctable.scan`).
+        ``again`` more incremental scans follow the first one at once in the same worker
+        thread, then up to ``settle`` more while the last one saw churn (a new process gone
+        before it was read, :data:`supervisor.engine._proctable.CHURN`)
+        (:meth:`_scan_settled`): a scan that must follow a scan costs no round trip through
+        the event loop (tens of ms on a loaded host, whose other processes churn all the
+        time).
         Returns True when a complete scan (or a shared one) updated the members by the
         deadline; a scan cut short keeps the members it did not read.
         """
@@ -459,11 +472,27 @@ class Watch:
                 reread.update(t.leader for t in focus)
                 first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
                 complete = await anyio.to_thread.run_sync(
-                    self._scan_sync, limit, sessions, exclude, previous, reread, first,
-                    self._inflight[1], abandon_on_cancel=True)
+                    self._scan_settled, limit, sessions, exclude, previous, reread, first,
+                    self._inflight[1], again, settle, abandon_on_cancel=True)
             finally:
                 self._inflight = None
                 event.set()
+        return complete
+
+    def _scan_settled(self, limit: float, sessions: dict[int, str], exclude: set[int],
+                      previous: dict[int, Row] | None, reread: set[int], first: set[int],
+                      began: float, again: int, settle: int) -> bool:
+        """:meth:`_scan_sync`, then (worker thread) ``again`` more incremental scans and up
+        to ``settle`` more while the last one saw churn, each begun after the one before it
+        ended, until ``limit`` (``time.monotonic``). Returns whether one of them read the
+        whole table (:meth:`_scan_sync`)."""
+        t0 = time.monotonic()
+        complete = self._scan_sync(limit, sessions, exclude, previous, reread, first, began)
+        for extra in range(again + settle):
+            if (extra >= again and self.last_churn == 0) or time.monotonic() >= limit:
+                break
+            complete |= self._scan_sync(limit, sessions, exclude, self.table, reread, first,
+                                        began + (time.monotonic() - t0))
         return complete
 
     # -- reaping ------------------------------------------------------------------------
@@ -821,20 +850,25 @@ class Watch:
             tree.group_verified = True
             return True
         settled = False
-        for attempt in range(LEFTOVER_SCANS):
+        since = anyio.current_time()
+        for _ in range(LEFTOVER_SCANS):
             if any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens:
                 return True
             if await self.adopted_shared(tree):
                 return True
             if anyio.current_time() >= deadline:
                 break
-            churn = _proctable.CHURN[0]
+            # Two fresh scans, the second begun after the first ended, in one worker thread
+            # (no round trip through the event loop between them), repeated there while they
+            # see churn: a new process that died between the listing and its read may have
+            # been a generation of a chain whose successor the listing missed.
             settled |= await self.refresh(deadline, started_after=anyio.current_time(),
-                                          incremental=True)
-            # A new process that died between the listing and its read may have been a
-            # generation of a chain whose successor the listing missed: look again (a few
-            # times); without such churn two scans settle it.
-            if attempt >= 1 and _proctable.CHURN[0] == churn and settled:
+                                          incremental=True, again=1, settle=LEFTOVER_SCANS - 2)
+            # A scan shared with another caller may have been a single one: settled once two
+            # scans begun since this check started were applied, the last saw no churn and
+            # one read the whole table.
+            if (settled and self.last_churn == 0
+                    and sum(1 for b in list(self.began) if b >= since) >= 2):
                 break
         # Only a scan that read the whole table can show that nothing is left: when every one
         # was cut short by its deadline (a large table on a starved host; on the portable path
