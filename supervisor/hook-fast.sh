@@ -129,12 +129,15 @@ nothing() {
 
 # json_str KEY: $val = the string value of the object member "KEY" found in $head at the top
 # level (the first member, or after a ',' with no '{' or '[' before it but the opening one);
-# status 1 when absent, nested, cut off by the 4 KiB head, repeated, or holding an escape
-# (those are left to Python).
+# status 1 when absent, nested, cut off by the 4 KiB head, repeated, holding an escape, or
+# after an escape (a key spelled with \u escapes is the same key to Python): those are left
+# to Python.
 json_str() {
   case $head in *\"$1\"*\"$1\"*) return 1 ;; esac  # the key twice, however spaced: Python decides
   case $head in *[{,]\"$1\":\"*) ;; *) return 1 ;; esac
   pre=${head%%[{,]\"$1\":\"*}
+  # an escape before it: "\u0063wd" is "cwd" to Python, whose FIRST value would be that one
+  case $pre in *\\*) return 1 ;; esac
   top_level "$pre" || return 1
   val=${head#"$pre"?\"$1\":\"}
   case $val in *[{,]\"$1\":*) return 1 ;; esac
@@ -260,6 +263,7 @@ if [ "$event" = post-tool ]; then
   fi
   case $head in *\"tool_input\"*\"tool_input\"*|*\"$key\"*\"$key\"*) slow "$@" ;; esac
   pre=${head%%[{,]\"tool_input\":\{\""$key"\":\"*}
+  case $pre in *\\*) slow "$@" ;; esac  # an escaped "tool_input" may come first
   top_level "$pre" || slow "$@"
   val=${head#"$pre"?\"tool_input\":\{\""$key"\":\"}
   case $val in *\"*) ;; *) slow "$@" ;; esac

@@ -216,6 +216,10 @@ DOUBTS: dict[str, Callable[[Path], bytes]] = {
     "relative cwd": lambda p: compact({"cwd": "my project"}),
     "nested cwd first": lambda p: compact({"x": {"cwd": "/"}, "cwd": str(p)}),
     "duplicate cwd": lambda p: b'{"session_id":"dup","cwd":"/","cwd":"' + str(p).encode() + b'"}',
+    # the same key to Python (whose first value is this project's, a result pending there);
+    # the shim's pattern would find only the second, a folder with nothing pending
+    "escaped cwd key first": lambda p: (b'{"session_id":"dup","\\u0063wd":"' + str(p).encode()
+                                        + b'","cwd":"' + _elsewhere(p).encode() + b'"}'),
     "missing cwd dir": lambda p: compact({"cwd": str(p / "gone")}),
     # a nested cwd naming a folder with nothing pending: taken for the top-level one, the shim
     # would answer "nothing to do" (Python finds no cwd and uses the project's)
@@ -856,6 +860,33 @@ def test_post_tool_repeated_key_runs_python(interpreter: tuple[Path, Path], proj
     payload = DUPLICATE_KEYS[case](project)
     answer = shim(interpreter, "claude", "post-tool", payload, project)
     assert answer.ran_python and b"SUB-RULES" not in answer.stdout, case
+
+
+ESCAPED_KEYS: dict[str, Callable[[Path], bytes]] = {
+    "tool_name": lambda p: (
+        b'{"session_id":"esc","cwd":"' + str(p).encode() + b'","tool\\u005fname":"Read",'
+        b'"tool_name":"Bash","tool_input":{"file_path":"'
+        + str(p / "src dir" / "deep" / "file.py").encode() + b'"}}'),
+    "tool_input": lambda p: (
+        b'{"session_id":"esc","cwd":"' + str(p).encode() + b'","tool_name":"Read",'
+        b'"tool\\u005finput":{"file_path":"' + str(p / "src dir" / "deep" / "file.py").encode()
+        + b'"},"tool_input":{"file_path":"' + str(p / "x.py").encode() + b'"}}'),
+}
+
+
+@pytest.mark.parametrize("case", ESCAPED_KEYS)
+def test_post_tool_key_spelled_with_escapes_first_runs_python(
+        interpreter: tuple[Path, Path], project: Path, case: str) -> None:
+    """A key the shim reads, written first with a \\u escape (the same key to Python, which
+    keeps its first value: here one that injects SUB-RULES) and then plainly (a value the shim
+    alone would answer "nothing to do" for): the shim leaves it to Python, which delivers."""
+    (project / "src dir" / "AGENTS.md").write_text("SUB-RULES\n")
+    payload = ESCAPED_KEYS[case](project)
+    assert b"SUB-RULES" in python_path("claude", "post-tool", payload, project)
+    # another session (the first one has the file injected already)
+    payload = payload.replace(b'"session_id":"esc"', b'"session_id":"esc2"')
+    answer = shim(interpreter, "claude", "post-tool", payload, project)
+    assert answer.ran_python and b"SUB-RULES" in answer.stdout, (case, answer.stderr)
 
 
 def test_oversized_post_tool_payload_is_drained_and_still_served(interpreter: tuple[Path, Path],
