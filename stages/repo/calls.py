@@ -34,12 +34,12 @@ class Calls:
         self.deadline = time.monotonic() + timeout
         self.log: subprocess.Popen[bytes] | None = None
         started: list[subprocess.Popen[bytes]] = []
-        try:
-            self.rev = spawn(["git", "rev-parse", "--absolute-git-dir", "--git-common-dir"], cwd)
-            started.append(self.rev)
+        try:  # status first: it takes longest (the index refresh and the untracked walk)
             self.status = spawn(["git", "status", "--porcelain=v2", "--branch", "--show-stash",
                                  "-z", f"--untracked-files={untracked}"], cwd)
             started.append(self.status)
+            self.rev = spawn(["git", "rev-parse", "--absolute-git-dir", "--git-common-dir"], cwd)
+            started.append(self.rev)
             if commits:
                 self.log = spawn(["git", "log", f"-n{commits}", "--format=%h%x09%cr%x09%s"], cwd)
         except OSError:
