@@ -171,7 +171,10 @@ def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
         return False
     if (spec.options or {}) != {}:
         return False  # the rule would say no: no environment to build
-    return idle(spec.builtin, stage_env(spec, run.context, token, run.config))
+    try:
+        return idle(spec.builtin, stage_env(spec, run.context, token, run.config))
+    except (OSError, ValueError, ConfigError):  # the spawn path below reports these itself
+        return False
 
 
 def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
