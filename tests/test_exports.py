@@ -21,28 +21,62 @@ def test_every_public_name_resolves() -> None:
     assert set(dir(supervisor)) >= set(supervisor.__all__)
 
 
+PATHLIB = frozenset({"pathlib", "urllib", "urllib.parse", "ipaddress", "fnmatch", "ntpath"})
+"""``pathlib`` and what it brings (about 10 ms of a hook's CPU with ``re``): the hook paths
+pass paths as ``str`` (docs/benchmarks.md, 2026-11-30 23:40 UTC)."""
+
 HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "inspect",
-                   "hashlib", "argparse", "signal", "shutil"} | ({"psutil"} if sys.platform.startswith("linux") else set()))
+                   "hashlib", "argparse", "signal", "shutil", "json", "json.decoder", "re",
+                   "enum"} | PATHLIB | ({"psutil"} if sys.platform.startswith("linux") else set()))
 """Modules a Python hook path must not import (beyond what the interpreter itself loads at
 start): pydantic, anyio and asyncio belong to config validation and the engine; psutil is for
 kill time (ancestry reads /proc on Linux); dataclasses (with inspect, ast, dis), typing and
 hashlib cost about a third of a hook's CPU (docs/benchmarks.md, 2026-11-30 21:05 UTC): the hot
 path's value classes are `supervisor._record` records, typing names live under TYPE_CHECKING,
 hashes come from `supervisor._hashing`; signal builds three IntEnums at import (the hook's
-handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a folder is removed."""
+handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a folder is removed;
+:data:`PATHLIB`, and ``json`` with ``re`` and ``enum`` (about 8 ms: JSON goes through
+``supervisor._jsontext``, CPython's ``_json`` without ``json``'s regular expressions)."""
 
 
-def _imported(argv: list[str], **run: object) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
-    """Run ``argv`` under ``-X importtime``; the process and the modules it imported."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True,
-                          timeout=60, **run)  # type: ignore[call-overload]
-    return proc, {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines()
-                  if line.startswith("import time:")}
+_RUN_AND_LIST = """
+import os, runpy, sys
+out, real_exit = os.environ.pop("WK_MODULES_OUT"), os._exit
+def listed():
+    with open(out, "w") as f:
+        f.write("\\n".join(sys.modules))
+def leave(status):
+    listed()
+    real_exit(status)
+os._exit = leave
+try:
+    if sys.argv[1:2] == ["-m"]:  # as `python -m MODULE ARGS`: sys.argv = [file, *ARGS]
+        module = sys.argv[2]
+        del sys.argv[1:3]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+finally:
+    listed()
+"""
+"""Runs ``-m MODULE ARGS`` (or nothing) and writes the names in ``sys.modules`` when it ends,
+by any way out: a return, ``sys.exit``, or the hook's ``os._exit``. ``-X importtime`` missed
+what a hook imported late: its lines go through ``sys.stderr``, which the hook wraps in a
+buffer that ``os._exit`` never flushes."""
 
 
-def _interpreter_start() -> set[str]:
-    """What ``python -c pass`` imports by itself (site, encodings, a .pth hook's imports)."""
-    return _imported(["-c", "pass"])[1]
+def _imported(argv: list[str], tmp: Path, **run: object) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
+    """Run ``python -P ARGV`` (``argv`` after ``-P``: ``-m module ...`` or empty); the process
+    and every module it had imported when it ended."""
+    out = tmp / "modules.txt"
+    out.unlink(missing_ok=True)
+    env = {**__import__("os").environ, "WK_MODULES_OUT": str(out)}
+    proc = subprocess.run([sys.executable, "-P", "-c", _RUN_AND_LIST, *argv], capture_output=True,
+                          timeout=60, env=env, **run)  # type: ignore[call-overload]
+    return proc, set(out.read_text().split("\n"))
+
+
+def _interpreter_start(tmp: Path) -> set[str]:
+    """What the interpreter imports by itself (site, encodings, a .pth hook's imports)."""
+    return _imported([], tmp)[1]
 
 
 def _payload(cwd: Path, event: str, session: str = "s", **extra: object) -> bytes:
@@ -50,8 +84,9 @@ def _payload(cwd: Path, event: str, session: str = "s", **extra: object) -> byte
                        **extra}).encode()
 
 
-@pytest.mark.parametrize("path", ["session-start", "resume", "prompt-delivery", "post-tool-nested"])
-def test_python_hook_paths_import_nothing_heavy(git_repo: Path, path: str) -> None:
+@pytest.mark.parametrize("path", ["session-start", "reemit", "resume", "prompt-delivery",
+                                  "post-tool-nested"])
+def test_python_hook_paths_import_nothing_heavy(git_repo: Path, tmp_path: Path, path: str) -> None:
     """The Python hook paths the benchmark times (a SessionStart on an empty digest, a prompt
     delivering a deferred result, a post-tool injecting a nested AGENTS.md; and the resume
     nudge, which reads the transcript) import none of :data:`HEAVY`. Each run does its work:
@@ -65,10 +100,13 @@ def test_python_hook_paths_import_nothing_heavy(git_repo: Path, path: str) -> No
         configure_deferred(git_repo, "net")
     else:
         (git_repo / "supervise.toml").write_text("budget = 10\nstages = []\n")  # an empty digest
-    base = ["-P", "-m", "supervisor", "hook", "claude"]
+    base = ["-m", "supervisor", "hook", "claude"]
     for attempt in range(2):  # the first run validates the config and fills the cache
         if path == "session-start":
             argv, stdin = base, _payload(git_repo, "SessionStart", source="startup")
+        elif path == "reemit":  # a start, then a compaction of the same session re-emits
+            source = "compact" if attempt else "startup"
+            argv, stdin = base, _payload(git_repo, "SessionStart", source=source)
         elif path == "resume":
             argv, stdin = base, _payload(git_repo, "SessionStart", source="resume")
         elif path == "prompt-delivery":
@@ -80,10 +118,10 @@ def test_python_hook_paths_import_nothing_heavy(git_repo: Path, path: str) -> No
             argv = [*base, "--event", "post-tool"]
             stdin = _payload(git_repo, "PostToolUse", session=f"s{attempt}", tool_name="Read",
                              tool_input={"file_path": str(git_repo / "nested" / "a.py")})
-        proc, loaded = _imported(argv, input=stdin, cwd=git_repo)
+        proc, loaded = _imported(argv, tmp_path, input=stdin, cwd=git_repo)
         assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout.decode()
-    if path == "session-start":
+    if path in ("session-start", "reemit"):
         assert "supervisor.session._routing" in loaded  # routed and ran the (empty) digest
     elif path == "resume":
         assert "supervise digest" in out, out  # the nudge
@@ -91,5 +129,23 @@ def test_python_hook_paths_import_nothing_heavy(git_repo: Path, path: str) -> No
         assert "NET RESULT" in out, (out, proc.stderr[-2000:])
     else:
         assert "nested rules" in out, out
-    heavy = (loaded - _interpreter_start()) & HEAVY
+    heavy = (loaded - _interpreter_start(tmp_path)) & HEAVY
     assert not heavy, sorted(heavy)
+
+
+@pytest.mark.parametrize("source", ["startup", "compact"])
+def test_bridge_entry_imports_no_pathlib(git_repo: Path, tmp_path: Path, source: str) -> None:
+    """The Pi/OpenCode bridge entry (``supervise bridge``) runs a whole start (or a re-emit
+    after a compaction) without ``pathlib`` and the modules it brings. It parses its arguments
+    with ``argparse``, which brings ``re`` and, through ``shutil``, ``fnmatch``: those are not
+    checked here."""
+    (git_repo / "supervise.toml").write_text("budget = 10\nstages = []\n")
+    argv = ["-m", "supervisor", "bridge", "--harness", "pi", "--source", source,
+            "--session-id", "s1", "--cwd", str(git_repo)]
+    for _attempt in range(2):  # the first run validates the config and fills the cache
+        proc, loaded = _imported(argv, tmp_path, cwd=git_repo)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert result["kind"] in ("ready", "empty") and result["project"] == str(git_repo.resolve()), result
+    pathlib_family = (loaded - _interpreter_start(tmp_path)) & (PATHLIB - {"fnmatch"})
+    assert not pathlib_family, sorted(pathlib_family)

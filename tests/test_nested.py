@@ -128,7 +128,7 @@ def test_claude_symlinked_pair_is_left_to_claude(project: Path) -> None:
     assert nested_files(project / "sub dir" / "déep" / "file.txt", project, "claude") == []
     assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), ctx(project)) is None
     # Pi has no such loader: it gets the file.
-    assert nested_files(project / "sub dir" / "déep" / "file.txt", project, "pi") == [project / "sub dir" / "AGENTS.md"]
+    assert nested_files(project / "sub dir" / "déep" / "file.txt", project, "pi") == [str(project / "sub dir" / "AGENTS.md")]
 
 
 def test_claude_md_importing_agents_md_is_left_to_claude(project: Path) -> None:

@@ -136,23 +136,25 @@ def test_project_dir_order(tmp_path: Path, git_repo: Path) -> None:
     other.mkdir()
     env = {"CLAUDE_PROJECT_DIR": str(other)}
     # payload cwd first, resolved to the git top level
-    assert project_dir(parse_payload({"cwd": str(sub)}), env, cwd=tmp_path) == git_repo.resolve()
+    # (a str: the hook paths do not import pathlib)
+    assert project_dir(parse_payload({"cwd": str(sub)}), env, cwd=tmp_path) == str(git_repo.resolve())
     # Cursor: workspace_roots[0]
-    assert project_dir(parse_payload({"workspace_roots": [str(sub)]}), env) == git_repo.resolve()
+    assert project_dir(parse_payload({"workspace_roots": [str(sub)]}), env) == str(git_repo.resolve())
     # a payload cwd that does not exist falls through to the environment
-    assert project_dir(parse_payload({"cwd": str(tmp_path / "gone")}), env) == other.resolve()
-    assert project_dir(None, {"GEMINI_PROJECT_DIR": str(sub)}) == git_repo.resolve()
+    assert project_dir(parse_payload({"cwd": str(tmp_path / "gone")}), env) == str(other.resolve())
+    assert project_dir(None, {"GEMINI_PROJECT_DIR": str(sub)}) == str(git_repo.resolve())
     # relative or NUL-bearing candidates are never used
-    assert project_dir(parse_payload({"cwd": "relative/dir"}), {}, cwd=other) == other.resolve()
-    assert project_dir(parse_payload({"cwd": "/tmp\0x"}), {}, cwd=other) == other.resolve()
-    assert project_dir(None, {}, cwd=sub) == git_repo.resolve()
+    assert project_dir(parse_payload({"cwd": "relative/dir"}), {}, cwd=other) == str(other.resolve())
+    assert project_dir(parse_payload({"cwd": "/tmp\0x"}), {}, cwd=other) == str(other.resolve())
+    assert project_dir(None, {}, cwd=sub) == str(git_repo.resolve())
+    assert project_dir(None, {}, cwd=str(sub)) == str(git_repo.resolve())  # either kind of path
 
 
 def test_linked_worktree_is_its_own_top_level(git_repo: Path, tmp_path: Path) -> None:
     wt = tmp_path / "wt"
     subprocess.run(["git", "-C", str(git_repo), "worktree", "add", "-q", str(wt)], check=True)
     (wt / "deep").mkdir()
-    assert project_dir(parse_payload({"cwd": str(wt / "deep")}), {}) == wt.resolve()
+    assert project_dir(parse_payload({"cwd": str(wt / "deep")}), {}) == str(wt.resolve())
 
 
 @pytest.mark.parametrize("raw", ["a\u0000b", "\ud800x", "x" * 140_000])

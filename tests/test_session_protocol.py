@@ -211,12 +211,12 @@ def test_a_b_completion(project: Path, harnesses: Harnesses) -> None:
 
 
 WIDEN_RACE = """\
-import time
+import os, time
 import supervisor.session._lock as lock
 _read = lock.read_record
 def read_record(path, model):
     record = _read(path, model)
-    if path.name == "lock.json":
+    if os.path.basename(path) == "lock.json":  # a str or a path-like
         time.sleep(0.03)  # fault injection: widen the read-decide-write window
     return record
 lock.read_record = read_record

@@ -232,3 +232,21 @@ def test_lock_records_round_trip_through_write_json(tmp_path: Path) -> None:
     _lock.write_record(path, done, fsync=False)
     assert _lock.read_record(path, CompletionRecord) == done
     assert path.read_bytes().endswith(b"\n") and "s-\u00e9".encode() in path.read_bytes()
+
+
+@pytest.mark.parametrize("pattern", ["*", "*.json", "result-*.json", "*/.no-mistakes/repos/*.git",
+                                     "a*b*c", "**", "*a*a*", "x", "", "ab*ba", "*.git*",
+                                     "[ab]*", "?x*", "a*[!c]"])
+def test_name_matcher_answers_as_fnmatchcase(pattern: str) -> None:
+    """`name_matcher` (no `re` for `*`-only patterns) gives fnmatchcase's answer on each name."""
+    import fnmatch
+
+    from supervisor.state._statedir import name_matcher
+
+    names = ["", "a", "ab", "aba", "abba", "abcabc", "abc", "acb", "x", "xx", "result-.json",
+             "result-1.json", "result-1.json.tmp", ".json", "a.json", "/h/.no-mistakes/repos/r.git",
+             "/h/.no-mistakes/repos/r.gitx", "/h/.no-mistakes/repos/.git", "aXa", "aa", "aaa",
+             "r.git/y", "bx", "?x", "ac", "ad", "ab\nba"]
+    matches = name_matcher(pattern)
+    for name in names:
+        assert matches(name) == fnmatch.fnmatchcase(name, pattern), (pattern, name)

@@ -25,7 +25,7 @@ from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
-    from pathlib import Path
+    from _typeshed import StrPath
 
 __all__ = ("ADAPTERS", "Adapter", "HOOK_MARKER", "SHIM_MARKER", "fit_inline", "get",
            "inline_cap", "is_foreign", "render")
@@ -115,7 +115,7 @@ def is_foreign(harness: str, payload: Mapping[str, object] | None, env: Mapping[
     return harness != "cursor" and isinstance((payload or {}).get("cursor_version"), str)
 
 
-def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices: str = "") -> str:
+def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notices: str = "") -> str:
     """Fit a digest to ``cap`` characters; see :func:`supervisor.adapters._inline.fit_inline`.
 
     ``parts`` are ``(stage name, stage text)`` in declared order, ``notices`` the banners and
@@ -134,7 +134,7 @@ def _looks_like_json(text: str) -> bool:
     return text.lstrip()[:1] in ("{", "[")
 
 
-def render(harness: str, text: str, *, state_dir: Path, kind: str = "digest",
+def render(harness: str, text: str, *, state_dir: StrPath, kind: str = "digest",
            cap: int | None = None) -> bytes:
     """The exact bytes our hook prints on stdout for ``harness``.
 

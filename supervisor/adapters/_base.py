@@ -12,8 +12,11 @@ from .._record import record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
-    from pathlib import Path
     from typing import Literal
+
+    from pathlib import Path
+
+    from _typeshed import StrPath
 
     Envelope = Literal["hook-specific", "cursor", "plain"]
     """How hook output is wrapped on stdout.
@@ -112,20 +115,22 @@ class Adapter:
         scopes = ("project", "user") if self.project_settings else ("user",)
         return (*scopes, "local") if self.local_settings else scopes
 
-    def settings_path(self, scope: str, project_dir: Path, home: Path) -> Path:
+    def settings_path(self, scope: str, project_dir: StrPath, home: StrPath) -> Path:
         """The settings file for ``scope`` (``project`` or ``user``).
 
         Raises:
             ValueError: the harness has no file for that scope (Grok reads user settings only).
         """
+        from pathlib import Path  # install, uninstall and doctor: not on a hook path
+
         if scope == "project":
             if self.project_settings is None:
                 raise ValueError(f"{self.title} reads hooks from user settings only; use --scope user")
-            return project_dir / self.project_settings
+            return Path(project_dir, self.project_settings)
         if scope == "user":
-            return home / self.user_settings
+            return Path(home, self.user_settings)
         if scope == "local" and self.local_settings is not None:
-            return project_dir / self.local_settings
+            return Path(project_dir, self.local_settings)
         raise ValueError(f"{self.title} has no {scope!r} settings file "
                          f"(scopes: {', '.join(self.scopes)})")
 

@@ -16,6 +16,7 @@ from .._hashing import sha256
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from ..state._statedir import StateDir
 
 
@@ -33,7 +34,7 @@ def _ensure_nl(text: str) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-def save_full(text: str, state_dir: Path) -> Path:
+def save_full(text: str, state_dir: StrPath) -> Path:
     """Write ``text`` to ``<state_dir>/digests/digest-<sha256[:12]>.txt`` atomically.
 
     The name is content-addressed, so the same digest saved twice is one file and the inline
@@ -52,7 +53,7 @@ def save_full(text: str, state_dir: Path) -> Path:
     data = text.encode("utf-8", "replace")
     name = f"digest-{sha256(data).hexdigest()[:12]}.txt"
     try:
-        with StateDir.open(state_dir.absolute(), create=True) as state:
+        with StateDir.open(Path(state_dir).absolute(), create=True) as state:
             folder = state.sub(DIGESTS_DIR, create=True)
             assert folder is not None
             with folder:
@@ -61,8 +62,8 @@ def save_full(text: str, state_dir: Path) -> Path:
     except StateError as err:  # a symlinked state dir or digests folder: nothing written
         from ..state._statedir import link_reference
 
-        raise OSError(link_reference(state_dir.absolute()) or str(err)) from err
-    return state_dir.absolute() / DIGESTS_DIR / name
+        raise OSError(link_reference(Path(state_dir).absolute()) or str(err)) from err
+    return Path(state_dir).absolute() / DIGESTS_DIR / name
 
 
 def _prune(folder: StateDir, keep: str) -> None:
@@ -91,7 +92,7 @@ def _cut_line(name: str, size: int, where: str) -> str:
     return f"[supervise] stage '{name}' ({size:,} characters) is cut from this inline digest: read it in {where}\n"
 
 
-def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices: str = "") -> str:
+def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notices: str = "") -> str:
     """Return the digest text to print inline, at most ``cap`` characters.
 
     Args:
@@ -143,7 +144,7 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: Path, notices:
     return "".join(out)
 
 
-def fit_prefix(text: str, cap: int, state_dir: Path, notices: str = "") -> str:
+def fit_prefix(text: str, cap: int, state_dir: StrPath, notices: str = "") -> str:
     """Like :func:`fit_inline` for a digest with no stage boundaries known: keep the notices
     and as many whole lines of ``text`` as fit, then one line naming the size of the rest and
     the file holding the whole digest. At most ``cap`` characters; never raises."""

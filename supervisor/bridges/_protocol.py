@@ -25,12 +25,14 @@ cancelled  SIGTERM/SIGINT/SIGHUP ended the digest (a newer generation or the har
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+
 
 from .._record import asdict, record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any, Literal
 
     Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
@@ -83,7 +85,7 @@ class BridgeResult:
         return dumps(data, ensure_ascii=False)
 
 
-def resolve_project(cwd: str | None) -> Path:
+def resolve_project(cwd: str | None) -> str:
     """The project root for ``--cwd`` (default: the current directory), at its git top level.
 
     Raises:
@@ -91,13 +93,13 @@ def resolve_project(cwd: str | None) -> Path:
     """
     from ..state._project import find_project_root
 
-    start = Path(cwd) if cwd else Path.cwd()
-    if not start.is_dir():
+    start = cwd or os.getcwd()
+    if not os.path.isdir(start):
         raise ValueError(f"--cwd {cwd!r} is not a directory")
     return find_project_root(start)
 
 
-def stand_down(project: Path) -> str:
+def stand_down(project: StrPath) -> str:
     """The gate or scope reason to stay silent for ``project``, or ``""`` to go on.
 
     A configuration error does not stand down (the digest run reports it); the gates are then
@@ -160,7 +162,7 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
                                              session_id=clean_session_id(session_id),
-                                             cwd=(Path(cwd) if cwd else Path.cwd()).resolve())
+                                             cwd=os.path.realpath(cwd or os.getcwd()))
         if context.session_id:
             from .._errors import SupervisorError
             from ..session._nested import at_session_start

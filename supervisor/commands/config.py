@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         return EXIT_OK
     from ..session._off import off_line, off_reason
 
-    project = find_project_root(args.directory or Path.cwd())
+    project = Path(find_project_root(args.directory or Path.cwd()))
     off = off_reason(project)
     if off:  # stdout stays the JSON document; the state is said once, on stderr
         sys.stderr.write("supervise config: " + off_line(off, "this configuration is not used "

@@ -173,7 +173,7 @@ def main(argv: list[str]) -> int:
     from ..engine._signals import Aborter, run_with_signals
 
     start = args.directory or Path.cwd()
-    project = find_project_root(start)
+    project = Path(find_project_root(start))
     from ..session._off import off_line, off_reason
 
     off = off_reason(project)

@@ -136,7 +136,7 @@ def _package_checks() -> list[Check]:
 def _state_checks(project: Path) -> list[Check]:
     from ..config._context import state_dir_for
 
-    state = state_dir_for(project)
+    state = Path(state_dir_for(project))
     checks = []
     if state.is_symlink():
         return [Check("FAIL", "state dir", f"{state} is a symlink",

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 from .._interrupts import leaving
@@ -31,6 +30,7 @@ from .._record import mutable_record, replace
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     import argparse
     from collections.abc import Mapping
 
@@ -207,7 +207,7 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
     return args
 
 
-def emit(harness: str, text: str, *, state_dir: Path, kind: str,
+def emit(harness: str, text: str, *, state_dir: StrPath, kind: str,
          caps: Mapping[str, int] | None = None) -> str:
     """Write ``text`` to stdout in ``harness``'s envelope; nothing at all for empty text.
 
@@ -438,7 +438,7 @@ def _nudge_tier(harness: str) -> bool:
     return adapter is not None and adapter.tier == "nudge"
 
 
-def _nudge_only(args: HookArgs, project: Path) -> None:
+def _nudge_only(args: HookArgs, project: StrPath) -> None:
     """A nudge-tier harness gets the nudge alone, and only at session start: whatever it
     printed would be dropped, so nothing may happen that assumes the model saw it. No stage
     runs, no lock is taken, no handoff is counted, no deferred result is claimed, no ledger
@@ -529,7 +529,7 @@ def report_internal_error(verb: str, harness: str, err: BaseException, kind: str
     if kind is None:
         return
     try:
-        problem = emit(harness, internal_error_text(verb, err), state_dir=Path(".supervise"),
+        problem = emit(harness, internal_error_text(verb, err), state_dir=".supervise",
                        kind=kind)
         if problem:
             print(f"supervise {verb}: the error report was NOT delivered: {problem}",

@@ -55,7 +55,7 @@ def collect(project: Path) -> dict[str, Any]:
 
     from ..session._off import off_reason
 
-    state_dir = state_dir_for(project)
+    state_dir = Path(state_dir_for(project))
     doc: dict[str, Any] = {"project": str(project), "state_dir": str(state_dir),
                            "off": off_reason(project) or None, "error": None,
                            "lock": None, "completion": None, "last_digest": None, "pending": [],
@@ -167,7 +167,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     from ..state._project import find_project_root
 
-    doc = collect(find_project_root(args.directory or Path.cwd()))
+    doc = collect(Path(find_project_root(args.directory or Path.cwd())))
     if args.format == "json":
         doc.pop("_exposure_lines", None)
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .._record import field, record
-from ..state._project import STATE_DIR_NAME
+from ..state._project import STATE_DIR_NAME, pure_path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from typing import Literal
 
+    from _typeshed import StrPath
+
     Mode = Literal["full", "reemit", "read-only"]
 
 
-def state_dir_for(project_dir: Path) -> Path:
-    """The per-machine state dir: ``SUPERVISE_STATE_DIR`` if set, else ``<project>/.supervise``."""
+def state_dir_for(project_dir: StrPath) -> str:
+    """The per-machine state dir (a ``str``): ``SUPERVISE_STATE_DIR`` if set (``~`` expanded,
+    made absolute), else ``<project>/.supervise``."""
     override = os.environ.get("SUPERVISE_STATE_DIR")
     if override:
-        return Path(override).expanduser().absolute()
-    return project_dir / STATE_DIR_NAME
+        return _absolute(os.path.expanduser(override))
+    return os.path.join(project_dir, STATE_DIR_NAME)
+
+
+def _absolute(path: StrPath) -> str:
+    """``pathlib.Path(path).absolute()`` as a ``str``: joined to the current directory, no
+    link resolved and no ``..`` collapsed (only ``.`` parts and repeated slashes go)."""
+    return pure_path(os.path.join(os.getcwd(), path))  # an absolute path wins
 
 
 @record
@@ -28,8 +36,9 @@ class SessionContext:
     """Who is asking for the digest, passed to each stage as environment variables.
 
     Attributes:
-        project_dir: absolute project root (the git top level when in git).
-        state_dir: absolute per-machine state dir (see :func:`state_dir_for`).
+        project_dir: absolute project root (the git top level when in git): a ``str`` or a
+            path-like, kept as given (the hook paths give ``str``: no ``pathlib`` import).
+        state_dir: absolute per-machine state dir (see :func:`state_dir_for`), likewise.
         source: the routed source (``startup``, ``compact``, ...) or ``""`` when unrecognized
             or when run from a terminal.
         mode: ``full``, ``reemit`` or ``read-only``.
@@ -40,20 +49,21 @@ class SessionContext:
             ``SUPERVISE_CWD``. None means the project root.
     """
 
-    project_dir: Path
-    state_dir: Path
+    project_dir: StrPath
+    state_dir: StrPath
     source: str = ""
     mode: Mode = "full"
     harness: str = ""
     session_id: str = ""
-    cwd: Path | None = None
+    cwd: StrPath | None = None
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def for_project(cls, project_dir: Path, **kwargs: object) -> SessionContext:
-        """A context for ``project_dir`` with its default state dir."""
-        project_dir = project_dir.absolute()
-        return cls(project_dir=project_dir, state_dir=state_dir_for(project_dir), **kwargs)  # type: ignore[arg-type]
+    def for_project(cls, project_dir: StrPath, **kwargs: object) -> SessionContext:
+        """A context for ``project_dir`` (``str`` or a path-like, made absolute) with its
+        default state dir."""
+        root = _absolute(project_dir)
+        return cls(project_dir=root, state_dir=state_dir_for(root), **kwargs)  # type: ignore[arg-type]
 
     def env(self) -> dict[str, str]:
         """The ``SUPERVISE_*`` variables for a stage (all strings, never absent)."""

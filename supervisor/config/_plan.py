@@ -10,7 +10,6 @@ it imports neither the config models nor the cache (data flows config -> plan, n
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .._errors import ConfigError
 from .._record import asdict, field, fields, record, replace
@@ -19,6 +18,7 @@ from ._limits import MAX_SECONDS as MAX_SECONDS
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any, Literal
 
 DEFAULT_MAX_TASKS = 512
@@ -143,7 +143,7 @@ MAX_CONFIG_BYTES = 1024 * 1024
 file is a config error, never read whole (a planted 3 GiB file cost the hook its deadline)."""
 
 
-def read_config_bytes(path: Path, *, special_ok: bool = False) -> bytes:
+def read_config_bytes(path: StrPath, *, special_ok: bool = False) -> bytes:
     """The bytes of config file ``path``, at most :data:`MAX_CONFIG_BYTES`, never blocking on a
     planted FIFO: opened with ``O_NONBLOCK`` and ``fstat``-ed; only a regular file is read
     (``special_ok``: also a pipe, for ``--config <(...)``, which the user named themselves).
@@ -159,7 +159,7 @@ def read_config_bytes(path: Path, *, special_ok: bool = False) -> bytes:
     return data
 
 
-def find_config(project_dir: Path) -> Path | None:
+def find_config(project_dir: StrPath) -> str | None:
     """Return the file that configures ``project_dir``, or None for the embedded default.
 
     ``supervise.toml`` wins whenever it exists, even as a FIFO, folder or dangling link (the
@@ -167,10 +167,10 @@ def find_config(project_dir: Path) -> Path | None:
     ``pyproject.toml`` when it is a regular file with a ``[tool.supervise]`` table in its first
     :data:`MAX_CONFIG_BYTES` bytes (a pyproject that cannot be read is not ours to judge).
     """
-    candidate = project_dir / CONFIG_FILE
+    candidate = os.path.join(project_dir, CONFIG_FILE)
     if os.path.lexists(candidate):
         return candidate
-    pyproject = project_dir / "pyproject.toml"
+    pyproject = os.path.join(project_dir, "pyproject.toml")
     try:
         fd = os.open(pyproject, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from .. import _jsontext
 from .._errors import ConfigError
@@ -24,6 +23,7 @@ from ._plan import DigestPlan, apply_env_overrides, find_config
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any
 
 CACHE_FILE = "config-cache.json"
@@ -34,23 +34,23 @@ _CODE_FILES = ("config/_schema.py", "config/_plan.py", "config/_plancache.py", "
 """The package's files (relative to its folder) whose change invalidates every cached plan."""
 
 
-def _package_dir() -> Path:
+def _package_dir() -> str:
     """The ``supervisor`` package's folder (whatever subpackage this module sits in)."""
-    return Path(str(sys.modules[__name__.partition(".")[0]].__file__)).resolve().parent
+    return os.path.dirname(os.path.realpath(str(sys.modules[__name__.partition(".")[0]].__file__)))
 
 
-def _identity(path: Path | None) -> list[Any]:
+def _identity(path: StrPath | None) -> list[Any]:
     here = _package_dir()
     key: list[Any] = []
     for name in _CODE_FILES:
         try:
-            st = (here / name).stat()
+            st = os.stat(os.path.join(here, name))
             key.append([name, st.st_size, st.st_mtime_ns])
         except OSError:
             key.append([name, None])
     if path is not None:
-        st = path.stat()
-        key.append([str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino])
+        st = os.stat(path)
+        key.append([os.path.realpath(path), st.st_size, st.st_mtime_ns, st.st_ino])
     return key
 
 
@@ -60,21 +60,22 @@ def _short_name(raw: bytes) -> str:
     return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
 
 
-def cache_file(cache_dir: Path) -> Path:
+def cache_file(cache_dir: StrPath) -> str:
     """The config cache of *this installation* in ``cache_dir``:
     ``config-cache-<tag>.json``, the tag named after the package's folder, so two
     installations used on one project (a venv and a user install, two checkouts) each keep
     their own entry instead of evicting each other on every hook."""
-    here = str(_package_dir()).encode("utf-8", "surrogateescape")
+    here = _package_dir().encode("utf-8", "surrogateescape")
     stem, _, suffix = CACHE_FILE.rpartition(".")
-    return cache_dir / f"{stem}-{_short_name(here)}.{suffix}"
+    return os.path.join(cache_dir, f"{stem}-{_short_name(here)}.{suffix}")
 
 
-def default_cache_dir(project_dir: Path) -> Path:
+def default_cache_dir(project_dir: StrPath) -> str:
     """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
     a terminal digest must not create ``.supervise/`` in a project that never installed us."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "watchkeeper" / _short_name(str(project_dir).encode("utf-8", "surrogateescape"))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "watchkeeper",
+                        _short_name(os.fspath(project_dir).encode("utf-8", "surrogateescape")))
 
 
 def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> DigestPlan:
@@ -87,8 +88,8 @@ def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> D
         return plan
 
 
-def load_plan(project_dir: Path, explicit: Path | None = None,
-              cache_dir: Path | None = None,
+def load_plan(project_dir: StrPath, explicit: StrPath | None = None,
+              cache_dir: StrPath | None = None,
               on_env_error: Callable[[str], None] | None = None) -> DigestPlan:
     """Load the digest for ``project_dir`` as a plan, from the cache when it is current.
 
@@ -111,7 +112,7 @@ def load_plan(project_dir: Path, explicit: Path | None = None,
     from .._errors import StateError
     from ..state._statedir import StateDir
 
-    cache_name = cache_file(cache_dir).name
+    cache_name = os.path.basename(cache_file(cache_dir))
     try:  # through the state door: no link followed, capped, a corrupt cache set aside
         cache = StateDir.open_existing(cache_dir)
         if cache is not None:

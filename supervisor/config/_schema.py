@@ -10,13 +10,16 @@ import shlex
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .._errors import ConfigError
 from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
                     MIN_MEMORY, find_config, read_config_bytes)
+
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 DEFAULT_BUDGET = 120.0
 """Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
@@ -404,7 +407,7 @@ def default_config_text() -> str:
     return resources.files("supervisor").joinpath("default.toml").read_text("utf-8")
 
 
-def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+def load_config_raw(project_dir: StrPath, explicit: StrPath | None = None) -> DigestConfig:
     """Load and validate the digest for ``project_dir``, without environment overrides.
 
     Order: ``explicit`` (``--config``), ``supervise.toml``, ``[tool.supervise]`` in
@@ -414,9 +417,10 @@ def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestCo
         ConfigError: the file cannot be read, is not TOML, or does not validate; the message
             is one line naming the file and the key.
     """
-    path = explicit if explicit is not None else find_config(project_dir)
-    if path is None:
+    found = explicit if explicit is not None else find_config(project_dir)
+    if found is None:
         return embedded_default()
+    path = Path(found)
     if path.name == "pyproject.toml" and explicit is None:
         tool = _read_toml(path).get("tool")
         table = tool.get("supervise") if isinstance(tool, dict) else None
@@ -428,7 +432,7 @@ def load_config_raw(project_dir: Path, explicit: Path | None = None) -> DigestCo
     return parse_config(_read_toml(path, special_ok=explicit is not None), str(path))
 
 
-def load_config(project_dir: Path, explicit: Path | None = None) -> DigestConfig:
+def load_config(project_dir: StrPath, explicit: StrPath | None = None) -> DigestConfig:
     """:func:`load_config_raw` plus ``SUPERVISE_TIMEOUT`` / ``SUPERVISE_GRACE`` (seconds).
 
     The hook's hot path uses :func:`supervisor.config._plancache.load_plan` instead (cached, no pydantic).

@@ -19,7 +19,6 @@ import stat
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 
 from .. import _jsontext
 from .._record import asdict, record, replace
@@ -30,6 +29,7 @@ from ..state._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any
     from ..config._context import SessionContext
     from ..config._plan import DigestPlan, StagePlan
@@ -48,10 +48,10 @@ under ``$XDG_STATE_HOME/watchkeeper/`` (``~/.local/state/watchkeeper/``): outsid
 tree, so a result file planted in a cloned repository cannot carry a valid signature."""
 
 
-def key_path() -> Path:
+def key_path() -> str:
     """Where the per-user result key lives (:data:`KEY_FILE`)."""
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "watchkeeper" / KEY_FILE
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "watchkeeper", KEY_FILE)
 
 
 def result_key(*, create: bool) -> bytes | None:
@@ -69,7 +69,7 @@ def result_key(*, create: bool) -> bytes | None:
         except FileNotFoundError:
             if not create:
                 return None
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             except FileExistsError:
@@ -129,13 +129,13 @@ def _refuse(directory: StateDir, stage: str, name: str, why: str) -> None:
            "this machine's runner wrote it for a stage the config marks deferred)")
 
 
-def stage_dir(state_dir: Path, name: str) -> Path:
+def stage_dir(state_dir: StrPath, name: str) -> str:
     """Where stage ``name``'s deferred records live (for messages; access goes through
     :func:`open_stage_dir`)."""
-    return state_dir / DEFERRED_DIR / name
+    return os.path.join(state_dir, DEFERRED_DIR, name)
 
 
-def open_stage_dir(state_dir: Path, name: str, *, create: bool = False) -> StateDir | None:
+def open_stage_dir(state_dir: StrPath, name: str, *, create: bool = False) -> StateDir | None:
     """Stage ``name``'s deferred folder through the state door (no link followed), or None
     when it does not exist and ``create`` is False.
 
@@ -261,8 +261,8 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 run_id = f"{int(time.time() * 1000)}-{os.urandom(4).hex()}"
                 token = os.urandom(16).hex()
                 stage_argv(spec)  # an unknown builtin is reported here, not in the runner
-                cwd = spec.cwd or str(context.project_dir)
-                cwd_path = Path(cwd) if Path(cwd).is_absolute() else context.project_dir / cwd
+                cwd_path = (os.path.join(context.project_dir, spec.cwd)  # an absolute cwd wins
+                            if spec.cwd else os.fspath(context.project_dir))
                 inner = replace(spec, deferred=False, timeout=None,
                                 max_output=spec.max_output or config.max_output)
                 runner = [sys.executable, "-m", "supervisor.engine._deferred_runner",
@@ -335,7 +335,7 @@ def _take_lost(directory: StateDir, name: str, running_record: dict[str, Any] | 
     return texts
 
 
-def lost_results(state_dir: Path) -> list[str]:
+def lost_results(state_dir: StrPath) -> list[str]:
     """Describe (without claiming) runs that ended without a result, for ``supervise status``.
     Never raises."""
     texts = []
@@ -405,8 +405,8 @@ def _claim(directory: StateDir, name: str, cap: int, key: bytes | None = None,
     data = _read(directory, name, cap)  # a planted file is set aside under its own name
     if data is None:
         return None
-    if not _genuine(data, stage or directory.path.name, run, key):
-        _refuse(directory, stage or directory.path.name, name,
+    if not _genuine(data, stage or os.path.basename(directory.path), run, key):
+        _refuse(directory, stage or os.path.basename(directory.path), name,
                 "it carries no valid signature of this machine's runner (planted or copied)")
         return None
     try:
@@ -424,7 +424,8 @@ def _claim(directory: StateDir, name: str, cap: int, key: bytes | None = None,
             from ..state._statedir import open_subpath
 
             try:
-                again = open_subpath(folder.parent.parent, (DEFERRED_DIR, folder.name))
+                again = open_subpath(os.path.dirname(os.path.dirname(folder)),
+                                     (DEFERRED_DIR, os.path.basename(folder)))
             except StateError as err:
                 raise OSError(str(err)) from err
             if again is not None:
@@ -516,7 +517,7 @@ def format_result(data: dict[str, Any], *, late: bool, earlier: bool = False) ->
     return f"{head}\n{note}\n{removed + chr(10) if removed else ''}{output}"
 
 
-def _stage_dirs(state_dir: Path) -> Iterator[tuple[str, StateDir]]:
+def _stage_dirs(state_dir: StrPath) -> Iterator[tuple[str, StateDir]]:
     """``(stage name, folder)`` for each deferred stage folder, sorted. Never raises."""
     from ..state._statedir import open_subpath
 
@@ -539,7 +540,7 @@ def _stage_dirs(state_dir: Path) -> Iterator[tuple[str, StateDir]]:
                 yield name, sub
 
 
-def take_undelivered(state_dir: Path, caps: dict[str, int] | None = None) -> list[str]:
+def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None) -> list[str]:
     """Claim every finished, undelivered deferred result; return their texts (one per stage,
     the newest; older results of the same stage are superseded and dropped).
 
@@ -579,7 +580,7 @@ def _claim_all(directory: StateDir, cap: int, key: bytes | None) -> list[dict[st
     return [data for data in claimed if data is not None]
 
 
-def pending(state_dir: Path, deferred: set[str] | None = None) -> list[dict[str, Any]]:
+def pending(state_dir: StrPath, deferred: set[str] | None = None) -> list[dict[str, Any]]:
     """Finished deferred results not yet delivered, read without claiming them (for
     ``supervise status``); each is the result record (name, status, seconds, finished, ...).
     Only genuine results (:func:`_genuine`) of stages in ``deferred`` (names the effective
@@ -605,7 +606,7 @@ def pending(state_dir: Path, deferred: set[str] | None = None) -> list[dict[str,
     return found
 
 
-def running(state_dir: Path) -> list[dict[str, Any]]:
+def running(state_dir: StrPath) -> list[dict[str, Any]]:
     """Deferred runners still alive (their ``running.json`` records). Never raises."""
     found = []
     for _name, directory in _stage_dirs(state_dir):

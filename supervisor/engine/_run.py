@@ -238,7 +238,7 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
     spec = StagePlan(name="run", run=tuple(argv), cwd=str(cwd) if cwd else None,
                      max_output=1 << 62, stderr="context")  # like timeout(1): stderr is kept
     config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
-    context = SessionContext(project_dir=cwd or Path("/"), state_dir=Path("/nonexistent"))
+    context = SessionContext(project_dir=str(cwd or "/"), state_dir="/nonexistent")
     result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True,
                             inherit_stdio=sink is None)
     return result.stages[0]

@@ -179,9 +179,9 @@ def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
 
 def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     if spec.cwd is None:
-        return context.project_dir
+        return Path(context.project_dir)
     cwd = Path(spec.cwd).expanduser()
-    return cwd if cwd.is_absolute() else context.project_dir / cwd
+    return cwd if cwd.is_absolute() else Path(context.project_dir) / cwd
 
 
 async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
@@ -395,7 +395,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         if status == "failed":
             last = capture.last_line()
             why = (f"; its stderr ends: {last!r} (all of it: supervise status, "
-                   f"{_stagelog.log_path(run.context.state_dir, spec.name)})" if last else "")
+                   f"{_stagelog.log_path(Path(run.context.state_dir), spec.name)})" if last else "")
             out.note(index, f"[supervise] stage '{spec.name}' exited with status {code}{why}")
     elif outcome in ("exited", "cap"):
         # An abnormal end we did not cause by the deadline: a cap, or a signal we never sent
@@ -425,7 +425,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
     if capture.data:
         try:
-            _stagelog.write_entry(run.context.state_dir, spec.name,
+            _stagelog.write_entry(Path(run.context.state_dir), spec.name,
                                   _stagelog.header(run.context, status), capture)
         except StateError as err:  # the stderr is lost; say so where the user will see it
             out.note(index, f"[supervise] stage '{spec.name}': its stderr could not be logged: "

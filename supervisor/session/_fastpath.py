@@ -42,10 +42,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from ..state._statedir import StateDir
 
 FASTPATH_DIR = "fastpath"
@@ -68,12 +68,12 @@ INDEX_KEEP_DAYS = 7.0
 """Days after which a session's injected index that nothing touched is removed."""
 
 
-def fastpath_dir(state_dir: Path) -> Path:
+def fastpath_dir(state_dir: StrPath) -> str:
     """``<state_dir>/fastpath``: where the fast path's index files live."""
-    return state_dir / FASTPATH_DIR
+    return os.path.join(state_dir, FASTPATH_DIR)
 
 
-def wake(state_dir: Path, name: str) -> None:
+def wake(state_dir: StrPath, name: str) -> None:
     """Make the next prompt hooks run Python until :func:`clear_wake` (``name``: a short
     feature name, ``[A-Za-z0-9_-]``).
 
@@ -86,7 +86,7 @@ def wake(state_dir: Path, name: str) -> None:
         folder.write(name, b"")
 
 
-def clear_wake(state_dir: Path, name: str) -> None:
+def clear_wake(state_dir: StrPath, name: str) -> None:
     """Remove the wake file ``name`` (no error when absent).
 
     Raises:
@@ -105,7 +105,7 @@ def clear_wake(state_dir: Path, name: str) -> None:
         pass
 
 
-def set_watch(state_dir: Path, paths: Iterable[Path]) -> None:
+def set_watch(state_dir: StrPath, paths: Iterable[StrPath]) -> None:
     """Replace the watch list with ``paths`` (absolute; one a line) as of now.
 
     Raises:
@@ -135,7 +135,7 @@ def index_name(session_id: str) -> str | None:
     return session_id if _plain(session_id, 128) and session_id[0].isalnum() else None
 
 
-def mark_injected(state_dir: Path, session_id: str, paths: Iterable[str]) -> None:
+def mark_injected(state_dir: StrPath, session_id: str, paths: Iterable[str]) -> None:
     """Add ``paths`` (absolute real paths of instruction files the ledger just recorded as
     injected in the current epoch) to ``session_id``'s injected index. Call it under the
     ledger's claim, after the ledger was saved. Best effort: a path that cannot be indexed
@@ -173,7 +173,7 @@ def mark_injected(state_dir: Path, session_id: str, paths: Iterable[str]) -> Non
             continue
 
 
-def forget_injected(state_dir: Path, session_id: str) -> None:
+def forget_injected(state_dir: StrPath, session_id: str) -> None:
     """Remove ``session_id``'s injected index (no error when absent): renamed away first, so
     the shim sees the whole index or none of it. Call it under the ledger's claim, before the
     ledger forgets anything.
@@ -225,13 +225,13 @@ def _prune(top: StateDir) -> None:
                 pass
 
 
-def has_links(state_dir: Path) -> bool:
+def has_links(state_dir: StrPath) -> bool:
     """True when ``<state>/fastpath/watch.parents`` is a folder (not a link): without it, a
     watch list makes every prompt hook run Python until :func:`set_watch` runs again."""
     import stat
 
     try:
-        st = os.lstat(fastpath_dir(state_dir) / WATCH_LINKS)
+        st = os.lstat(os.path.join(fastpath_dir(state_dir), WATCH_LINKS))
     except OSError:
         return False
     return stat.S_ISDIR(st.st_mode)
@@ -313,7 +313,7 @@ def _remove_links(fd: int, name: str) -> None:
         pass
 
 
-def _folder(state_dir: Path) -> StateDir:
+def _folder(state_dir: StrPath) -> StateDir:
     """``<state>/fastpath`` through the state door (created; no link followed).
 
     Raises:

@@ -16,12 +16,13 @@ Everything here reads files only (no ``git`` subprocess): it is on the hook's ho
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..state._project import git_dirs
+from ..state._statedir import name_matcher
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from ..config._plan import DigestPlan
 
 
@@ -29,7 +30,7 @@ PRIMARY_MARKER = ".supervise-primary"
 """A regular file at a linked worktree's top level that opts it into the session protocol."""
 
 
-def gate_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | None = None) -> str:
+def gate_reason(config: DigestPlan, project_dir: StrPath, env: dict[str, str] | None = None) -> str:
     """Why this is a gate agent (``""`` when it is not)."""
     env = dict(os.environ) if env is None else env
     for name in config.gate_env:
@@ -39,27 +40,25 @@ def gate_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | Non
     if dirs is not None:
         common = str(dirs[1])
         for pattern in config.gate_common_dirs:
-            import fnmatch  # only for a config that sets patterns: it imports `re`
-
-            if fnmatch.fnmatchcase(common, pattern):
+            if name_matcher(pattern)(common):  # fnmatchcase, without importing `re`
                 return f"git common dir {common} matches gate pattern {pattern!r}"
     return ""
 
 
-def scope_reason(config: DigestPlan, project_dir: Path) -> str:
+def scope_reason(config: DigestPlan, project_dir: StrPath) -> str:
     """Why ``project_dir`` is outside the primary scope (``""`` when it is inside)."""
     if config.scope == "any":
         return ""
     dirs = git_dirs(project_dir)
     if dirs is None or dirs[0] == dirs[1]:
         return ""
-    marker = project_dir / PRIMARY_MARKER
-    if marker.is_file() and not marker.is_symlink():
+    marker = os.path.join(project_dir, PRIMARY_MARKER)
+    if os.path.isfile(marker) and not os.path.islink(marker):
         return ""
     return (f"{project_dir} is a linked git worktree without {PRIMARY_MARKER} "
             "(create that file there, or set scope = \"any\")")
 
 
-def stand_down_reason(config: DigestPlan, project_dir: Path, env: dict[str, str] | None = None) -> str:
+def stand_down_reason(config: DigestPlan, project_dir: StrPath, env: dict[str, str] | None = None) -> str:
     """The gate or scope reason to stay silent, or ``""`` to go on."""
     return gate_reason(config, project_dir, env) or scope_reason(config, project_dir)

@@ -23,12 +23,15 @@ ledger, so the answer falls back to the safe side (a full start, the nudge).
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from .._hashing import sha256
 from .._errors import StateError
 from ._lock import state_mutex
 from ..state._statedir import StateDir
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 LEDGER_FILE = "sessions.json"
 MAX_STARTS = 64
@@ -59,7 +62,7 @@ def _load(sd: StateDir) -> dict[str, list[dict[str, object]]]:
     return doc if isinstance(doc, dict) else {"starts": [], "delivered": []}
 
 
-def _read(state_dir: Path) -> dict[str, list[dict[str, object]]]:
+def _read(state_dir: StrPath) -> dict[str, list[dict[str, object]]]:
     try:
         sd = StateDir.open_existing(state_dir)
         if sd is None:
@@ -70,7 +73,7 @@ def _read(state_dir: Path) -> dict[str, list[dict[str, object]]]:
         return {"starts": [], "delivered": []}
 
 
-def _update(state_dir: Path, key: str, entry: dict[str, object], same: tuple[str, ...],
+def _update(state_dir: StrPath, key: str, entry: dict[str, object], same: tuple[str, ...],
             bound: int) -> None:
     sd = StateDir.open_existing(state_dir)
     if sd is None:
@@ -82,7 +85,7 @@ def _update(state_dir: Path, key: str, entry: dict[str, object], same: tuple[str
         sd.write_json(LEDGER_FILE, doc)
 
 
-def record_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:
+def record_start(state_dir: StrPath, harness: str, session_id: str, nonce: str) -> None:
     """Remember that ``(harness, session_id)`` completed the full start of lock nonce
     ``nonce`` (no-op without a session id).
 
@@ -96,7 +99,7 @@ def record_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> 
             MAX_STARTS)
 
 
-def started(state_dir: Path, harness: str, session_id: str) -> str | None:
+def started(state_dir: StrPath, harness: str, session_id: str) -> str | None:
     """The lock nonce of the last full start ``(harness, session_id)`` completed in this
     project, or None. An empty session id is never known (a payload without one proves
     nothing). Never raises."""
@@ -109,7 +112,7 @@ def started(state_dir: Path, harness: str, session_id: str) -> str | None:
     return None
 
 
-def record_delivery(state_dir: Path, text: str, kind: str) -> None:
+def record_delivery(state_dir: StrPath, text: str, kind: str) -> None:
     """Remember the fingerprint of ``text`` (what the harness receives as context) and its
     ``kind`` (``digest``, ``reemit``). Blank text is not recorded.
 
@@ -123,7 +126,7 @@ def record_delivery(state_dir: Path, text: str, kind: str) -> None:
             ("sha256",), MAX_DELIVERED)
 
 
-def delivered(state_dir: Path) -> frozenset[str]:
+def delivered(state_dir: StrPath) -> frozenset[str]:
     """Fingerprints (:func:`fingerprint`) of every text this project's hook delivered and the
     ledger still remembers. Never raises."""
     return frozenset(str(e.get("sha256")) for e in _read(state_dir)["delivered"]

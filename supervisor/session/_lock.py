@@ -30,7 +30,6 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 
 from .._record import record
 from ._ancestry import CREATE_TIME_TOLERANCE, ProcessId, is_alive
@@ -40,6 +39,7 @@ from ..state._statedir import StateDir
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Literal, TypeVar
 
     R = TypeVar("R")
@@ -123,7 +123,7 @@ class CompletionRecord:
     completed_at: float
 
 
-def prepare_state_dir(state_dir: Path) -> StateDir:
+def prepare_state_dir(state_dir: StrPath) -> StateDir:
     """Open ``state_dir`` through the state door (:mod:`supervisor.state._statedir`), creating it if
     needed. The caller closes the returned handle.
 
@@ -134,7 +134,7 @@ def prepare_state_dir(state_dir: Path) -> StateDir:
 
 
 @contextmanager
-def state_mutex(state: Path | StateDir, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
+def state_mutex(state: StrPath | StateDir, timeout: float = MUTEX_TIMEOUT) -> Iterator[None]:
     """Hold an exclusive ``flock`` on ``<state dir>/lock.flock`` for the ``with`` body.
 
     Raises:
@@ -146,11 +146,17 @@ def state_mutex(state: Path | StateDir, timeout: float = MUTEX_TIMEOUT) -> Itera
             StateDir.open(state))
         held = stack.enter_context(sd.flock(MUTEX_FILE, timeout))
         if not held:
-            raise StateError(f"{sd.path / MUTEX_FILE} stayed locked for {timeout:g}s")
+            raise StateError(f"{os.path.join(sd.path, MUTEX_FILE)} stayed locked for {timeout:g}s")
         yield
 
 
-def read_record(path: Path, model: type[R]) -> R | None:
+def _split(path: StrPath) -> tuple[str, str]:
+    """``(folder, name)`` of the state file ``path`` (``"."`` for a bare name)."""
+    folder, name = os.path.split(os.fspath(path))
+    return folder or ".", name
+
+
+def read_record(path: StrPath, model: type[R]) -> R | None:
     """The record in state file ``path`` (``<state dir>/<name>``), or ``None`` when absent or
     corrupt: a link, special file, oversized or unparsable file (``RecursionError`` included)
     is set aside and named once (see :mod:`supervisor.state._statedir`).
@@ -158,14 +164,15 @@ def read_record(path: Path, model: type[R]) -> R | None:
     Raises:
         StateError: the state dir is a symlink or not a directory, or the file cannot be read.
     """
-    sd = StateDir.open_existing(path.parent)
+    folder, name = _split(path)
+    sd = StateDir.open_existing(folder)
     if sd is None:
         return None
     with sd:
-        return sd.read_record(path.name, model, _MAX_RECORD)
+        return sd.read_record(name, model, _MAX_RECORD)
 
 
-def write_record(path: Path, record: object, *, fsync: bool = True) -> None:
+def write_record(path: StrPath, record: object, *, fsync: bool = True) -> None:
     """Atomically replace state file ``path`` with ``record`` (temp file, fsync, rename); a
     link or folder in its place is replaced or set aside, never followed. ``fsync=False``
     skips the two flushes (file and folder) for a record a crash may lose: the rename still
@@ -175,20 +182,22 @@ def write_record(path: Path, record: object, *, fsync: bool = True) -> None:
     Raises:
         StateError: the state dir is unusable, or the write failed (disk full included).
     """
-    with StateDir.open(path.parent, create=True) as sd:
-        sd.write_json(path.name, dump_record(record), fsync=fsync)
+    folder, name = _split(path)
+    with StateDir.open(folder, create=True) as sd:
+        sd.write_json(name, dump_record(record), fsync=fsync)
 
 
-def remove_record(path: Path) -> None:
+def remove_record(path: StrPath) -> None:
     """Delete state file ``path`` if present.
 
     Raises:
         StateError: it cannot be removed (a missing file or state dir is fine).
     """
-    sd = StateDir.open_existing(path.parent)
+    folder, name = _split(path)
+    sd = StateDir.open_existing(folder)
     if sd is not None:
         with sd:
-            sd.remove(path.name)
+            sd.remove(name)
 
 
 def owned_by_session(record: LockRecord, ancestors: list[ProcessId], session_id: str) -> bool:
@@ -217,7 +226,7 @@ class LockOutcome:
     reason: str = ""
 
 
-def acquire_for_full_start(state_dir: Path, owner: ProcessId, harness: str, session_id: str,
+def acquire_for_full_start(state_dir: StrPath, owner: ProcessId, harness: str, session_id: str,
                            ancestors: list[ProcessId], *, take_unseen: bool = False) -> LockOutcome:
     """Take (or renew) the lock for a full start and clear the completion record.
 
@@ -265,7 +274,7 @@ class LockView:
     """Non-empty when the state could not be read (symlink, unreadable)."""
 
 
-def read_state(state_dir: Path) -> LockView:
+def read_state(state_dir: StrPath) -> LockView:
     """Read lock and completion record consistently (under the mutex when possible). Never
     raises: a corrupt record reads as absent (and is set aside), an unusable state dir gives
     ``reason``."""
@@ -293,7 +302,7 @@ def proven_start(view: LockView, ancestors: list[ProcessId], session_id: str) ->
             and owned_by_session(view.lock, ancestors, session_id))
 
 
-def record_completion(state_dir: Path, nonce: str, session_id: str) -> str:
+def record_completion(state_dir: StrPath, nonce: str, session_id: str) -> str:
     """Write the completion record for the full start that holds ``nonce``.
 
     Returns:

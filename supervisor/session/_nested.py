@@ -32,7 +32,6 @@ import os
 import stat
 import sys
 import time
-from pathlib import Path
 
 from .. import _jsontext
 from .._hashing import sha256
@@ -41,6 +40,7 @@ from .._sanitize import clean, one_line, removed_note
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from ..config._context import SessionContext
 
 #: Claude Code tools whose ``tool_input`` names one file the agent is working on.
@@ -61,9 +61,9 @@ def _imports_agents(text: str) -> bool:
     return "AGENTS.md" in text and any(word in ("@AGENTS.md", "@./AGENTS.md") for word in text.split())
 
 
-def _ledger_base(context: SessionContext, session_id: str) -> Path:
+def _ledger_base(context: SessionContext, session_id: str) -> str:
     key = sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return Path(context.state_dir) / "nested" / key
+    return os.path.join(context.state_dir, "nested", key)
 
 
 class _Claim:
@@ -76,19 +76,19 @@ class _Claim:
         StateError: the state dir or the ledger folder cannot be used (a symlinked state dir).
     """
 
-    def __init__(self, base: Path, wait: float, session_id: str = "") -> None:
+    def __init__(self, base: str, wait: float, session_id: str = "") -> None:
         from contextlib import ExitStack
 
         from ..state._statedir import StateDir
 
         self.base = base
-        self.key = base.name
+        parent, self.key = os.path.split(base)
         self.session_id = session_id
-        self.state_dir = base.parent.parent
+        self.state_dir = os.path.dirname(parent)
         self._stack = ExitStack()
         try:
-            state = self._stack.enter_context(StateDir.open(base.parent.parent, create=True))
-            folder = state.sub(base.parent.name, create=True)
+            state = self._stack.enter_context(StateDir.open(self.state_dir, create=True))
+            folder = state.sub(os.path.basename(parent), create=True)
             assert folder is not None
             self.folder = self._stack.enter_context(folder)
             self.acquired = self._stack.enter_context(self.folder.flock(f"{self.key}.lock", wait, poll=0.01))
@@ -159,7 +159,7 @@ def _index(claim: _Claim, plain: list[str]) -> None:
         mark_injected(claim.state_dir, claim.session_id, plain)
 
 
-def _read(path: Path) -> tuple[str, int, bool] | None:
+def _read(path: StrPath) -> tuple[str, int, bool] | None:
     """``(text, size in bytes, lossy)`` of a regular file, never blocking; None if unreadable."""
     got = _examine(path)
     return None if isinstance(got, str) else got
@@ -168,7 +168,7 @@ def _read(path: Path) -> tuple[str, int, bool] | None:
 _SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
 
 
-def _examine(path: Path) -> tuple[str, int, bool] | str:
+def _examine(path: StrPath) -> tuple[str, int, bool] | str:
     """``(text, size in bytes, lossy)`` of a regular text file, never blocking; else why not
     (a FIFO or device, too large, binary, unreadable), one true reason (issue 11 item 7)."""
     where = os.path.realpath(path)
@@ -201,21 +201,21 @@ def _examine(path: Path) -> tuple[str, int, bool] | str:
         return data.decode("utf-8", errors="replace"), len(data), True
 
 
-def subtree_file(directory: str | os.PathLike[str]) -> Path | None:
+def subtree_file(directory: str | os.PathLike[str]) -> str | None:
     """The instruction file of ``directory`` (a path or a path string): the first of
     :data:`NAMES` present there (a link, dangling or not, and a FIFO count as present, so they
     are named rather than skipped for the next name), else None. One rule for the post-tool
     injection and the digest's listing of nested files (stages/instructions/__main__.py), so
-    both name the same file. The listing asks once per folder of the project (thousands):
-    a string is joined and checked without building a Path unless a file is there."""
+    both name the same file. The listing asks once per folder of the project (thousands).
+    Returns a ``str``."""
     for name in NAMES:
         candidate = os.path.join(directory, name)
         if os.path.lexists(candidate):
-            return Path(candidate)
+            return candidate
     return None
 
 
-def listing_note(path: Path, roots: set[str]) -> str | None:
+def listing_note(path: StrPath, roots: set[str]) -> str | None:
     """Why :func:`handle_post_tool` would not inject ``path``, told without reading it (a link
     out of ``roots``, real paths of the project and cwd, or into ``/proc``, ``/sys``, ``/dev``;
     not a regular file; over 4 MiB), else None. For the digest's listing of nested files."""
@@ -248,43 +248,53 @@ def _inside(real_path: str, roots: set[str]) -> bool:
     return any(real_path == r or real_path.startswith(r.rstrip("/") + "/") for r in roots)
 
 
-def _claude_loads(directory: Path, candidate: Path) -> bool:
+def _claude_loads(directory: StrPath, candidate: StrPath) -> bool:
     """True when Claude Code itself loads ``candidate`` with the directory's nested CLAUDE.md:
     a CLAUDE.md that is the same file (symlinked pair) or that imports ``@AGENTS.md``."""
-    for claude in (directory / "CLAUDE.md", directory / ".claude" / "CLAUDE.md"):
-        if not claude.is_file():
+    for claude in (os.path.join(directory, "CLAUDE.md"), os.path.join(directory, ".claude", "CLAUDE.md")):
+        if not os.path.isfile(claude):
             continue
         if os.path.realpath(claude) == os.path.realpath(candidate):
             return True
         got = _read(claude)
-        if got and candidate.name == "AGENTS.md" and _imports_agents(got[0]):
+        if got and os.path.basename(candidate) == "AGENTS.md" and _imports_agents(got[0]):
             return True
     return False
 
 
-def nested_files(file_path: Path, cwd: Path, harness: str = "claude") -> list[Path]:
-    """Instruction files of the subtrees holding ``file_path``, strictly below ``cwd``,
-    outermost first. Files the harness loads by itself are left out (for Claude: an AGENTS.md
-    that is its directory's CLAUDE.md or is imported by it). Dangling or unreadable entries are
-    kept so the caller can record and retry them."""
-    try:
-        rel = file_path.parent.relative_to(cwd)
-    except ValueError:
-        try:  # a path given through a symlink: compare real paths
-            rel = Path(os.path.realpath(file_path.parent)).relative_to(os.path.realpath(cwd))
-        except ValueError:
+def _below(path: str, base: str) -> list[str] | None:
+    """The parts of ``path`` below ``base`` (both absolute and normalised), ``[]`` when they
+    are the same, None when ``path`` is not under ``base``: ``PurePath.relative_to``'s test."""
+    if path == base:
+        return []
+    prefix = base.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return None
+    return [part for part in path[len(prefix):].split("/") if part]
+
+
+def nested_files(file_path: StrPath, cwd: StrPath, harness: str = "claude") -> list[str]:
+    """Instruction files (``str`` paths) of the subtrees holding ``file_path``, strictly below
+    ``cwd``, outermost first; both arguments absolute. Files the harness loads by itself are
+    left out (for Claude: an AGENTS.md that is its directory's CLAUDE.md or is imported by it).
+    Dangling or unreadable entries are kept so the caller can record and retry them."""
+    folder, cwd = os.path.normpath(os.path.dirname(file_path)), os.path.normpath(cwd)
+    rel = _below(folder, cwd)
+    if rel is None:  # a path given through a symlink: compare real paths
+        rel = _below(os.path.realpath(folder), os.path.realpath(cwd))
+        if rel is None:
             return []
     out = []
     directory = cwd
-    for part in rel.parts:
-        directory = directory / part
+    for part in rel:
+        directory = os.path.join(directory, part)
         candidate = subtree_file(directory)
         if candidate is not None and not (harness == "claude" and _claude_loads(directory, candidate)):
             out.append(candidate)
     return out
 
 
-def _target(payload: dict[str, object], context: SessionContext) -> tuple[Path, Path] | None:
+def _target(payload: dict[str, object], context: SessionContext) -> tuple[str, str] | None:
     """``(file path, session cwd)`` named by a file tool's payload, else None."""
     if payload.get("tool_name") not in FILE_TOOLS:
         return None
@@ -295,9 +305,9 @@ def _target(payload: dict[str, object], context: SessionContext) -> tuple[Path, 
     if not isinstance(raw, str) or not raw:
         return None
     cwd_raw = payload.get("cwd")
-    cwd = Path(cwd_raw) if isinstance(cwd_raw, str) and os.path.isabs(cwd_raw) else Path(context.project_dir)
-    path = Path(os.path.expanduser(raw))
-    return Path(os.path.abspath(path if path.is_absolute() else cwd / path)), Path(os.path.abspath(cwd))
+    cwd = cwd_raw if isinstance(cwd_raw, str) and os.path.isabs(cwd_raw) else os.fspath(context.project_dir)
+    path = os.path.expanduser(raw)
+    return os.path.abspath(os.path.join(cwd, path)), os.path.abspath(cwd)  # an absolute path wins
 
 
 def _session_id(payload: dict[str, object], context: SessionContext) -> str:
@@ -403,7 +413,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     return "\n\n".join(blocks) + "\n" if blocks else None
 
 
-def _mark_injected(base: Path, keys: list[str], epoch: object, lock_wait: float,
+def _mark_injected(base: str, keys: list[str], epoch: object, lock_wait: float,
                    session_id: str = "", plain: list[str] | None = None) -> None:
     """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since),
     then add ``plain`` (those of them reached through no link) to ``session_id``'s injected
@@ -488,7 +498,7 @@ def at_session_start(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -
         return
     base = _ledger_base(context, session_id)
     name = index_name(session_id)
-    index = (Path(context.state_dir) / FASTPATH_DIR / NESTED_INDEX / name) if name else None
+    index = os.path.join(context.state_dir, FASTPATH_DIR, NESTED_INDEX, name) if name else None
     has_index = index is not None and os.path.lexists(index)
     if source == "startup":
         if has_index or os.path.lexists(f"{base}.json"):
@@ -524,8 +534,14 @@ def main(argv: list[str]) -> int:
     from ._payload import decode_payload
 
     payload = decode_payload(sys.stdin.buffer.read(1 << 20)) or {}
-    cwd = Path(payload["cwd"]) if isinstance(payload.get("cwd"), str) else Path.cwd()
-    root = next((d for d in (cwd, *cwd.parents) if (d / ".git").exists()), cwd)
+    cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else os.getcwd()
+    root = folder = cwd
+    while not os.path.exists(os.path.join(folder, ".git")):  # the nearest folder holding .git
+        folder, below = os.path.dirname(folder), folder
+        if folder == below:
+            break
+    else:
+        root = folder
     sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else ""
     context = SessionContext.for_project(root, harness=harness, session_id=sid)
     try:

@@ -13,12 +13,17 @@ already holds the digest or the nudge since its last compaction
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+
 
 from ._ancestry import NUDGE_HOPS, ancestor_ids, is_alive
 from .._errors import StateError
 from ._lock import LOCK_FILE, LockRecord, read_record
 from ._procinfo import ProcInfo
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 MARK = "\u2063"
 LABEL = "SUPERVISE_OP:"
@@ -28,14 +33,14 @@ NUDGE_TEXT = f"{MARK}{LABEL} {KIND}: {BODY}\n"
 """The exact nudge payload (UTF-8: ``E2 81 A3`` then ASCII, one trailing newline)."""
 
 
-def digest_ran_here(state_dir: Path, chain: list[ProcInfo]) -> bool:
+def digest_ran_here(state_dir: StrPath, chain: list[ProcInfo]) -> bool:
     """True when ``lock.json`` names a live process among ``chain[:NUDGE_HOPS + 1]``.
 
     ``chain`` is :func:`supervisor.session._ancestry.ancestry` output (ourselves first). An unreadable,
     symlinked or absent lock is ``False`` (nudge), never an error.
     """
     try:
-        record = read_record(state_dir / LOCK_FILE, LockRecord)
+        record = read_record(os.path.join(state_dir, LOCK_FILE), LockRecord)
     except (StateError, OSError):
         return False
     if record is None:
@@ -44,7 +49,7 @@ def digest_ran_here(state_dir: Path, chain: list[ProcInfo]) -> bool:
     return any(record.ident.same(a) for a in near) and is_alive(record.ident)
 
 
-def restored_in_transcript(state_dir: Path, harness: str, transcript: str | None) -> bool:
+def restored_in_transcript(state_dir: StrPath, harness: str, transcript: str | None) -> bool:
     """True when a resume needs nothing from us: the harness's transcript (Claude, Codex;
     :func:`supervisor.session._transcript.session_contexts`), since its last compaction, already
     holds a session-start text this project's hook delivered (its fingerprint is in the

@@ -19,9 +19,12 @@ FIFO there must not hang a hook).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from ..state._project import read_small
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 OFF_ENV = "SUPERVISE_OFF"
 """The environment variable that turns watchkeeper off for one session or shell."""
@@ -33,14 +36,14 @@ _NOTE_BYTES = 200
 """Bytes of the file's first line shown as the reason, at most."""
 
 
-def _note(path: Path) -> str:
+def _note(path: StrPath) -> str:
     """The first line of the regular file ``path``, printable characters only, bounded."""
     text = read_small(path, _NOTE_BYTES)
     line = text.splitlines()[0] if text.strip() else ""
     return "".join(c for c in line if c.isprintable()).strip()
 
 
-def off_reason(project_dir: Path, env: dict[str, str] | None = None) -> str:
+def off_reason(project_dir: StrPath, env: dict[str, str] | None = None) -> str:
     """Why watchkeeper is off for ``project_dir`` (one clause), or ``""`` when it is on.
 
     ``env`` defaults to ``os.environ``. Never raises: an unreadable file still counts as
@@ -56,9 +59,9 @@ def off_reason(project_dir: Path, env: dict[str, str] | None = None) -> str:
     from ..config._context import state_dir_for
     from ..state._project import STATE_DIR_NAME
 
-    places = [project_dir / STATE_DIR_NAME / OFF_FILE]
-    state = state_dir_for(project_dir) / OFF_FILE
-    if state != places[0]:
+    places = [os.path.join(project_dir, STATE_DIR_NAME, OFF_FILE)]
+    state = os.path.join(state_dir_for(project_dir), OFF_FILE)
+    if os.path.normpath(state) != os.path.normpath(places[0]):
         places.append(state)
     for path in places:
         try:

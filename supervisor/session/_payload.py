@@ -21,7 +21,6 @@ import os
 import select
 import sys
 import time
-from pathlib import Path
 
 from .. import _jsontext
 from .._record import field, record
@@ -30,6 +29,7 @@ from ..state._records import load_record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any
 
 READ_TIMEOUT = 1.0
@@ -324,7 +324,7 @@ def payload_session_id(payload: Payload | None) -> str:
 
 
 def project_dir(payload: Payload | None, env: dict[str, str] | None = None,
-                cwd: Path | None = None) -> Path:
+                cwd: StrPath | None = None) -> str:
     """The project directory the harness runs in, resolved to its git top level.
 
     Order: payload ``cwd``, Cursor ``workspace_roots[0]``, ``CLAUDE_PROJECT_DIR``,
@@ -335,13 +335,13 @@ def project_dir(payload: Payload | None, env: dict[str, str] | None = None,
 
 
 def session_place(payload: Payload | None, env: dict[str, str] | None = None,
-                  cwd: Path | None = None) -> tuple[Path, Path]:
+                  cwd: StrPath | None = None) -> tuple[str, str]:
     """``(project root, session working directory)`` for a hook payload.
 
     The working directory is the first usable candidate of :func:`project_dir` (payload
     ``cwd`` for Claude, Codex, Gemini, Qwen and Grok; ``workspace_roots[0]`` for Cursor; then
     the project-dir variables; then ``cwd``, default the current directory), symlinks resolved
-    like the project root; the project root is its git top level. It becomes ``SUPERVISE_CWD``, so a
+    like the project root; the project root is its git top level. Both are ``str``. It becomes ``SUPERVISE_CWD``, so a
     session started in ``<project>/pkg`` gets ``pkg``'s instructions (issue 12, item 1).
     """
     env = dict(os.environ) if env is None else env
@@ -352,12 +352,11 @@ def session_place(payload: Payload | None, env: dict[str, str] | None = None,
         candidates.append(payload.workspace_roots[0])
     candidates += [env[name] for name in PROJECT_DIR_ENV if env.get(name)]
     for raw in candidates:
-        path = Path(raw)
         try:
-            usable = path.is_absolute() and path.is_dir()
+            usable = os.path.isabs(raw) and os.path.isdir(raw)
         except (OSError, ValueError):  # NUL bytes, over-long names: not a directory
             usable = False
         if usable:
-            return find_project_root(path), path.resolve()
-    start = (cwd or Path.cwd()).absolute()
-    return find_project_root(start), start.resolve()
+            return find_project_root(raw), os.path.realpath(raw)
+    start = os.path.abspath(cwd if cwd is not None else os.getcwd())
+    return find_project_root(start), os.path.realpath(start)

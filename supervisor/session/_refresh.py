@@ -28,12 +28,13 @@ import stat
 import time
 import zlib
 from collections.abc import Iterable
-from pathlib import Path
 
 from .._errors import StateError
+from ..state._project import pure_path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Any
 
 REFRESH_DIR = "refresh"
@@ -92,12 +93,12 @@ def read_file(path: str) -> tuple[str, bytes] | None:
         os.close(fd)
 
 
-def _folder(state_dir: Path) -> Any:
+def _folder(state_dir: StrPath) -> Any:
     from ..state._statedir import open_subpath
 
     folder = open_subpath(state_dir, (REFRESH_DIR,), create=True)
     if folder is None:  # not with create=True; for the types
-        raise StateError(f"{state_dir / REFRESH_DIR} cannot be created")
+        raise StateError(f"{os.path.join(state_dir, REFRESH_DIR)} cannot be created")
     return folder
 
 
@@ -113,7 +114,7 @@ def _check_baseline(value: Any) -> dict[str, Any]:
     return value
 
 
-def record_baseline(state_dir: Path, session_id: str, harness: str,
+def record_baseline(state_dir: StrPath, session_id: str, harness: str,
                     files: Iterable[tuple[str, str, str]]) -> int:
     """Record what session ``session_id`` has now: ``files`` are ``(absolute path, shown
     name, how)`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded by the harness
@@ -155,7 +156,7 @@ def _prune(folder: Any) -> None:
             folder.remove(name)
 
 
-def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
+def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
     """Re-write the fast path's watch list with every baseline's files, unless (without
     ``force``) a baseline is stale: then the list stays old, so the next prompt hook of the
     stale session still runs Python and sees its change."""
@@ -176,7 +177,7 @@ def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
         # the list (else no write); a list without its links (written before they existed)
         # would make every prompt run Python: re-written now
         try:
-            listed = os.lstat(fastpath_dir(state_dir) / "watch").st_mtime
+            listed = os.lstat(os.path.join(fastpath_dir(state_dir), "watch")).st_mtime
         except OSError:
             listed = 0.0
         newest = 0.0
@@ -189,7 +190,7 @@ def _restamp(state_dir: Path, folder: Any, *, force: bool) -> None:
         if newest <= listed:
             return
     try:
-        set_watch(state_dir, [Path(p) for p in paths if os.path.isabs(p) and "\n" not in p])
+        set_watch(state_dir, [pure_path(p) for p in paths if os.path.isabs(p) and "\n" not in p])
     except (OSError, ValueError):
         pass  # no watch list: the fast path then never sees a change; the Python path still does
 
@@ -216,7 +217,7 @@ def _note(entry: dict[str, Any], new: bytes) -> str:
     return f" (+{added} -{removed} lines, first change at line {first})"
 
 
-def take_changed(state_dir: Path, session_id: str) -> str:
+def take_changed(state_dir: StrPath, session_id: str) -> str:
     """The refresh text for session ``session_id``: each file of its baseline whose content
     changed since, once, whole (or a line saying it is too big or gone); ``""`` when nothing
     changed or there is no baseline. The baseline moves to what was delivered.
@@ -264,7 +265,7 @@ def take_changed(state_dir: Path, session_id: str) -> str:
     return "\n".join(blocks)
 
 
-def _commit_baseline(state_dir: Path, name: str, doc: dict[str, Any]) -> None:
+def _commit_baseline(state_dir: StrPath, name: str, doc: dict[str, Any]) -> None:
     """Write baseline ``name`` after its refresh was delivered.
 
     Raises:

@@ -20,8 +20,9 @@ completed writes the completion record that a later re-emit needs.
 
 from __future__ import annotations
 
+import os
+
 import time
-from pathlib import Path
 
 from .._record import record, replace
 from . import _ancestry, _lock
@@ -30,6 +31,7 @@ from ._outcome import SessionOutcome
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import Literal
 
     from ..config._plan import DigestPlan
@@ -190,12 +192,12 @@ class DigestHistory:
     entries: tuple[HistoryEntry, ...] = ()
 
 
-def record_digest(state_dir: Path, result: DigestResult, context: SessionContext) -> None:
+def record_digest(state_dir: StrPath, result: DigestResult, context: SessionContext) -> None:
     """Record a finished digest for ``supervise status``: ``last-digest.json`` (per stage) and
     one entry in ``digest-history.json``. Hook and terminal digests alike. Never raises (a
     summary for ``status`` must never break the hook); writes nothing when ``state_dir`` does
     not exist (a terminal digest in a project that has none)."""
-    if not state_dir.is_dir():
+    if not os.path.isdir(state_dir):
         return
     now = time.time()
     stages = tuple(StageSummary(name=s.name, status=s.status, exit_code=s.exit_code,
@@ -212,10 +214,10 @@ def record_digest(state_dir: Path, result: DigestResult, context: SessionContext
     # summary, never a delivery; the four flushes were the digest's last wait on the disk
     # (milliseconds on an idle disk, tens of them on a busy one).
     try:
-        _lock.write_record(state_dir / LAST_DIGEST_FILE, record, fsync=False)
-        old = _lock.read_record(state_dir / HISTORY_FILE, DigestHistory) or DigestHistory()
+        _lock.write_record(os.path.join(state_dir, LAST_DIGEST_FILE), record, fsync=False)
+        old = _lock.read_record(os.path.join(state_dir, HISTORY_FILE), DigestHistory) or DigestHistory()
         kept = (*old.entries, entry)[-HISTORY_KEEP:]
-        _lock.write_record(state_dir / HISTORY_FILE, DigestHistory(kept), fsync=False)
+        _lock.write_record(os.path.join(state_dir, HISTORY_FILE), DigestHistory(kept), fsync=False)
     except Exception:  # noqa: BLE001 - a summary for `status` must never break the hook
         pass
 
@@ -370,7 +372,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     return _structured(text, result, "", tail, mode="full", truncation=result.reason)
 
 
-def _started_elsewhere(view: _lock.LockView, state_dir: Path, ancestors: list[_ancestry.ProcessId],
+def _started_elsewhere(view: _lock.LockView, state_dir: StrPath, ancestors: list[_ancestry.ProcessId],
                        harness: str, session_id: str) -> bool:
     """This session (harness, session id) completed a full start in an earlier process
     (``claude -p --resume``, ``codex exec resume``: the owner process is gone), and nothing
@@ -394,7 +396,7 @@ def _started_elsewhere(view: _lock.LockView, state_dir: Path, ancestors: list[_a
     return not _ancestry.is_alive(held.ident)
 
 
-def _remember_start(state_dir: Path, harness: str, session_id: str, nonce: str) -> None:
+def _remember_start(state_dir: StrPath, harness: str, session_id: str, nonce: str) -> None:
     from .._errors import StateError
     from ._ledger import record_start
 
@@ -404,7 +406,7 @@ def _remember_start(state_dir: Path, harness: str, session_id: str, nonce: str) 
         pass
 
 
-def _complete(state_dir: Path, nonce: str, session_id: str, harness: str) -> str:
+def _complete(state_dir: StrPath, nonce: str, session_id: str, harness: str) -> str:
     """Record the completion of the full start holding ``nonce`` (and remember the start for
     the session, :func:`_remember_start`), or, while a delivery is open
     (:mod:`supervisor.state._delivery`, the hook), only check that it can be recorded and reserve the
@@ -420,7 +422,7 @@ def _complete(state_dir: Path, nonce: str, session_id: str, harness: str) -> str
             _remember_start(state_dir, harness, session_id, nonce)
         return reason
     try:
-        held = _lock.read_record(state_dir / _lock.LOCK_FILE, _lock.LockRecord)
+        held = _lock.read_record(os.path.join(state_dir, _lock.LOCK_FILE), _lock.LockRecord)
     except (StateError, OSError, ValueError, RecursionError) as err:
         return f"the lock cannot be read: {err}"
     if held is None or held.nonce != nonce:

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from .. import _jsontext
 from .._hashing import sha256
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from ._ancestry import ProcessId
     from ._outcome import SessionOutcome
 
@@ -87,7 +87,7 @@ def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
     }, ensure_ascii=False).encode("utf-8", "replace")
 
 
-def once(state_dir: Path, key: str | None, wait: float,
+def once(state_dir: StrPath, key: str | None, wait: float,
          run: Callable[[], SessionOutcome]) -> SessionOutcome:
     """``run()`` unless the same start (``key``) finished less than :data:`WINDOW` seconds ago
     with the lock and completion records unchanged since, in which case its recorded outcome

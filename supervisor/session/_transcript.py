@@ -25,10 +25,13 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 from .. import _jsontext
 from .._record import record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 MAX_SCAN = 32 * 1024 * 1024
 """Bytes read at most, from the end of the file. Without a compaction in them and with
@@ -126,7 +129,7 @@ def session_contexts(path: str | os.PathLike[str] | None, harness: str) -> Trans
     if parse is None or not path:
         return None
     try:
-        fd = os.open(Path(path), os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except (ValueError, OSError):  # absent, unreadable, an embedded NUL, a name too long
         return None
     try:

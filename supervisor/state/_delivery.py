@@ -28,10 +28,10 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from _typeshed import StrPath
     from typing import final
 
     from ._statedir import StateDir
@@ -127,7 +127,7 @@ class Delivery:
             learns it when it resolves the project; the session protocol sets it).
     """
 
-    def __init__(self, state_dir: Path | None) -> None:
+    def __init__(self, state_dir: StrPath | None) -> None:
         self.ident = os.urandom(16).hex()
         self.state_dir = state_dir
         self._actions: list[tuple[Callable[[], None], Callable[[], None]]] = []
@@ -179,7 +179,7 @@ def current() -> Delivery | None:
 
 
 @contextmanager
-def open_delivery(state_dir: Path | None) -> Iterator[Delivery]:
+def open_delivery(state_dir: StrPath | None) -> Iterator[Delivery]:
     """Open a :class:`Delivery` for the ``with`` body; anything not settled inside it (an
     exception, a cancellation) is rolled back on the way out."""
     global _current
@@ -192,7 +192,7 @@ def open_delivery(state_dir: Path | None) -> Iterator[Delivery]:
         delivery.settle(False)
 
 
-def staged_write(state_dir: Path, rel: str, data: bytes,
+def staged_write(state_dir: StrPath, rel: str, data: bytes,
                  env: Mapping[str, str] | None = None) -> bool:
     """Write ``data`` as state file ``rel`` (``"memory/handoff.delivered"``) so that it only
     counts once the digest was delivered: into ``<state>/staged/<id>/<rel, '/' as %2F>``
@@ -219,13 +219,13 @@ def staged_write(state_dir: Path, rel: str, data: bytes,
     return True
 
 
-def _settle_staged(state_dir: Path, ident: str, delivered: bool) -> list[str]:
+def _settle_staged(state_dir: StrPath, ident: str, delivered: bool) -> list[str]:
     """Move ``staged/<ident>/*`` into place (``delivered``) or drop them; remove folders of
     killed hooks older than :data:`STALE_STAGED`. Never raises."""
     from .._errors import StateError
     from ._statedir import open_subpath
 
-    if not os.path.lexists(state_dir / STAGED_DIR):
+    if not os.path.lexists(os.path.join(state_dir, STAGED_DIR)):
         return []  # the common case: no stage staged anything; nothing is opened
     problems: list[str] = []
     try:
@@ -239,15 +239,15 @@ def _settle_staged(state_dir: Path, ident: str, delivered: bool) -> list[str]:
             info = root.lstat(name)
             if name != ident:
                 if info is not None and time.time() - info.st_mtime > STALE_STAGED:
-                    _remove(root.path / name)
+                    _remove(os.path.join(root.path, name))
                 continue
             if delivered:
                 problems += _commit_folder(state_dir, root, name)
-            _remove(root.path / name)
+            _remove(os.path.join(root.path, name))
     return problems
 
 
-def _commit_folder(state_dir: Path, root: StateDir, name: str) -> list[str]:
+def _commit_folder(state_dir: StrPath, root: StateDir, name: str) -> list[str]:
     from .._errors import StateError
     from ._statedir import open_subpath
 
@@ -274,7 +274,7 @@ def _commit_folder(state_dir: Path, root: StateDir, name: str) -> list[str]:
     return problems
 
 
-def _remove(folder: Path) -> None:
+def _remove(folder: StrPath) -> None:
     """Remove a staged folder (a link in its place is unlinked, never followed)."""
     if os.path.islink(folder) or not os.path.isdir(folder):
         try:

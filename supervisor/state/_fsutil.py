@@ -12,19 +12,24 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from .._errors import ConfigError
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from pathlib import Path
 
-def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: bool = False) -> None:
+    from _typeshed import StrPath
+
+
+def atomic_write(path: StrPath, data: bytes, *, mode: int | None = None, fsync: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never a
     part. A temp file is created exclusively (``O_EXCL | O_NOFOLLOW``) in the same folder,
     written, optionally fsynced (with the folder) and renamed over ``path``; a symlink at
     ``path`` is replaced, not followed.
 
     Args:
-        path: the file to replace.
+        path: the file to replace (``str`` or a path-like).
         data: its new content (bytes).
         mode: permission bits for the new file (default 0o644 minus the umask).
         fsync: flush file and folder to disk before returning (records that must survive a
@@ -33,7 +38,8 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: boo
     Raises:
         OSError: the folder is not writable or the disk is full; the temp file is removed.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    folder, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644 if mode is None else mode)
     try:
@@ -55,7 +61,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: boo
             pass
         raise
     if fsync:
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        dfd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY)
         try:
             os.fsync(dfd)
         finally:
@@ -63,7 +69,7 @@ def atomic_write(path: Path, data: bytes, *, mode: int | None = None, fsync: boo
 
 
 @contextmanager
-def flocked(path: Path, timeout: float, *, poll: float = 0.005) -> Iterator[bool]:
+def flocked(path: StrPath, timeout: float, *, poll: float = 0.005) -> Iterator[bool]:
     """Hold an exclusive ``flock`` on ``path`` (created if missing, never through a symlink)
     for the ``with`` body; yields False when it could not be had within ``timeout`` seconds.
 
@@ -112,7 +118,9 @@ def link_on_path(path: Path, roots: tuple[Path, ...] = ()) -> tuple[Path, str] |
         ``(link, target)`` (``target`` as stored in the link) or None when no link is found.
     """
     import stat
+    from pathlib import Path  # install, uninstall and doctor only: not on a hook path
 
+    path, roots = Path(path), tuple(Path(root) for root in roots)
     base = next((root for root in roots if path.is_relative_to(root)), None)
     parts: tuple[str, ...]
     if base is None:

@@ -5,55 +5,78 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from _typeshed import StrPath
+
+# Paths here are strings (``os.path``), not ``pathlib.Path``: pathlib imports ``re``,
+# ``fnmatch``, ``urllib.parse`` and ``ipaddress``, about 10 ms of every hook's CPU
+# (docs/benchmarks.md, 2026-11-30 23:40 UTC). Every function accepts ``str`` or a path-like.
 
 
-def find_project_root(start: Path) -> Path:
+def pure_path(path: StrPath) -> str:
+    """``str(pathlib.PurePosixPath(path))``: repeated slashes and ``.`` parts dropped (two
+    leading slashes kept, as POSIX allows), no ``..`` collapsed, no link resolved, ``.`` for
+    an empty path."""
+    text = os.fspath(path)
+    parts = [part for part in text.split("/") if part not in ("", ".")]
+    if not text.startswith("/"):
+        return "/".join(parts) or "."
+    lead = "//" if text.startswith("//") and not text.startswith("///") else "/"
+    return lead + "/".join(parts)
+
+
+def find_project_root(start: StrPath) -> str:
     """The git top level above ``start`` (the nearest parent holding ``.git``, a directory or
-    a worktree's file), else ``start`` itself; absolute, symlinks resolved."""
-    start = start.expanduser().resolve()
-    for candidate in (start, *start.parents):
-        if (candidate / ".git").exists():
+    a worktree's file), else ``start`` itself; absolute, symlinks resolved (a ``str``)."""
+    candidate = os.path.realpath(os.path.expanduser(os.fspath(start)))
+    top = candidate
+    while True:
+        if os.path.exists(os.path.join(candidate, ".git")):
             return candidate
-    return start
+        parent = os.path.dirname(candidate)
+        if parent == candidate:
+            return top
+        candidate = parent
 
 
-def _read_gitdir_file(dotgit: Path) -> Path | None:
+def _read_gitdir_file(dotgit: str) -> str | None:
     text = read_small(dotgit, 64 * 1024)  # capped, never a FIFO (a planted 3 GiB .git file)
     for line in text.splitlines():
         if line.startswith("gitdir:"):
-            target = Path(line.removeprefix("gitdir:").strip())
-            return (dotgit.parent / target) if not target.is_absolute() else target
+            target = line.removeprefix("gitdir:").strip()
+            return os.path.join(os.path.dirname(dotgit), target)  # an absolute target wins
     return None
 
 
-def git_dirs(top: Path) -> tuple[Path, Path] | None:
+def git_dirs(top: StrPath) -> tuple[str, str] | None:
     """``(git_dir, common_dir)`` of the work tree at ``top``, both resolved, or ``None``.
 
     ``git_dir`` is ``top/.git`` or where a ``.git`` file points; ``common_dir`` follows the
     git dir's ``commondir`` file when present (linked worktrees), else equals ``git_dir``.
     """
-    dotgit = top / ".git"
-    if dotgit.is_dir():
-        git_dir: Path | None = dotgit
-    elif dotgit.is_file():
+    dotgit = os.path.join(top, ".git")
+    if os.path.isdir(dotgit):
+        git_dir: str | None = dotgit
+    elif os.path.isfile(dotgit):
         git_dir = _read_gitdir_file(dotgit)
     else:
         git_dir = None
-    if git_dir is None:
+    if not git_dir:
         return None
     common = git_dir
     # never blocking: a planted .git/commondir FIFO held every hook and verb forever
-    raw = read_small(git_dir / "commondir", 64 * 1024).strip()
+    raw = read_small(os.path.join(git_dir, "commondir"), 64 * 1024).strip()
     if raw:
-        common = git_dir / raw if not Path(raw).is_absolute() else Path(raw)
+        common = os.path.join(git_dir, raw)  # an absolute `raw` replaces git_dir
     try:
-        return git_dir.resolve(), common.resolve()
-    except (OSError, RuntimeError):
+        return os.path.realpath(git_dir), os.path.realpath(common)
+    except (OSError, ValueError):
         return None
 
 
-def read_small(path: Path, cap: int = 1 << 20) -> str:
+def read_small(path: StrPath, cap: int = 1 << 20) -> str:
     """A regular file's text (at most ``cap`` bytes), never through a link or from a FIFO;
     ``""`` when absent or not a regular file."""
     try:
@@ -77,7 +100,7 @@ def _ends_with_newline(fd: int, size: int) -> bool:
         return True
 
 
-def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | None:
+def add_git_exclude(project_dir: StrPath, pattern: str = "/.supervise/") -> str | None:
     """Append ``pattern`` to the repo's ``info/exclude`` unless it is already there.
 
     The exclude file is found from ``.git`` itself (``git rev-parse --git-path info/exclude``
@@ -91,13 +114,13 @@ def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | N
     dirs = git_dirs(project_dir)  # read from files: no git process on the digest's path
     if dirs is None:
         return None
-    exclude = dirs[1] / "info" / "exclude"  # info/ lives in the common dir (worktrees share it)
+    exclude = os.path.join(dirs[1], "info", "exclude")  # in the common dir (worktrees share it)
     name = pattern.strip("/")
     try:
         lines = read_small(exclude).splitlines()
         if any(line.strip().strip("/") == name for line in lines):
             return None
-        exclude.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(exclude), exist_ok=True)
         # Never through a planted link or into a FIFO: O_NOFOLLOW | O_NONBLOCK, then fstat.
         fd = os.open(exclude, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                      | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
@@ -111,29 +134,31 @@ def add_git_exclude(project_dir: Path, pattern: str = "/.supervise/") -> str | N
             os.close(fd)
     except OSError:
         return None
-    return str(exclude)
+    return exclude
 
 
 STATE_DIR_NAME = ".supervise"
 
 
-def ensure_state_dir(state_dir: Path) -> bool:
+def ensure_state_dir(state_dir: StrPath) -> bool:
     """Create ``state_dir`` when missing; when it is a git project's own ``.supervise/``, add
     it to the repo's ``info/exclude`` so a first run leaves no untracked folder behind.
 
     Returns True when the dir was created by this call. Raises OSError like ``mkdir``.
     """
-    if state_dir.exists():
+    path = os.fspath(state_dir)
+    if os.path.exists(path):
         return False
-    state_dir.mkdir(parents=True, exist_ok=True)
-    if state_dir.name == STATE_DIR_NAME and (state_dir.parent / ".git").exists():
-        add_git_exclude(state_dir.parent, f"/{STATE_DIR_NAME}/")
+    os.makedirs(path, exist_ok=True)
+    parent, name = os.path.split(path.rstrip("/") or "/")
+    if name == STATE_DIR_NAME and os.path.exists(os.path.join(parent, ".git")):
+        add_git_exclude(parent, f"/{STATE_DIR_NAME}/")
     return True
 
 
-def state_dir_problem(state_dir: Path) -> str | None:
+def state_dir_problem(state_dir: StrPath) -> str | None:
     """Why ``state_dir`` must not be written (it, or a record folder in it, is a symlink:
     someone else decides where our state lands), or None when it may be used."""
-    if state_dir.is_symlink():
+    if os.path.islink(state_dir):
         return f"state dir {state_dir} is a symlink; refusing to follow it"
     return None

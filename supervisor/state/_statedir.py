@@ -50,7 +50,6 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from .. import _jsontext
 from .._errors import StateError
@@ -58,6 +57,8 @@ from .._errors import StateError
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from typing import Any, TypeVar
+
+    from _typeshed import StrPath
 
     R = TypeVar("R")
 
@@ -98,22 +99,36 @@ def _why(err: OSError) -> str:
     return err.strerror or str(err)
 
 
-def _matcher(pattern: str) -> Callable[[str], bool]:
-    """``fnmatch.fnmatchcase(name, pattern)`` as a function of ``name``. The state dir's own
-    patterns (``*``, ``*.json``, ``result-*.json``) are matched by prefix and suffix:
-    ``fnmatch`` compiles a regular expression, and ``re`` costs the hook paths about 6 ms of
-    imports (docs/benchmarks.md, 2026-11-30 23:40 UTC)."""
-    head, star, tail = pattern.partition("*")
-    if not star:
-        star, tail = "", ""
-    if "[" in pattern or "?" in pattern or "*" in tail:
-        import fnmatch  # pragma: no cover - no caller passes such a pattern today
+def name_matcher(pattern: str) -> Callable[[str], bool]:
+    """``fnmatch.fnmatchcase(name, pattern)`` as a function of ``name`` (the same answers).
+
+    A pattern whose only wildcard is ``*`` (the state dir's ``*.json``, ``result-*.json``; the
+    gate's ``*/.no-mistakes/repos/*.git``) is matched by its literal pieces in order:
+    ``fnmatch`` compiles a regular expression, and ``re`` with ``enum`` costs a hook about
+    6 ms of imports (docs/benchmarks.md, 2026-11-30 23:40 UTC). ``?`` and ``[...]`` go to
+    ``fnmatch``."""
+    if "[" in pattern or "?" in pattern:
+        import fnmatch
 
         return lambda name: fnmatch.fnmatchcase(name, pattern)
-    if not star:
+    pieces = pattern.split("*")
+    if len(pieces) == 1:
         return lambda name: name == pattern
-    least = len(head) + len(tail)
-    return lambda name: len(name) >= least and name.startswith(head) and name.endswith(tail)
+    head, middle, tail = pieces[0], pieces[1:-1], pieces[-1]
+    least = sum(map(len, pieces))
+
+    def matches(name: str) -> bool:
+        if len(name) < least or not name.startswith(head) or not name.endswith(tail):
+            return False
+        at, end = len(head), len(name) - len(tail)
+        for piece in middle:  # each piece at its earliest place leaves the most room
+            found = name.find(piece, at, end)
+            if found < 0:
+                return False
+            at = found + len(piece)
+        return True
+
+    return matches
 
 
 def _kind(mode: int) -> str:
@@ -138,20 +153,21 @@ class StateDir:
     the descriptor. Not thread-safe; each process opens its own.
 
     Attributes:
-        path: the folder's path (display only).
+        path: the folder's path (display only; a ``str``).
     """
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: StrPath) -> None:
         self._fd = fd
-        self.path = path
+        self.path = os.fspath(path)
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: Path, *, create: bool = False) -> StateDir:
+    def open(cls, path: StrPath, *, create: bool = False) -> StateDir:
         """Open the state dir ``path`` (its last component never followed).
 
         Args:
-            path: the state dir; the folders above it are the user's choice and are followed.
+            path: the state dir (``str`` or a path-like); the folders above it are the user's
+                choice and are followed.
             create: create it (and its parents) when missing; a git project's own
                 ``.supervise/`` is then added to ``.git/info/exclude``.
 
@@ -159,7 +175,7 @@ class StateDir:
             StateError: it is a symlink ("refusing to follow it": nothing is written through
                 it), not a directory, missing (without ``create``) or cannot be created.
         """
-        path = Path(path)
+        path = os.fspath(path)
         for attempt in (0, 1):
             try:
                 try:
@@ -186,7 +202,7 @@ class StateDir:
         raise AssertionError("unreachable")  # pragma: no cover
 
     @classmethod
-    def open_existing(cls, path: Path) -> StateDir | None:
+    def open_existing(cls, path: StrPath) -> StateDir | None:
         """Like :meth:`open` without ``create``, but None when the state dir does not exist.
 
         Raises:
@@ -216,7 +232,7 @@ class StateDir:
         _check_name(name)
         for _attempt in range(3):
             try:
-                return StateDir(os.open(name, _DIR_FLAGS, dir_fd=self._fd), self.path / name)
+                return StateDir(os.open(name, _DIR_FLAGS, dir_fd=self._fd), os.path.join(self.path, name))
             except FileNotFoundError:
                 if not create:
                     return None
@@ -225,14 +241,14 @@ class StateDir:
                 except FileExistsError:
                     continue  # raced with another creator, or a non-folder appeared
                 except OSError as err:
-                    raise StateError(f"{self.path / name} cannot be created: {_why(err)}") from err
+                    raise StateError(f"{os.path.join(self.path, name)} cannot be created: {_why(err)}") from err
             except OSError as err:
                 if err.errno not in (errno.ELOOP, errno.ENOTDIR):
-                    raise StateError(f"{self.path / name} cannot be opened: {_why(err)}") from err
+                    raise StateError(f"{os.path.join(self.path, name)} cannot be opened: {_why(err)}") from err
                 self.set_aside(name, self._describe(name))
                 if not create:
                     return None
-        raise StateError(f"{self.path / name} keeps changing; not used")
+        raise StateError(f"{os.path.join(self.path, name)} keeps changing; not used")
 
     # -- reading ------------------------------------------------------------------------------
     def read(self, name: str, cap: int) -> bytes | None:
@@ -254,7 +270,7 @@ class StateDir:
             if err.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
                 self.set_aside(name, self._describe(name))
                 return None
-            raise StateError(f"{self.path / name} cannot be read: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, name)} cannot be read: {_why(err)}") from err
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
@@ -264,7 +280,7 @@ class StateDir:
                 data = _read_capped(fd, cap)
                 bad = f"larger than {cap:,} bytes" if data is None else ""
         except OSError as err:
-            raise StateError(f"{self.path / name} cannot be read: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, name)} cannot be read: {_why(err)}") from err
         finally:
             os.close(fd)
         if data is None:
@@ -317,7 +333,7 @@ class StateDir:
         :data:`MAX_ENTRIES` of them; hidden temp files are not listed unless the pattern
         starts with a dot. Raises StateError when the folder cannot be listed."""
         found: list[str] = []
-        matches = _matcher(pattern)
+        matches = name_matcher(pattern)
         try:
             with os.scandir(self._fd) as it:
                 for entry in it:
@@ -337,7 +353,7 @@ class StateDir:
         except FileNotFoundError:
             return None
         except OSError as err:
-            raise StateError(f"{self.path / name} cannot be examined: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, name)} cannot be examined: {_why(err)}") from err
 
     # -- writing ------------------------------------------------------------------------------
     def write(self, name: str, data: bytes, *, fsync: bool = False, mode: int = 0o644) -> None:
@@ -362,7 +378,7 @@ class StateDir:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          mode, dir_fd=self._fd)
         except OSError as err:
-            raise StateError(f"{self.path / name} cannot be written: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
         try:
             try:
                 _write_all(fd, data)
@@ -384,7 +400,7 @@ class StateDir:
             except OSError:
                 pass
             if isinstance(err, OSError):
-                raise StateError(f"{self.path / name} cannot be written: {_why(err)}") from err
+                raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
             raise
         if fsync:
             try:
@@ -422,10 +438,10 @@ class StateDir:
                 _write_all(fd, line)
                 return
             except OSError as err:
-                raise StateError(f"{self.path / name} cannot be written: {_why(err)}") from err
+                raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
             finally:
                 os.close(fd)
-        raise StateError(f"{self.path / name} keeps changing; not written")
+        raise StateError(f"{os.path.join(self.path, name)} keeps changing; not written")
 
     def _rotate(self, name: str, keep: int) -> None:
         try:
@@ -459,7 +475,7 @@ class StateDir:
             if err.errno in (errno.EISDIR, errno.EPERM) and self._is_dir(name):
                 self.set_aside(name, "a directory")
                 return
-            raise StateError(f"{self.path / name} cannot be removed: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, name)} cannot be removed: {_why(err)}") from err
 
     def rename(self, src: str, dst: str, *, into: StateDir | None = None) -> bool:
         """Atomically rename ``src`` to ``dst`` (in ``into``, default this folder); the claim
@@ -479,7 +495,7 @@ class StateDir:
         except FileNotFoundError:
             return False
         except OSError as err:
-            raise StateError(f"{self.path / src} cannot be renamed to {dst}: {_why(err)}") from err
+            raise StateError(f"{os.path.join(self.path, src)} cannot be renamed to {dst}: {_why(err)}") from err
         return True
 
     def open_file(self, name: str, flags: int, mode: int = 0o644) -> int:
@@ -497,19 +513,19 @@ class StateDir:
                 fd = os.open(name, flags, mode, dir_fd=self._fd)
             except OSError as err:
                 if err.errno not in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
-                    raise StateError(f"{self.path / name} cannot be opened: {_why(err)}") from err
+                    raise StateError(f"{os.path.join(self.path, name)} cannot be opened: {_why(err)}") from err
                 self.set_aside(name, self._describe(name))
                 continue
             try:
                 st_mode = os.fstat(fd).st_mode
             except OSError as err:
                 os.close(fd)
-                raise StateError(f"{self.path / name} cannot be opened: {_why(err)}") from err
+                raise StateError(f"{os.path.join(self.path, name)} cannot be opened: {_why(err)}") from err
             if stat.S_ISREG(st_mode):
                 return fd
             os.close(fd)
             self.set_aside(name, _kind(st_mode))
-        raise StateError(f"{self.path / name} keeps changing; not used")
+        raise StateError(f"{os.path.join(self.path, name)} keeps changing; not used")
 
     @contextmanager
     def flock(self, name: str, timeout: float, *, poll: float = 0.005) -> Iterator[bool]:
@@ -531,7 +547,7 @@ class StateDir:
         """Rename ``name`` to ``name.corrupt`` (replacing an older one) so that it is treated
         as absent and can be replaced, and name it once in :func:`take_notices`. Never
         raises: when even that fails, the notice says so."""
-        shown = self.path / name
+        shown = os.path.join(self.path, name)
         aside = name + CORRUPT_SUFFIX
         try:
             try:
@@ -614,27 +630,27 @@ class StateDir:
 _named_links: set[str] = set()
 
 
-def _link_refusal(path: Path) -> str:
+def _link_refusal(path: StrPath) -> str:
     return f"state dir {path} is a symlink; refusing to follow it (nothing is written there)"
 
 
-def mark_named(path: Path) -> None:
+def mark_named(path: StrPath) -> None:
     """Record that the digest already named the symlinked state dir ``path`` (e.g. in its
     READ-ONLY notice), so :func:`link_notice` and :func:`link_reference` do not repeat it."""
     if os.path.islink(path):
-        _named_links.add(str(path))
+        _named_links.add(os.fspath(path))
 
 
-def link_notice(path: Path) -> str | None:
+def link_notice(path: StrPath) -> str | None:
     """The one line naming a symlinked state dir ``path``, when it is one and this process has
     not named it yet (then it counts as named); else None. The digest prints it once."""
-    if not os.path.islink(path) or str(path) in _named_links:
+    if not os.path.islink(path) or os.fspath(path) in _named_links:
         return None
-    _named_links.add(str(path))
+    _named_links.add(os.fspath(path))
     return f"[supervise] {_link_refusal(path)}."
 
 
-def link_reference(path: Path) -> str | None:
+def link_reference(path: StrPath) -> str | None:
     """A short reason for a consumer that could not use the symlinked state dir ``path``
     ("the state dir is a symlink, named in this digest"), or None when it is not a link: the
     whole reason is given once, by :func:`link_notice` or the READ-ONLY notice."""
@@ -643,10 +659,10 @@ def link_reference(path: Path) -> str | None:
     return "the state dir is a symlink (named once in this digest); nothing is written there"
 
 
-def usable_path(path: Path) -> str:
+def usable_path(path: StrPath) -> str:
     """``str(path)``, or ``""`` when it is a symlink: what a stage gets as
     ``SUPERVISE_STATE_DIR`` (empty = no state dir: the stage writes nothing)."""
-    return "" if os.path.islink(path) else str(path)
+    return "" if os.path.islink(path) else os.fspath(path)
 
 
 def _check_name(name: str) -> None:
@@ -678,7 +694,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 @contextmanager
-def opened(path: Path, *, create: bool = False) -> Iterator[StateDir | None]:
+def opened(path: StrPath, *, create: bool = False) -> Iterator[StateDir | None]:
     """``with opened(state_dir) as sd``: the state dir, or None when it does not exist and
     ``create`` is False. Raises StateError like :meth:`StateDir.open`."""
     sd = StateDir.open(path, create=True) if create else StateDir.open_existing(path)
@@ -689,7 +705,7 @@ def opened(path: Path, *, create: bool = False) -> Iterator[StateDir | None]:
             sd.close()
 
 
-def open_subpath(base: Path, parts: tuple[str, ...], *, create: bool = False) -> StateDir | None:
+def open_subpath(base: StrPath, parts: tuple[str, ...], *, create: bool = False) -> StateDir | None:
     """Open ``base`` (the state dir) and then each folder of ``parts`` under it, never
     following a link. Returns None when a part is absent and ``create`` is False.
 
