@@ -283,3 +283,43 @@ def test_the_usual_digest_imports_no_argparse(git_repo: Path) -> None:
               if line.startswith("import time:")}
     assert "supervisor.engine._run" in loaded and "argparse" not in loaded
     assert json.loads(proc.stdout)["stages"][0]["status"] == "ok"
+
+
+@pytest.mark.parametrize("stage,body", [("instructions", "stage.py"), ("repo", "status.py")])
+def test_git_started_early_is_killed_when_the_body_fails(git_repo: Path, tmp_path: Path,
+                                                         stage: str, body: str) -> None:
+    """The program starts git before importing its body; a body that fails leaves no git
+    behind (the program kills and reaps it), and the stage still exits 0 with one warning.
+    A fake ``git`` writes its pid and sleeps; the failing body waits for that pid (the
+    handshake), so the test proves git ran before the body, then that it is gone."""
+    import shutil
+
+    from helpers import alive_and_ours
+
+    copy = tmp_path / "stages"
+    shutil.copytree(stages_dir(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    pids = tmp_path / "git.pids"
+    (copy / stage / body).write_text(
+        "import os, time\n"
+        "def ready(path):\n"
+        "    try:\n"
+        "        with open(path) as f:\n"
+        "            return f.read().endswith('\\n')\n"
+        "    except OSError:\n"
+        "        return False\n"
+        "deadline = time.monotonic() + 30\n"
+        f"while not ready({str(pids)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.01)\n"
+        "raise RuntimeError('planted failure')\n")
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "git").write_text(f'#!/bin/sh\necho $$ >> "{pids}"\nexec sleep 60\n')
+    (fake / "git").chmod(0o755)
+    env = _stage_env(git_repo)
+    env.update({"PATH": f"{fake}:{env.get('PATH', '')}", "SUPERVISE_STAGE_NAME": stage})
+    proc = subprocess.run([sys.executable, str(copy / stage / "__main__.py")], env=env,
+                          cwd=git_repo, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == ""
+    assert "internal error: RuntimeError: planted failure" in proc.stderr
+    started = [int(p) for p in pids.read_text().split()]
+    assert started and not any(alive_and_ours(pid) for pid in started)
