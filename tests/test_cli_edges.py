@@ -311,3 +311,54 @@ def test_a_user_scope_install_with_a_bad_home_writes_nothing(tmp_path: Path, git
     lines = proc.stderr.decode().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and "(HOME)" in lines[0], lines
     assert not (tmp_path / "no-such-home").exists() and not (git_repo / "rel-home").exists()
+
+
+UNKNOWN_USER = "~no-such-user-wk13"
+
+
+@pytest.mark.parametrize("case", ["-C", "--project", "SUPERVISE_STATE_DIR", "stage cwd",
+                                  "memory dir option", "PI_CODING_AGENT_DIR"])
+def test_a_tilde_of_an_unknown_user_is_never_an_internal_error(git_repo: Path, tmp_path: Path,
+                                                               case: str) -> None:
+    """``~user`` of a user this machine does not have stays as written, as a shell leaves it
+    (``pathlib.Path.expanduser`` raised RuntimeError: "internal error", status 3, and a
+    SessionStart told the model the digest did not run): ``-C`` / ``--project`` is the usual
+    one-line usage error (2), the state dir, a stage's ``cwd``, the memory store and a
+    harness's config dir are the relative folder the text names."""
+    env = {**os.environ, "HOME": str(tmp_path / "home")}
+    env.pop("SUPERVISE_STATE_DIR", None)
+    (tmp_path / "home").mkdir()
+    argv = ["digest"]
+    if case in ("-C", "--project"):
+        argv += [case, f"{UNKNOWN_USER}/x"]
+    elif case == "SUPERVISE_STATE_DIR":
+        env["SUPERVISE_STATE_DIR"] = f"{UNKNOWN_USER}/state"
+    elif case == "stage cwd":
+        (git_repo / "supervise.toml").write_text(
+            f'[[stages]]\nname = "where"\nrun = ["pwd"]\ncwd = "{UNKNOWN_USER}"\n')
+        (git_repo / UNKNOWN_USER).mkdir()
+    elif case == "memory dir option":
+        (git_repo / "supervise.toml").write_text(
+            f'[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+            f'[stages.options]\ndir = "{UNKNOWN_USER}/store"\n')
+    else:
+        env["PI_CODING_AGENT_DIR"] = f"{UNKNOWN_USER}/pi"
+        argv = ["install", "pi", "--scope", "user"]
+    proc = subprocess.run(supervise_cmd(*argv), cwd=git_repo, stdin=subprocess.DEVNULL,
+                          capture_output=True, timeout=120, env=env)
+    _no_traceback(proc.stderr)
+    out = proc.stdout.decode()
+    if case in ("-C", "--project"):
+        lines = proc.stderr.decode().splitlines()
+        assert proc.returncode == 2 and f"{UNKNOWN_USER}/x: no such directory" in lines[-1], lines
+    elif case == "SUPERVISE_STATE_DIR":
+        assert proc.returncode == 0, proc.stderr
+        assert (git_repo / UNKNOWN_USER / "state").is_dir()
+    elif case == "stage cwd":
+        assert proc.returncode == 0 and str(git_repo / UNKNOWN_USER) in out, (out, proc.stderr)
+    elif case == "memory dir option":
+        assert proc.returncode == 0, proc.stderr
+        log = git_repo / ".supervise" / "logs" / "memory.log"
+        assert "internal error" not in (log.read_text() if log.exists() else ""), log.read_text()
+    else:
+        assert proc.returncode in (0, 1) and len(proc.stderr.splitlines()) <= 1, proc.stderr

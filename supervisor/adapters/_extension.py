@@ -45,7 +45,7 @@ class Bridge:
     def user_root(self, home: Path) -> Path:
         """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
         raw = os.environ.get(self.user_env)
-        return Path(raw).expanduser() if raw else home / self.user_default
+        return Path(os.path.expanduser(raw)) if raw else home / self.user_default
 
     def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
         """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""

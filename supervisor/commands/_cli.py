@@ -7,6 +7,7 @@ Stdlib only: ``hook`` and ``nudge`` import it on the hot path.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import NoReturn
 
@@ -20,7 +21,7 @@ def existing_dir(value: str) -> Path:
         argparse.ArgumentTypeError: ``DIR`` is missing or not a directory (argparse prints it
             as ``supervise VERB: error: argument -C/--project: ...`` and exits 2).
     """
-    path = Path(value).expanduser()
+    path = Path(os.path.expanduser(value))  # never raises: Path's does for "~nouser"
     try:
         if not path.exists():
             raise argparse.ArgumentTypeError(f"{value}: no such directory")

@@ -78,11 +78,11 @@ def _quick_parse(argv: list[str]) -> DigestArgs | None:
         elif dest == "only":
             args.only = [*(args.only or ()), value]
         elif dest == "directory":
-            path = Path(value).expanduser()
+            path = Path(os.path.expanduser(value))  # "~nouser" stays as written
             try:
                 if not path.is_dir():
                     return None
-            except (OSError, RuntimeError):  # RuntimeError: expanduser of an unknown ~user
+            except OSError:
                 return None
             args.directory = path.absolute()
         elif dest == "format" and value in ("text", "json") or (

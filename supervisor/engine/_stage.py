@@ -180,7 +180,7 @@ def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
 def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
     if spec.cwd is None:
         return Path(context.project_dir)
-    cwd = Path(spec.cwd).expanduser()
+    cwd = Path(os.path.expanduser(spec.cwd))
     return cwd if cwd.is_absolute() else Path(context.project_dir) / cwd
 
 
