@@ -425,3 +425,22 @@ def test_json_digest_states_a_config_error(tmp_path: Path) -> None:
     assert proc.stderr.decode().count("must be a number") == 1
     write_config(tmp_path, "budget = 10\nstages = []\n")
     assert "config_error" not in json.loads(run_cli("digest", "--format", "json", cwd=tmp_path).stdout)
+
+
+def test_digest_help_states_the_true_defaults(tmp_path: Path) -> None:
+    """`digest --help` names the budget and grace a run without the options uses: the
+    environment, else the config, and the embedded default's values (a new user asked which
+    budget applies when --budget is left out)."""
+    import re
+    import tomllib
+
+    text = " ".join(run_cli("digest", "--help", cwd=tmp_path).stdout.decode().split())
+    default = tomllib.loads(run_cli("config", "--default", cwd=tmp_path).stdout.decode())
+    for flag, env, key in (("--budget", "SUPERVISE_TIMEOUT", "budget"),
+                           ("--grace", "SUPERVISE_GRACE", "grace")):
+        entry = re.search(rf"{flag} S (.*?)(?= --\w)", text)
+        assert entry is not None, text
+        assert env in entry.group(1), entry.group(1)
+        assert f"{default[key]:g} in the embedded default" in entry.group(1), entry.group(1)
+    effective = json.loads(run_cli("config", cwd=tmp_path, env={"SUPERVISE_TIMEOUT": "7"}).stdout)
+    assert effective["budget"] == 7.0  # the environment does win over the embedded default

@@ -100,9 +100,17 @@ def build_parser() -> argparse.ArgumentParser:
     from ._cli import VerbParser, add_directory, add_format
 
     p = VerbParser(prog="supervise digest", description=__doc__)
-    p.add_argument("--budget", type=float, metavar="S", help="overall budget in seconds")
-    p.add_argument("--grace", type=float, metavar="S", help="seconds between TERM and KILL")
-    p.add_argument("--config", type=Path, metavar="FILE", help="config file to use")
+    p.add_argument("--budget", type=float, metavar="S",
+                   help="seconds for the whole digest, kill time included (default: "
+                        "SUPERVISE_TIMEOUT, else the config's budget: 120 in the embedded "
+                        "default)")
+    p.add_argument("--grace", type=float, metavar="S",
+                   help="seconds between TERM and KILL (default: SUPERVISE_GRACE, else the "
+                        "config's grace: 1 in the embedded default)")
+    p.add_argument("--config", type=Path, metavar="FILE",
+                   help="read this file instead of the project's supervise.toml or "
+                        "pyproject.toml [tool.supervise] (default: those, else the embedded "
+                        "default)")
     add_format(p, "the digest")
     p.add_argument("--only", action="append", metavar="STAGE",
                    help="run only this stage (repeatable); the others are skipped")
