@@ -9,21 +9,24 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 
-from helpers import alive_and_ours, run_cli
+from helpers import alive_and_ours, supervise_cmd
 
 DETACH_VAR = "SUPERVISE_DETACHED_FROM"
 
 # A configured stage that imitates the built-in detach: a setsid child with the mark set to its
 # own stage name and no stage token. The stage writes the child's pid, then waits for it to end,
-# ignoring SIGTERM: it lives until the kill at its timeout has frozen and SIGKILLed it, so the
-# watchdog's scans (the kill's own included) see the child while its parent, a member, lives.
-# (A child that leaves every handle behind before any scan saw it is a known limit without a
-# cgroup, docs/engine.md; this test is about the mark, not that race.)
+# ignoring SIGTERM: it lives until the digest's kill (the test ends the digest with SIGTERM once
+# the pid is written) has frozen and SIGKILLed it, so the watchdog's scans (the kill's own
+# included) see the child while its parent, a member, lives. (A child that leaves every handle
+# behind before any scan saw it is a known limit without a cgroup, docs/engine.md; this test
+# is about the mark, not that race.)
 IMPOSTOR = r"""
 import os, signal, subprocess, sys
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -35,7 +38,6 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], 
 with open(sys.argv[1] + ".tmp", "w") as f:
     f.write(str(child.pid))
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-print("spawned", flush=True)
 child.wait()
 """
 
@@ -62,11 +64,23 @@ def test_a_configured_stage_cannot_detach_with_the_mark(tmp_path: Path) -> None:
     script = tmp_path / "impostor.py"
     script.write_text(IMPOSTOR)
     (tmp_path / "supervise.toml").write_text(
-        f'budget = 20\n[[stages]]\nname = "impostor"\ntimeout = 2\n'
+        f'budget = 60\n[[stages]]\nname = "impostor"\n'
         f'run = [{json.dumps(sys.executable)}, {json.dumps(str(script))}, '
         f'{json.dumps(str(pidfile))}, "{DETACH_VAR}"]\n')
-    proc = run_cli("digest", cwd=tmp_path)
-    assert b"spawned" in proc.stdout, proc.stdout + proc.stderr
+    digest = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 30  # the premise (the child is up), bounded
+        while not pidfile.exists() and digest.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        digest.send_signal(signal.SIGTERM)  # the CLI's abort: the whole-tree kill of each stage
+        out, err = digest.communicate(timeout=60)
+    finally:
+        if digest.poll() is None:
+            digest.kill()
+            digest.communicate()
+    assert pidfile.exists(), out + err
+    assert digest.returncode == 128 + signal.SIGTERM, (digest.returncode, out + err)
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
     while not _gone(pid) and time.monotonic() < deadline:
