@@ -8,8 +8,8 @@ Public door:
 - :func:`fit_inline`: cut a digest to an inline cap from the engine's per-stage results.
 - :func:`inline_cap`: a harness's cap, with the config's ``inline_cap`` table applied.
 
-This module is on the hook's hot path: it imports only the adapters' data; JSON and the
-file-writing code load when used.
+This module is on the hook's hot path: it imports one adapter's data when that harness is
+looked up (:data:`ADAPTERS` is a lazy registry); JSON and the file-writing code load when used.
 
 May import: the base modules and ``supervisor.state`` (settings files are written
 atomically; long digests are saved through the state door). Never config, the engine,
