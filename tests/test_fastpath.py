@@ -1139,9 +1139,20 @@ def test_post_tool_index_is_rebuilt_from_the_ledger_on_resume(
     check(interpreter, "claude", "post-tool", shallow, project, expect_python=False)
 
 
-def test_startup_without_a_ledger_writes_nothing(project: Path) -> None:
-    """The startup check costs two lstat calls: no ledger or index is created for a session
-    that reads no nested file."""
-    compact_hook(project, "startup")
+@pytest.mark.parametrize("source", ["startup", "resume"])
+def test_session_start_without_a_ledger_writes_and_imports_nothing(project: Path,
+                                                                  source: str) -> None:
+    """The check costs two lstat calls: no ledger or index is created for a session that
+    reads no nested file, and the nested-instructions module stays off that SessionStart."""
+    code = ("import atexit, sys; sys.argv = ['supervise', 'hook', 'claude']\n"
+            "atexit.register(lambda: print(sorted(m for m in sys.modules if m in ("
+            "'supervisor.session._nested', 'supervisor.session._fastpath')), file=sys.stderr))\n"
+            "from supervisor._main import entry; entry()")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, cwd=project,
+                          input=compact({"session_id": "s-1", "cwd": str(project),
+                                         "hook_event_name": "SessionStart", "source": source}),
+                          env=env_without_path(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == b"[]", proc.stderr
     assert not (project / ".supervise" / "nested").exists()
     assert not (project / ".supervise" / "fastpath" / "nested").exists()

@@ -491,6 +491,14 @@ def _settle_nested(context: SessionContext) -> None:
     dropped at startup, the index rebuilt from the ledger otherwise)."""
     if not context.session_id:
         return
+    if context.source not in ("compact", "clear"):
+        # startup, resume: nothing to settle unless some session has a nested ledger
+        # (<state>/nested) or injected index (<state>/fastpath/nested); two stat calls, so
+        # the module (and its imports) stays off a SessionStart that has neither
+        state = os.fspath(context.state_dir)
+        if not (os.path.lexists(os.path.join(state, "nested"))
+                or os.path.lexists(os.path.join(state, "fastpath", "nested"))):
+            return
     from .._errors import SupervisorError
     from ..session._nested import at_session_start
 
