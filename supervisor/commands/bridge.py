@@ -17,20 +17,78 @@ or a worktree outside the primary scope, else 0. Nothing a harness reads ever se
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
+from .._record import mutable_record
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    import argparse
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # type: ignore[override]
-        from .._sanitize import short
+@mutable_record
+class BridgeArgs:
+    """``supervise bridge``'s arguments: ``harness`` (required), ``source``, ``session_id``
+    (``""``: none), ``cwd`` (None: ours) and ``prerequisite``."""
 
-        raise ValueError(short(message))
+    harness: str = ""
+    source: str = ""
+    session_id: str = ""
+    cwd: str | None = None
+    prerequisite: bool = False
 
 
-def _parser() -> _Parser:
+_VALUED = {"--harness": "harness", "--source": "source", "--session-id": "session_id",
+           "--cwd": "cwd"}
+
+
+def parse_args(argv: list[str]) -> BridgeArgs:
+    """``argv`` parsed: the shape the Pi extension and the OpenCode plugin send (``--option
+    VALUE`` pairs of the options below, each at most once, values neither empty nor starting
+    with ``-``; ``--prerequisite`` once) without argparse, whose import (``re``, ``gettext``,
+    ``shutil`` with ``bz2`` and ``lzma``) and parser cost about 15 ms of CPU per bridge call
+    (docs/benchmarks.md, 2026-11-30 23:47 UTC); anything else (``-h``, ``--option=VALUE``, an
+    abbreviation, a missing ``--harness``) by argparse, which gives the same result or the same
+    usage error, as it always did.
+
+    Raises:
+        ValueError: a usage error (one line).
+        SystemExit: ``--help`` (0).
+    """
+    args = BridgeArgs()
+    seen: set[str] = set()
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        if flag in seen:
+            break
+        seen.add(flag)
+        if flag == "--prerequisite":
+            args.prerequisite = True
+            i += 1
+            continue
+        dest = _VALUED.get(flag)
+        value = argv[i + 1] if i + 1 < len(argv) else ""
+        if dest is None or not value or value.startswith("-"):
+            break
+        setattr(args, dest, value)
+        i += 2
+    else:
+        if args.harness:
+            return args
+    return BridgeArgs(**vars(_parser().parse_args(argv)))
+
+
+def _parser() -> argparse.ArgumentParser:
+    import argparse
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> None:  # type: ignore[override]
+            from .._sanitize import short
+
+            raise ValueError(short(message))
+
     p = _Parser(prog="supervise bridge", add_help=True,
                 description="machine interface for extension bridges (Pi, OpenCode): "
                             "prints one JSON document (docs/bridge-protocol.md)")
@@ -62,7 +120,7 @@ def main(argv: list[str]) -> int:
     from ..bridges import _protocol
 
     try:
-        args = _parser().parse_args(argv)
+        args = parse_args(argv)
     except ValueError as err:
         _print(_protocol.BridgeResult("failed", error=f"usage: {err}").to_json())
         return EXIT_OK
