@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,8 +72,9 @@ def test_timeout_not_above_budget_fails(project: Path) -> None:
     assert "timeout 30s is not above the budget 30s" in fail and "fix: supervise install claude" in fail
 
 
-def test_milliseconds_are_understood_for_gemini(project: Path) -> None:
+def test_milliseconds_are_understood_for_gemini(project: Path, isolated_home: Path) -> None:
     assert run_cli("install", "gemini", cwd=project).returncode == 0
+    _gemini_rules(isolated_home, {str(project): "TRUST_FOLDER"})
     code, lines = _doctor(project)
     assert code == 0, "\n".join(lines)
     assert any("gemini: timeout 90s is above the budget 30s" in line for line in lines)
@@ -206,6 +208,7 @@ def test_stale_codex_trust_hash_is_detected(project: Path, isolated_home: Path) 
 def test_a_correct_setup_prints_no_warnings(project: Path, isolated_home: Path) -> None:
     assert run_cli("install", "claude", "codex", "gemini", "pi", cwd=project).returncode == 0
     _trust_codex(project, isolated_home)
+    _gemini_rules(isolated_home, {str(project): "TRUST_FOLDER"})
     code, lines = _doctor(project)
     assert code == 0, "\n".join(lines)
     assert [line for line in lines if line.startswith("warn")] == []
@@ -246,3 +249,54 @@ def test_doctor_fails_in_an_unmarked_linked_worktree(git_repo: Path, tmp_path: P
     assert proc.returncode == 1 and b"scope: hooks stay silent here" in proc.stdout
     (wt / ".supervise-primary").write_text("")
     assert b"scope:" not in run_cli("doctor", cwd=wt).stdout
+
+
+_NO_GEMINI_ENV = {"GEMINI_CLI_TRUST_WORKSPACE": "", "GEMINI_RESTRICTED_MODE": "", "GEMINI_CLI_HOME": "",
+                  "GEMINI_CLI_TRUSTED_FOLDERS_PATH": ""}
+"""Gemini's trust variables neutralised (an empty value is not "true"/"false", nor a path)."""
+
+
+def _gemini_rules(home: Path, rules: dict[str, str]) -> None:
+    (home / ".gemini").mkdir(exist_ok=True)
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps(rules))
+
+
+def _gemini_line(project: Path, env: dict[str, str] | None = None) -> str:
+    code, lines = _doctor(project, "gemini", env={**_NO_GEMINI_ENV, **(env or {})})
+    found = [line for line in lines if re.match(
+        r"(ok|warn|FAIL) +gemini: (the folder is trusted|folder trust is off|\S+ is not trusted by "
+        r"Gemini|\S+ is marked DO_NOT_TRUST|this environment makes Gemini|cannot tell whether)", line)]
+    assert len(found) == 1, lines
+    assert code == (1 if found[0].startswith("FAIL") else 0), lines
+    return found[0]
+
+
+def test_gemini_folder_trust_is_checked(project: Path, isolated_home: Path) -> None:
+    """Gemini CLI 0.61.0 loads project settings only in a trusted folder: untrusted, a headless
+    `gemini -p` exits 55 and `--skip-trust` runs without our hooks, while doctor used to say
+    "all checks passed". The rules follow Gemini's checkPathTrust (longest rule wins,
+    TRUST_PARENT covers the rule's parent)."""
+    assert run_cli("install", "gemini", cwd=project).returncode == 0
+    line = _gemini_line(project)
+    assert line.startswith("FAIL  gemini: ") and "not trusted by Gemini CLI" in line, line
+    assert "GEMINI_CLI_TRUST_WORKSPACE=true" in line and "folderTrust" in line, line
+    _gemini_rules(isolated_home, {str(project): "TRUST_FOLDER"})
+    assert _gemini_line(project).startswith("ok    gemini: the folder is trusted"), project
+    _gemini_rules(isolated_home, {str(project / "pkg"): "TRUST_PARENT"})
+    assert _gemini_line(project).startswith("ok    gemini: the folder is trusted")
+    _gemini_rules(isolated_home, {str(project.parent): "TRUST_FOLDER", str(project): "DO_NOT_TRUST"})
+    assert "DO_NOT_TRUST" in _gemini_line(project).split(" -> ")[0]
+    _gemini_rules(isolated_home, {str(project) + "-other": "TRUST_FOLDER"})  # a prefix, not a parent
+    assert _gemini_line(project).startswith("FAIL")
+    assert _gemini_line(project, {"GEMINI_CLI_TRUST_WORKSPACE": "true"}).startswith("ok")
+    assert _gemini_line(project, {"GEMINI_CLI_TRUST_WORKSPACE": "false"}).startswith("FAIL")
+    (isolated_home / ".gemini" / "settings.json").write_text(
+        '{"security": {"folderTrust": {"enabled": false}}}\n')
+    assert "folder trust is off" in _gemini_line(project)
+
+
+def test_gemini_user_registration_needs_no_folder_rule(project: Path) -> None:
+    assert run_cli("install", "gemini", "--scope", "user", cwd=project).returncode == 0
+    code, lines = _doctor(project, "gemini", env=_NO_GEMINI_ENV)
+    assert code == 0, lines
+    assert not [line for line in lines if "Gemini" in line or "folder trust" in line], lines

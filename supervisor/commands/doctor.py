@@ -8,7 +8,7 @@ program is found; per harness (the ones named, else every one with a registratio
 the registration is present, its command works without ``PATH``, its timeout exceeds the budget
 (:data:`MIN_HEADROOM` seconds, so the budget ends first and the banner is seen), the per-prompt
 and post-tool hooks are there, and the harness's trust caveats (Codex trust is read from its
-``config.toml``).
+``config.toml``, Gemini's folder trust from its user settings and ``trustedFolders.json``).
 """
 
 from __future__ import annotations
@@ -389,6 +389,11 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
                 checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
         if adapter.name == "codex":
             checks += _codex_trust(path, project, data)
+        if adapter.name == "gemini" and path.is_relative_to(project):
+            from ._gemini_trust import gemini_trust
+
+            status, text, fix = gemini_trust(project)
+            checks.append(Check(status, adapter.name, text, fix))
     return checks  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 
