@@ -28,7 +28,9 @@ def state_dir_for(project_dir: StrPath) -> str:
 def _absolute(path: StrPath) -> str:
     """``pathlib.Path(path).absolute()`` as a ``str``: joined to the current directory, no
     link resolved and no ``..`` collapsed (only ``.`` parts and repeated slashes go)."""
-    return pure_path(os.path.join(os.getcwd(), path))  # an absolute path wins
+    path = os.fspath(path)
+    # the current directory only for a relative path: it may have been deleted (`-C DIR`)
+    return pure_path(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
 
 
 @record
