@@ -444,3 +444,18 @@ def test_digest_help_states_the_true_defaults(tmp_path: Path) -> None:
         assert f"{default[key]:g} in the embedded default" in entry.group(1), entry.group(1)
     effective = json.loads(run_cli("config", cwd=tmp_path, env={"SUPERVISE_TIMEOUT": "7"}).stdout)
     assert effective["budget"] == 7.0  # the environment does win over the embedded default
+
+
+@pytest.mark.parametrize("verb", ["install", "uninstall", "doctor"])
+def test_an_unknown_harness_lists_every_known_one(git_repo: Path, verb: str) -> None:
+    """A typo's message lists every harness the verb takes, the bridged Pi and OpenCode
+    included (they were missing: `install claud` offered claude..grok and all only)."""
+    from supervisor.adapters import ADAPTERS
+
+    proc = run_cli(verb, "claud", cwd=git_repo)
+    assert proc.returncode == 2
+    err = proc.stderr.decode()
+    assert err.count("\n") == 1 and "unknown harness 'claud'" in err, err
+    for name in [*ADAPTERS, "pi", "opencode"]:
+        assert f" {name}," in err or f" {name})" in err, (name, err)
+    assert not (git_repo / ".claude").exists()

@@ -408,7 +408,8 @@ def main(argv: list[str]) -> int:
 
     unknown = [h for h in args.harnesses if h not in ADAPTERS and h not in BRIDGES]
     if unknown:
-        print(f"supervise doctor: unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)})",
+        print(f"supervise doctor: unknown harness {unknown[0]!r} (known: "
+              f"{', '.join([*ADAPTERS, *BRIDGES])})",
               file=sys.stderr)
         return 2
     project = _settings.find_project_dir(args.directory or Path.cwd())

@@ -78,7 +78,9 @@ def pick(names: list[str]) -> list[Adapter] | str:
         return list(ADAPTERS.values())
     unknown = [n for n in names if n not in ADAPTERS]
     if unknown:
-        return f"unknown harness {unknown[0]!r} (known: {', '.join(ADAPTERS)}, all)"
+        from ..bridges._install import NAMES as BRIDGES
+
+        return f"unknown harness {unknown[0]!r} (known: {', '.join([*ADAPTERS, *BRIDGES])}, all)"
     return [ADAPTERS[n] for n in dict.fromkeys(names)]
 
 
