@@ -160,8 +160,11 @@ top_level() {
 # watch_verdict LIST LINKS: $verdict = "same" when no watched file changed since Python took
 # its baseline, "changed" when one may have (Python must run), "" when this host's tools could
 # not tell (the caller runs Python). LINKS (fastpath/watch.parents, written by Python with
-# LIST) holds, per watched file /dir/NAME, a symlink "<n>-NAME" to /dir, and an empty file
-# ".since-<ns>": the baseline's time in nanoseconds (MTIME_SLACK seconds back, as LIST's mtime).
+# LIST) holds, per watched file /dir/NAME, a symlink "<n>-NAME" to /dir and an empty file
+# ".ctime-<n>-<ns>" (its ctime then), and an empty file ".since-<ns>": the baseline's time in
+# nanoseconds (MTIME_SLACK seconds back, as LIST's mtime). A ctime must be before the stamp
+# AND (with du, which prints it in ns) the one recorded: a clock set back after the baseline
+# gives an edit a ctime before the stamp.
 # Through "<n>-NAME/NAME" the shell itself sees a watched file that is missing, not a regular
 # file, or a symlink (one planted in its place: its target's old ctime would say nothing);
 # then one program compares the ctimes: every write, rename, chmod or utime sets a file's ctime
@@ -180,6 +183,7 @@ watch_verdict() {
   case $since in ""|0*|*[!0-9]*|9??????????????????|????????????????????*) return 0 ;; esac
   wv_list=$1
   wv_links=$2
+  wv_want=
   set --
   for wv in "$wv_links"/*; do
     if [ "$wv" = "$wv_links/*" ] && [ ! -e "$wv" ] && [ ! -L "$wv" ]; then break; fi  # none
@@ -190,6 +194,14 @@ watch_verdict() {
     if [ ! -L "$wv" ] || [ ! -d "$wv" ] || [ -L "$wv_file" ] || [ ! -f "$wv_file" ]; then
       return 0
     fi
+    # its ctime at the baseline (one record, digits): du's must be that one
+    wv_c=
+    for wv_r in "$wv_links/.ctime-${wv_name%%-*}-"*; do
+      if [ -n "$wv_c" ]; then return 0; fi
+      wv_c=${wv_r#"$wv_links/.ctime-${wv_name%%-*}-"}
+    done
+    case $wv_c in ""|0*|*[!0-9]*) return 0 ;; esac
+    wv_want="$wv_want $wv_c"
     set -- "$@" "$wv_file"
   done
   if [ "$#" -eq 0 ]; then verdict=same; return 0; fi
@@ -205,6 +217,10 @@ watch_verdict() {
         wv_time=${wv_time%%"$tab"*}
         case $wv_time in ""|0*|*[!0-9]*|9??????????????????|????????????????????*) wv_left=-1; break ;; esac
         if [ "$wv_time" -lt "$since" ]; then :; else return 0; fi  # (an error is "changed" too)
+        # and the ctime recorded with the baseline: a clock set back since then gives an edit
+        # a ctime before the stamp, never this one
+        wv_want=${wv_want# }
+        case $wv_want in "$wv_time"|"$wv_time "*) wv_want=${wv_want#"$wv_time"} ;; *) return 0 ;; esac
         wv_left=$((wv_left - 1))
       done
       if [ "$wv_left" -eq 0 ]; then verdict=same; return 0; fi

@@ -583,15 +583,26 @@ def test_watch_list_check_needs_no_path(interpreter: tuple[Path, Path], project:
 
 
 def watched_entries(state: Path) -> dict[str, str]:
-    """``watch.parents``' symlinks (name -> target) and its stamp (``.since-<ns>`` -> "")."""
+    """``watch.parents``' symlinks (name -> target) and its stamp (``.since-<ns>`` -> ""); the
+    recorded ctimes (``.ctime-<n>-<ns>``) are checked: one per link whose file exists, the
+    file's own."""
     folder = state / "fastpath" / "watch.parents"
-    return {p.name: (os.readlink(p) if p.is_symlink() else "") for p in folder.iterdir()}
+    entries = {p.name: (os.readlink(p) if p.is_symlink() else "") for p in folder.iterdir()}
+    for name in [n for n in entries if n.startswith(".ctime-")]:
+        del entries[name]
+        number, ns = name[len(".ctime-"):].split("-")
+        link = next(n for n in entries if n.startswith(f"{number}-"))
+        target = os.path.join(entries[link], link.split("-", 1)[1])
+        assert os.lstat(target).st_ctime_ns == int(ns), name
+    return entries
 
 
 @pytest.mark.parametrize("damage", ["no links", "links is a symlink", "links is a file",
                                     "dangling link", "relinked to a newer file", "no stamp",
                                     "two stamps", "stamp not a number", "entry not a link",
-                                    "an entry Python never writes"])
+                                    "an entry Python never writes", "no ctime record",
+                                    "another ctime recorded", "two ctime records",
+                                    "ctime record not a number"])
 def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project: Path,
                                          tmp_path: Path, damage: str) -> None:
     """A watch list whose watch.parents is missing (a list written before it existed), a link
@@ -644,6 +655,14 @@ def test_watch_links_in_doubt_run_python(interpreter: tuple[Path, Path], project
         (links / "0-AGENTS.md" / "AGENTS.md").write_text("rules\n")
     elif damage == "an entry Python never writes":
         (links / "x-AGENTS.md").symlink_to(project)
+    elif damage.startswith(("no ctime", "another ctime", "two ctime", "ctime record not")):
+        record = next(links.glob(".ctime-0-*"))
+        ns = int(record.name[len(".ctime-0-"):])
+        if damage != "two ctime records":
+            record.unlink()
+        if damage != "no ctime record":
+            later = {"ctime record not a number": "12ab"}.get(damage, str(ns + 1))
+            (links / f".ctime-0-{later}").write_text("")
     check(interpreter, "claude", "prompt", prompt_payload(project), project, expect_python=True)
 
 
@@ -827,6 +846,33 @@ def test_prompt_sees_an_edit_that_keeps_an_old_mtime(interpreter: tuple[Path, Pa
     answer = shim(interpreter, "claude", "prompt", prompt, project)
     assert answer.ran_python and b"INSTRUCTIONS CHANGED" in answer.stdout, answer.stderr
     assert b"rule TWO" in answer.stdout
+
+
+def test_prompt_sees_an_edit_made_after_the_clock_was_set_back(interpreter: tuple[Path, Path],
+                                                               project: Path) -> None:
+    """A baseline taken while the clock ran ahead (a resumed VM, a clock NTP later steps back)
+    has a stamp in the future: an edit made once the clock is back has a ctime before it.
+    Python compares hashes and injects the change, so the shim must run it: it also compares
+    each watched file's ctime with the one recorded with the baseline. The list is then
+    written anew by the clock as it is, and prompts are answered in sh again."""
+    rules = project / "AGENTS.md"
+    rules.write_text("rule one\n")
+    start = compact({"session_id": "sessC", "cwd": str(project), "source": "startup"})
+    python_path("claude", "session-start", start, project)
+    links = project / ".supervise" / "fastpath" / "watch.parents"
+    stamp = next(p for p in links.iterdir() if p.name.startswith(".since-"))
+    ahead = int(stamp.name[len(".since-"):]) + 3600 * 10**9  # as a clock 1 h ahead wrote it
+    stamp.rename(links / f".since-{ahead}")
+    os.utime(links.parent / "watch", ns=(ahead, ahead))
+    prompt = compact({"session_id": "sessC", "cwd": str(project), "prompt": "hi"})
+    assert not shim(interpreter, "claude", "prompt", prompt, project).ran_python
+    rules.write_text("rule TWO\n")
+    answer = shim(interpreter, "claude", "prompt", prompt, project)
+    assert answer.ran_python and b"rule TWO" in answer.stdout, answer.stderr
+    settle(rules)
+    shim(interpreter, "claude", "prompt", prompt, project)  # re-stamps past the edit
+    quiet = shim(interpreter, "claude", "prompt", prompt, project)
+    assert not quiet.ran_python and quiet.stdout == b"", quiet.stderr
 
 
 DUPLICATE_KEYS: dict[str, Callable[[Path], bytes]] = {

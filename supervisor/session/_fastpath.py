@@ -9,9 +9,13 @@ files under ``<state>/fastpath/``:
   feature removes it (:func:`clear_wake`);
 - the watch list ``watch`` (:func:`set_watch`): one absolute path per line, and the same files
   in the folder ``watch.parents`` (written first): per file ``/dir/NAME`` a symlink
-  ``<n>-NAME`` to ``/dir``, and an empty file ``.since-<ns>`` holding the baseline's time in
-  nanoseconds. A prompt hook runs Python when a watched file is missing, not a regular file,
-  a symlink (one planted in its place), or has a ctime at or after the stamp: ctime catches
+  ``<n>-NAME`` to ``/dir`` and an empty file ``.ctime-<n>-<ns>`` holding its ctime then, and
+  an empty file ``.since-<ns>`` holding the baseline's time, in nanoseconds. A prompt hook
+  runs Python when a watched file is missing, not a regular file, a symlink (one planted in
+  its place), has a ctime other than the one recorded (a clock set back after the baseline
+  gives an edit a ctime before the stamp; only GNU ``du`` prints the ns to compare), or has a
+  ctime at or after the stamp (a change within the file system's timestamp granularity of
+  the baseline keeps the recorded ctime): ctime catches
   every edit, those that keep an old mtime too (``cp -p``, ``mv``, ``tar x``, ``touch -r``,
   ``touch -d``), since every write, rename, chmod or utime sets it to now. The shell never
   reads the list: it walks ``watch.parents`` (``<n>-NAME/NAME`` is the file itself, reached
@@ -53,7 +57,8 @@ FASTPATH_DIR = "fastpath"
 WATCH_LINKS = "watch.parents"
 """The folder the shell reads the watched files through: per file ``/dir/NAME`` a symlink
 ``<n>-NAME`` to ``/dir`` (so ``<n>-NAME/NAME`` is the file itself, a link planted in its place
-included), and an empty file ``.since-<ns>``, the baseline's time (:func:`set_watch`)."""
+included) with an empty file ``.ctime-<n>-<ns>``, its ctime then, and an empty file
+``.since-<ns>``, the baseline's time (:func:`set_watch`)."""
 OLD_WATCH_LINKS = "watch.d"
 """The folder of symlinks to the watched files themselves that an older version wrote
 (removed by :func:`set_watch`; the shim ignores it)."""
@@ -226,21 +231,27 @@ def _prune(top: StateDir) -> None:
 
 
 def has_links(state_dir: StrPath) -> bool:
-    """True when ``<state>/fastpath/watch.parents`` is a folder (not a link): without it, a
-    watch list makes every prompt hook run Python until :func:`set_watch` runs again."""
+    """True when ``<state>/fastpath/watch.parents`` is a folder (not a link) that records
+    its files' ctimes (a folder of an older version holds links only): without it, a watch
+    list makes every prompt hook run Python until :func:`set_watch` runs again."""
     import stat
 
+    folder = os.path.join(fastpath_dir(state_dir), WATCH_LINKS)
     try:
-        st = os.lstat(os.path.join(fastpath_dir(state_dir), WATCH_LINKS))
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            return False
+        names = os.listdir(folder)
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode)
+    # written before the ctimes were recorded (links but no .ctime-*): as good as none
+    return not any(n[:1].isdigit() for n in names) or any(n.startswith(".ctime-") for n in names)
 
 
 def _write_links(fd: int, targets: list[str], stamp_ns: int) -> None:
     """Replace :data:`WATCH_LINKS` in the folder open as ``fd`` with, per target
-    ``/dir/NAME``, a symlink ``<n>-NAME`` to ``/dir``, and the empty file ``.since-<stamp_ns>``
-    (nanoseconds since the epoch), built under a temporary name and renamed into place (the
+    ``/dir/NAME``, a symlink ``<n>-NAME`` to ``/dir`` and an empty file ``.ctime-<n>-<ns>`` (the
+    file's ctime now, in nanoseconds; none for a file that is gone), and the empty file
+    ``.since-<stamp_ns>`` (nanoseconds since the epoch), built under a temporary name and renamed into place (the
     shell sees the old folder or the new one, never half of one; a concurrent writer's folder
     is replaced in turn: the last writer wins, as with the list itself).
 
@@ -259,6 +270,12 @@ def _write_links(fd: int, targets: list[str], stamp_ns: int) -> None:
         for number, target in enumerate(targets):
             parent, name = os.path.split(target)
             os.symlink(parent or "/", f"{number}-{name}", dir_fd=sub)
+            try:  # the file's own ctime now (lstat: a link in its place is the shim's "changed")
+                ctime_ns = os.lstat(target).st_ctime_ns
+            except OSError:
+                continue  # gone: no record, the shim runs Python (as for the missing file)
+            os.close(os.open(f".ctime-{number}-{ctime_ns}",
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=sub))
         os.close(os.open(f".since-{stamp_ns}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                          0o644, dir_fd=sub))
     finally:

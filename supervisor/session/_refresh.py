@@ -187,8 +187,8 @@ def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
                 newest = max(newest, st.st_mtime, st.st_ctime)
             except OSError:
                 newest = float("inf")  # a watched file is gone: the list must move on
-        if newest <= listed:
-            return
+        if newest <= listed <= time.time():  # (a list stamped in the future: the clock
+            return  # was set back since; its recorded ctimes no longer match: written anew)
     try:
         set_watch(state_dir, [pure_path(p) for p in paths if os.path.isabs(p) and "\n" not in p])
     except (OSError, ValueError):
