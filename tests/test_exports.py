@@ -94,7 +94,8 @@ def test_python_hook_paths_import_nothing_heavy(git_repo: Path, tmp_path: Path, 
     from helpers import configure_deferred, write_result
 
     (git_repo / "nested").mkdir()
-    (git_repo / "nested" / "AGENTS.md").write_text("nested rules\n")
+    # non-ASCII text (a dash, an accent, an arrow): nothing to remove, so no regex either
+    (git_repo / "nested" / "AGENTS.md").write_text("nested rules \u2014 \u00e9t\u00e9 \u2192 ok\n")
     if path == "prompt-delivery":  # a result is delivered only for a stage configured deferred
         (git_repo / "supervise.toml").write_text("budget = 10\n")
         configure_deferred(git_repo, "net")

@@ -320,3 +320,24 @@ def test_error_messages_escape_hidden_characters() -> None:
         "run \\x1b]0;t\\x07 \\U000e0041"
     assert escape("plain \u2764\ufe0f l\u2028") == "plain \u2764\\ufe0f l\\u2028"
     assert escape("ascii") == "ascii"
+
+
+def test_the_no_regex_check_finds_what_the_patterns_find() -> None:
+    """`_has_hidden` (the distinct characters against the class's ranges, so text with nothing
+    to remove imports no `re`) answers as the `any` and `shown` patterns, on every code point
+    and on mixed texts."""
+    import subprocess
+
+    from supervisor import _sanitize
+
+    every = "".join(map(chr, range(0x110000)))
+    for shown in (False, True):
+        found = set(_sanitize._rx("shown" if shown else "any").findall(every))
+        assert found == {c for c in every if _sanitize._has_hidden(c, shown=shown)}, shown
+    for text in ("Règles — utilisez → les outils", "❤️ ok", "x\u200by", "tab\tand\nlf", "\u2028"):
+        assert _sanitize._has_hidden(text) == bool(_sanitize._rx("any").search(text)), text
+    code = ("import sys; from supervisor._sanitize import clean, one_line; "
+            "assert clean('Règles — utilisez → les outils') == ('Règles — utilisez → les outils', 0); "
+            "assert one_line('/tmp/déep dir') == '/tmp/déep dir'; print('re' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
