@@ -300,3 +300,22 @@ def test_gemini_user_registration_needs_no_folder_rule(project: Path) -> None:
     code, lines = _doctor(project, "gemini", env=_NO_GEMINI_ENV)
     assert code == 0, lines
     assert not [line for line in lines if "Gemini" in line or "folder trust" in line], lines
+
+
+def test_doctor_in_a_subdirectory_warns_where_sessions_there_get_nothing(project: Path) -> None:
+    """Claude Code and Gemini CLI read project settings from the session's working directory
+    only: run from `pkg/` with only the root's registration, doctor said all was well while a
+    session started there got no digest (observed with both real CLIs)."""
+    (project / "pkg").mkdir()
+    assert run_cli("install", "claude", "codex", cwd=project).returncode == 0
+    lines = run_cli("doctor", "claude", cwd=project / "pkg").stdout.decode().splitlines()
+    warned = [line for line in lines if line.startswith("warn")]
+    assert len(warned) == 1 and "claude: a session started in pkg/ gets no digest" in warned[0], lines
+    assert "supervise install claude --scope user" in warned[0]
+    lines = run_cli("doctor", "-C", str(project / "pkg"), "codex", cwd=project).stdout.decode().splitlines()
+    assert not [line for line in lines if "gets no digest" in line], lines  # Codex reads the root's
+    lines = run_cli("doctor", "claude", cwd=project).stdout.decode().splitlines()
+    assert not [line for line in lines if "gets no digest" in line], lines  # at the root: fine
+    assert run_cli("install", "claude", "--scope", "user", cwd=project).returncode == 0
+    lines = run_cli("doctor", "claude", cwd=project / "pkg").stdout.decode().splitlines()
+    assert not [line for line in lines if "gets no digest" in line], lines  # user scope fires there

@@ -95,6 +95,8 @@ def test_inline_commands_run_as_printed(tmp_path: Path) -> None:
 
 
 @pytest.mark.e2e
+@pytest.mark.timeout(660)  # its own: tests/e2e/conftest.py's 300 s applies only when tests/e2e is
+# collected, so `pytest tests/test_readme.py` gave it the global 60 s (pip timed out under load)
 def test_quick_start_first_command_on_a_fresh_copy(tmp_path: Path) -> None:
     """The first Quick start command, verbatim, in a fresh copy of this checkout (it installs
     the runtime dependencies with pip: a package registry or the machine's pip config)."""

@@ -8,7 +8,9 @@ program is found; per harness (the ones named, else every one with a registratio
 the registration is present, its command works without ``PATH``, its timeout exceeds the budget
 (:data:`MIN_HEADROOM` seconds, so the budget ends first and the banner is seen), the per-prompt
 and post-tool hooks are there, and the harness's trust caveats (Codex trust is read from its
-``config.toml``, Gemini's folder trust from its user settings and ``trustedFolders.json``).
+``config.toml``, Gemini's folder trust from its user settings and ``trustedFolders.json``);
+run in a subdirectory, a warning for a harness that would not read the root's registration
+from a session started there.
 """
 
 from __future__ import annotations
@@ -341,7 +343,31 @@ def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list
     return checks
 
 
-def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool) -> list[Check]:
+_CWD_SETTINGS = {"claude": ("Claude Code 2.1.197", ".claude/"), "gemini": ("Gemini CLI 0.61.0", ".gemini/")}
+"""Harnesses that read project settings from the session's working directory only (observed:
+a registration at the repository root did not fire for a session started in a subdirectory;
+docs/harnesses/claude.md, gemini.md)."""
+
+
+def _subdir_check(adapter: Adapter, project: Path, start: Path,
+                  found: list[tuple[Path, Any, Any]]) -> list[Check]:
+    """A ``warn`` when doctor runs in a subdirectory of the project and ``adapter`` reads its
+    project settings from the working directory only while every registration is the
+    project's: a session started there gets no digest."""
+    if adapter.name not in _CWD_SETTINGS or not all(p.is_relative_to(project) for p, _, _ in found):
+        return []
+    who, folder = _CWD_SETTINGS[adapter.name]
+    rel = os.path.relpath(start, project)
+    return [Check("warn", adapter.name, f"a session started in {rel}/ gets no digest: {who} reads "
+                  f"project settings from {folder} in its working directory only, not from "
+                  f"{project}; for sessions in subdirectories: supervise install {adapter.name} "
+                  "--scope user")]
+
+
+def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
+                    start: Path | None = None) -> list[Check]:
+    """The checks of one hook harness; ``start``: the folder doctor was asked about when it is
+    a subdirectory of ``project`` (else None)."""
     found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
     checks: list[Check] = []
     for scope in adapter.scopes:
@@ -394,6 +420,8 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool)
 
             status, text, fix = gemini_trust(project)
             checks.append(Check(status, adapter.name, text, fix))
+    if start is not None:
+        checks += _subdir_check(adapter, project, start, found)
     return checks  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 
@@ -422,8 +450,12 @@ def main(argv: list[str]) -> int:
     if config is not None:
         checks += _stage_checks(config, project)
     names = args.harnesses or list(ADAPTERS)
+    start = Path(os.path.realpath(args.directory or Path.cwd()))
+    below = start if start != Path(os.path.realpath(project)) and start.is_relative_to(
+        os.path.realpath(project)) else None
     harness_checks = [c for name in names if name in ADAPTERS
-                      for c in _harness_checks(ADAPTERS[name], project, budget, bool(args.harnesses))]
+                      for c in _harness_checks(ADAPTERS[name], project, budget, bool(args.harnesses),
+                                               below)]
     harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
                        if name in BRIDGES for status, text, fix in
                        bridge_check(bridge(name), project, Path.home(), budget, bool(args.harnesses))]
