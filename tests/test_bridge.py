@@ -308,3 +308,32 @@ def test_pi_read_gets_the_nested_agents_md_once_per_epoch(git_repo: Path, pi_har
     assert doc["kind"] in ("ready", "empty")
     first, _ = reads()
     assert "PI-NESTED rules" in first  # the compaction re-armed it
+
+
+def test_a_planted_nested_ledger_is_dropped_at_a_bridge_startup(git_repo: Path,
+                                                                 pi_harness: FakeHarness) -> None:
+    """Issue 11's kind (planted files) for Pi and OpenCode: a nested ledger planted in a
+    clone's ``.supervise/`` saying the subtree's AGENTS.md was injected made the first read
+    skip it. The bridge's startup drops it, as the hook's does, and the read injects."""
+    from supervisor._hashing import sha256
+
+    (git_repo / "pkg").mkdir()
+    rules = git_repo / "pkg" / "AGENTS.md"
+    rules.write_text("PI-NESTED rules: tabs\n")
+    (git_repo / "supervise.toml").write_text(CONFIG)
+    ledgers = git_repo / ".supervise" / "nested"
+    ledgers.mkdir(parents=True)
+    (ledgers / f"{sha256(b'P1').hexdigest()[:32]}.json").write_text(json.dumps(
+        {"version": 1, "epoch": 0, "injected": {str(rules): 0}, "retry_at": {}}))
+    doc = bridge_doc(pi_harness.run(["bridge", "--harness", "pi", "--source", "startup",
+                                     "--session-id", "P1"], cwd=git_repo).stdout)
+    assert doc["kind"] in ("ready", "empty"), doc
+    payload = json.dumps({"hook_event_name": "PostToolUse", "tool_name": "Read",
+                          "session_id": "P1", "cwd": str(git_repo),
+                          "tool_input": {"file_path": str(git_repo / "pkg" / "f.txt")}})
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SUPERVISE_"))}
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "hook", "pi", "--event",
+                           "post-tool"], input=payload.encode(), capture_output=True,
+                          cwd=git_repo, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert b"PI-NESTED rules" in proc.stdout, (proc.stdout, proc.stderr)
