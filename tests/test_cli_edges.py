@@ -362,3 +362,37 @@ def test_a_tilde_of_an_unknown_user_is_never_an_internal_error(git_repo: Path, t
         assert "internal error" not in (log.read_text() if log.exists() else ""), log.read_text()
     else:
         assert proc.returncode in (0, 1) and len(proc.stderr.splitlines()) <= 1, proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0
+                    or not os.path.exists("/usr/bin/setpriv"),
+                    reason="needs root and setpriv to run as a user id without a passwd entry")
+@pytest.mark.parametrize("argv", [["install", "claude"], ["install", "claude", "--scope", "user"],
+                                  ["uninstall", "claude"], ["doctor"]],
+                         ids=" ".join)
+def test_no_home_at_all_is_never_an_internal_error(argv: list[str]) -> None:
+    """``HOME`` unset and a user id without a passwd entry (a container started with
+    ``--user 12345``): ``pathlib.Path.home()`` raised RuntimeError, and every ``install``,
+    ``uninstall`` and ``doctor`` ended in "internal error" (status 3), a project-scope install
+    included, which needs no home. Now the home is ``~`` as ``os.path.expanduser`` leaves it: a
+    project-scope verb works, a user-scope one is the one line naming HOME (status 1)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as top:
+        os.chmod(top, 0o755)
+        project = Path(top) / "proj"
+        project.mkdir()
+        (project / ".git").mkdir()  # a project root for the verbs; no git is run as the user
+        os.chown(project, 54321, 54321)
+        env = {k: v for k, v in os.environ.items() if k != "HOME" and not k.startswith("GIT_")}
+        # setpriv keeps root's capabilities: the interpreter may live in a folder only root
+        # reads; what matters is the user id no passwd entry names
+        nobody = ["/usr/bin/setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]
+        proc = subprocess.run(nobody + supervise_cmd(*argv), cwd=project,
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=env)
+    _no_traceback(proc.stderr)
+    if "--scope" in argv:
+        lines = proc.stderr.decode().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and "(HOME)" in lines[0], lines
+    else:
+        assert proc.returncode in (0, 1), proc.stderr

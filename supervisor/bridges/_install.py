@@ -156,11 +156,11 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
                         "through it)"))
             found = True
             continue
-        if not entry.exists() or MARK not in _read(entry):
+        if MARK not in _read(entry):  # (absent or unreadable: "", never an error)
             continue
         found = True
         out.append(("ok", f"{bridge.title} bridge placed in {entry}", ""))
-        if not core.is_file():
+        if not os.path.isfile(core):  # (a folder it cannot search: False, not EACCES)
             out.append(("FAIL", f"{core} is missing", fix))
             continue
         if _read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry):
@@ -238,9 +238,9 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
             continue
         try:
             if verb == "install":
-                print(install(bridge, scope, project_dir, Path.home(), budget))
+                print(install(bridge, scope, project_dir, Path(os.path.expanduser("~")), budget))
             else:
-                print(uninstall(bridge, scope, project_dir, Path.home()))
+                print(uninstall(bridge, scope, project_dir, Path(os.path.expanduser("~"))))
         except (OSError, ValueError) as err:
             print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
             failed = True

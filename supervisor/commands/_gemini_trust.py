@@ -51,14 +51,14 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     Args:
         project: the project root (absolute).
         env: the environment to judge (default ``os.environ``).
-        home: the home folder (default ``GEMINI_CLI_HOME``, else ``Path.home()``).
+        home: the home folder (default ``GEMINI_CLI_HOME``, else ``~``).
 
     Returns:
         ``(status, text, fix)`` for one doctor line: ``ok`` with how it is trusted, ``FAIL``
         with the reason and the fix, or ``warn`` when a Gemini file cannot be read.
     """
     env = dict(os.environ) if env is None else env
-    home = home or Path(env.get("GEMINI_CLI_HOME") or Path.home())
+    home = home or Path(env.get("GEMINI_CLI_HOME") or Path(os.path.expanduser("~")))
     fix = (f"trust the folder when `gemini` asks in {project}, or turn folder trust off "
            f"(\"security\": {{\"folderTrust\": {{\"enabled\": false}}}} in "
            f"{home / '.gemini' / 'settings.json'}); a headless run can set "

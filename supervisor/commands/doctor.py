@@ -294,7 +294,7 @@ def codex_hook_hash(event: str, matcher: str | None, handler: dict[str, Any]) ->
 
 
 def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list[Check]:
-    home = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    home = Path(os.environ.get("CODEX_HOME") or Path(os.path.expanduser("~")) / ".codex")
     conf_path = home / "config.toml"
     try:
         with conf_path.open("rb") as f:
@@ -371,8 +371,8 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
     found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
     checks: list[Check] = []
     for scope in adapter.scopes:
-        path = _settings.settings_path(adapter, scope, project, Path.home())
-        refused = _settings.refuse_links([path], project, Path.home())
+        path = _settings.settings_path(adapter, scope, project, Path(os.path.expanduser("~")))
+        refused = _settings.refuse_links([path], project, Path(os.path.expanduser("~")))
         if refused:  # a hostile clone's link to the user's own file: never read as ours
             checks.append(Check("FAIL", adapter.name, refused[0].split(";")[0],
                                 "replace the link with a regular file (install refuses to "
@@ -458,7 +458,7 @@ def main(argv: list[str]) -> int:
                                                below)]
     harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
                        if name in BRIDGES for status, text, fix in
-                       bridge_check(bridge(name), project, Path.home(), budget, bool(args.harnesses))]
+                       bridge_check(bridge(name), project, Path(os.path.expanduser("~")), budget, bool(args.harnesses))]
     if not harness_checks:
         harness_checks = [Check("FAIL", "harness", "no watchkeeper registration found for any harness",
                                 f"supervise install HARNESS ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")]

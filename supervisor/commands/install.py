@@ -198,7 +198,7 @@ def main(argv: list[str]) -> int:
     request = prepare("install", "register the watchkeeper hook with harnesses", argv)
     if isinstance(request, int):
         return request
-    home = Path.home()
+    home = Path(os.path.expanduser("~"))  # "~" when no home is known (Path.home() raised)
     refusals = link_refusals("install", request, home)
     if refusals:
         print("\n".join(refusals), file=sys.stderr)

@@ -7,6 +7,7 @@ key and hook stays. A settings file left holding nothing is removed. Idempotent.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,7 +24,7 @@ def main(argv: list[str]) -> int:
     request = prepare("uninstall", "remove the watchkeeper hook from harnesses", argv)
     if isinstance(request, int):
         return request
-    home = Path.home()
+    home = Path(os.path.expanduser("~"))  # "~" when no home is known (Path.home() raised)
     refusals = link_refusals("uninstall", request, home)
     if refusals:
         print("\n".join(refusals), file=sys.stderr)
