@@ -67,7 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_OK
     verb = args[0]
     if verb not in VERBS:
-        print(f"supervise: unknown verb {verb!r}\n{_help()}", file=sys.stderr)
+        # argparse's shape: the usage line, then one error line (not the whole help: 18 lines)
+        shown = repr(verb) if len(verb) <= 100 else f"{verb[:100]!r}... ({len(verb):,} characters)"
+        print(f"{USAGE}\nsupervise: error: unknown verb {shown} (one of: {', '.join(VERBS)})",
+              file=sys.stderr)
         return EXIT_USAGE
     lost = _lost_cwd(verb, args[1:])
     if lost:

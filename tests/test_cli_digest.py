@@ -206,9 +206,16 @@ def test_config_default_prints_the_embedded_digest(tmp_path: Path) -> None:
 @pytest.mark.parametrize("argv", [["digest", "--budget", "-1"], ["digest", "-C", "no-such-dir"],
                                   ["nosuchverb"]])
 def test_usage_errors_are_one_line(argv: list[str], tmp_path: Path) -> None:
+    """One error line, after at most argparse's usage block (an unknown verb printed the
+    whole 18-line help after its error)."""
     proc = run_cli(*argv, cwd=tmp_path)
     assert proc.returncode == 2
     assert b"Traceback" not in proc.stderr
+    lines = proc.stderr.decode().splitlines()
+    assert lines[-1].startswith("supervise") and "usage" not in lines[-1], lines
+    usage = lines[:-1]
+    assert usage == [] or (usage[0].startswith("usage: supervise")
+                           and all(line.startswith(" ") for line in usage[1:])), lines
 
 
 def test_two_hundred_megabyte_stage_keeps_memory_bounded(tmp_path: Path) -> None:
