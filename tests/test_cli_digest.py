@@ -318,3 +318,41 @@ def test_values_execve_cannot_carry_are_config_errors(tmp_path: Path, bad: str) 
     assert proc.returncode == 1 and b"[[stages]] 'b' (number 1):" in proc.stderr
     digest = run_cli("digest", cwd=tmp_path)
     assert digest.returncode == 1 and b"Traceback" not in digest.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_deferred_runner_stopped_by_a_signal_kills_its_stage(tmp_path: Path,
+                                                              sig: signal.Signals) -> None:
+    """A TERM (a logout, a shutdown, a user's ``kill``) or INT to the detached runner of a
+    deferred stage: the runner died at once (no handler) and its stage ran on, orphaned, with
+    no deadline, no result and ``running.json`` left behind. Now the signal aborts the run as
+    it aborts a digest: the stage's tree is killed and a result says it was stopped."""
+    started = tmp_path / "stage.pid"
+    write_config(tmp_path, stage("slow", f"sh -c 'echo $$ > {started}.tmp; "
+                                         f"mv {started}.tmp {started}; sleep 60'",
+                                 deferred=True, timeout=120))
+    assert "IN PROGRESS" in run_cli("digest", cwd=tmp_path).stdout.decode()
+    results = tmp_path / ".supervise" / "deferred" / "slow"
+    deadline = time.monotonic() + 60
+    while not started.exists() and time.monotonic() < deadline:  # handshake: the stage runs
+        time.sleep(0.02)
+    stage_pid = int(started.read_text())
+    runner = json.loads((results / "running.json").read_text())["pid"]
+    try:
+        os.kill(runner, sig)
+        deadline = time.monotonic() + 60
+        while alive_and_ours(runner) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive_and_ours(runner)
+        assert not alive_and_ours(stage_pid), "the stage outlived its runner"
+        found = list(results.glob("result-*.json")) + list(results.glob("lost-*.json"))
+        assert found, sorted(p.name for p in results.iterdir())
+        data = json.loads(found[0].read_text())
+        assert data.get("status") != "ok", data
+        assert not (results / "running.json").exists()
+    finally:
+        for pid in (stage_pid, runner):
+            try:
+                os.killpg(pid, signal.SIGKILL)  # each leads its own process group
+            except OSError:
+                pass

@@ -17,11 +17,14 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._record import replace
 from ._deferred import _encode_result, _read, open_stage_dir, result_cap, result_key
 from .._errors import StateError
+
+if TYPE_CHECKING:
+    from ._results import DigestResult
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,11 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, default=Path.cwd())
     args = parser.parse_args(argv)
 
-    import anyio
-
     from . import _tree
     from ..config._context import SessionContext
     from ._run import run_digest
+    from ._signals import Aborter, run_with_signals
     from ..config._plan import DigestPlan
 
     _tree.enable_subreaper()
@@ -71,7 +73,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1  # the folder was replaced by a link meanwhile: nothing is written anywhere
     with directory:
         try:
-            result = anyio.run(run_digest, config, context)
+            # A TERM or INT (a logout, a shutdown, a `kill`) aborts the run as it aborts a
+            # digest: the stage's tree is killed and the result says so. Without handlers the
+            # runner died at once and its stage ran on, orphaned, with no deadline.
+            async def body(aborter: Aborter) -> DigestResult:
+                return await run_digest(config, context, abort=aborter.event,
+                                        abort_reason=aborter.reason)
+
+            result, _aborter = run_with_signals(body)
             stage = result.stages[0]
             data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
                                    "seconds": round(stage.seconds, 3), "finished": time.time(),
