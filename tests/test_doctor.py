@@ -319,3 +319,29 @@ def test_doctor_in_a_subdirectory_warns_where_sessions_there_get_nothing(project
     assert run_cli("install", "claude", "--scope", "user", cwd=project).returncode == 0
     lines = run_cli("doctor", "claude", cwd=project / "pkg").stdout.decode().splitlines()
     assert not [line for line in lines if "gets no digest" in line], lines  # user scope fires there
+
+
+def test_memory_store_kept_out_of_git(git_repo: Path) -> None:
+    """The memory stage refuses tracked memory files: doctor warns while the store is one
+    `git add -A` away from that, fails once a file is tracked, and is quiet without a store."""
+    import subprocess
+
+    memory = '[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+    (git_repo / "supervise.toml").write_text(memory)
+    assert not [line for line in _doctor(git_repo)[1] if "memory store" in line]
+    (git_repo / ".remember").mkdir()
+    (git_repo / ".remember" / "remember.md").write_text("handoff\n")
+    lines = [line for line in _doctor(git_repo)[1] if "memory store" in line]
+    assert len(lines) == 1 and lines[0].startswith("warn  memory store: .remember/ is not git-ignored"), lines
+    subprocess.run(["git", "-C", str(git_repo), "add", ".remember"], check=True, timeout=30)
+    code, lines = _doctor(git_repo)
+    fails = [line for line in _fails(lines) if "memory store" in line]
+    assert code == 1 and len(fails) == 1 and "1 file(s) in .remember/ are tracked" in fails[0], lines
+    assert "git rm -r --cached .remember" in fails[0]
+    subprocess.run(["git", "-C", str(git_repo), "rm", "-rq", "--cached", ".remember"], check=True, timeout=30)
+    with open(git_repo / ".git" / "info" / "exclude", "a") as f:
+        f.write("/.remember/\n")
+    assert "ok    memory store: .remember/ is git-ignored" in _doctor(git_repo)[1]
+    (git_repo / "supervise.toml").write_text(memory + '[stages.options]\ndir = "notes"\n')
+    (git_repo / "notes").mkdir()
+    assert "warn  memory store: notes/ is not git-ignored" in "\n".join(_doctor(git_repo)[1])

@@ -4,7 +4,7 @@ One line per check, ``ok``, ``warn`` (a caveat the tool cannot verify or fix) or
 its fix on the same line. Exit 1 if any check fails, else 0.
 
 Checks: the config loads; the state dir is writable and git-ignored; each configured stage's
-program is found; per harness (the ones named, else every one with a registration of ours):
+program is found (and the ``memory`` stage's store is kept out of git); per harness (the ones named, else every one with a registration of ours):
 the registration is present, its command works without ``PATH``, its timeout exceeds the budget
 (:data:`MIN_HEADROOM` seconds, so the budget ends first and the banner is seen), the per-prompt
 and post-tool hooks are there, and the harness's trust caveats (Codex trust is read from its
@@ -90,6 +90,8 @@ def _stage_checks(config: Any, project: Path) -> list[Check]:
                 checks.append(Check("FAIL", subject, str(err), f"correct 'builtin' of stage '{stage.name}' in {config.source}"))
                 continue
             checks.append(Check("ok", subject, f"built-in '{stage.builtin}' found"))
+            if stage.builtin == "memory":
+                checks += _memory_store_checks(project, str(stage.options.get("dir") or ".remember"))
             continue
         program = "/bin/sh" if stage.shell else stage.run[0]
         base = project / stage.cwd if stage.cwd else project
@@ -104,6 +106,37 @@ def _stage_checks(config: Any, project: Path) -> list[Check]:
             checks.append(Check("FAIL", subject, f"program {program!r} not found or not executable",
                                 f"install it, or correct 'run' of stage '{stage.name}' in {config.source}"))
     return checks
+
+
+def _memory_store_checks(project: Path, folder: str) -> list[Check]:
+    """Is the memory store (the ``memory`` stage's ``dir``) kept out of git? Its tracked files
+    are refused by the stage (planted memory is prompt injection: docs/stages/memory.md), so a
+    store that is neither ignored nor tracked is one ``git add -A`` away from vanishing from
+    the digest. Nothing when the store does not exist or lies outside the project."""
+    store = Path(folder) if os.path.isabs(folder) else project / folder
+    if not os.path.lexists(store) or not store.resolve().is_relative_to(project.resolve()):
+        return []
+    name = f"{folder.rstrip('/')}/"
+    try:
+        tracked = subprocess.run(["git", "-C", str(project), "ls-files", "-z", "--", str(store)],
+                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
+        ignored = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(store) + "/"],
+                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL).returncode
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if tracked.returncode == 0 and tracked.stdout:
+        count = tracked.stdout.count(b"\0")
+        return [Check("FAIL", "memory store", f"{count} file(s) in {name} are tracked by git, and "
+                      "the memory stage refuses tracked memory (not injected)",
+                      f"git rm -r --cached {shlex.quote(folder)}, then add /{name} to "
+                      ".gitignore or .git/info/exclude")]
+    if ignored == 1:
+        return [Check("warn", "memory store", f"{name} is not git-ignored: a `git add -A` would "
+                      "commit it, and the memory stage refuses tracked memory; add "
+                      f"/{name} to .gitignore or .git/info/exclude")]
+    if ignored == 0:
+        return [Check("ok", "memory store", f"{name} is git-ignored")]
+    return []
 
 
 def _package_checks() -> list[Check]:
