@@ -111,7 +111,9 @@ def render_text(doc: dict[str, Any]) -> str:
     if lock is None:
         lines.append("lock       free")
     else:
-        state = "alive" if lock["alive"] else "STALE (owner gone; the next start replaces it)"
+        state = "alive" if lock["alive"] else (
+            "stale, not a problem: its owner is gone (that session ended); the next start "
+            "replaces it")
         sid = f", session {lock['session_id']}" if lock["session_id"] else ""
         lines.append(f"lock       {lock['harness']} pid {lock['pid']}{sid}, since "
                      f"{when(lock['acquired_at'])}: {state}")
