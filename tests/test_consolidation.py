@@ -248,3 +248,32 @@ def test_the_digest_does_not_wait_for_consolidation(store: Path, state: Path, ma
         release.write_text("go")
     wait_for(marks / "done")  # it survived the stage's end and the engine's sweep
     wait_lock_free(state)
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_signal_to_the_wrapper_stops_the_command(store: Path, state: Path, marks: Path,
+                                                   tmp_path: Path, sig: str) -> None:
+    """A TERM or HUP to the detached wrapper (a logout, a shutdown, a ``kill``): the wrapper
+    died at once, its lock came free and the command ran on in its own session with no
+    timeout (a next session could start a second one beside it). Now the wrapper stops the
+    command (TERM, then KILL after a grace), logs it, and only then lets the lock go."""
+    import signal
+
+    from helpers import alive_and_ours
+
+    options = {"consolidate": command(marks, tmp_path / "never")}
+    run(store.parent, state, "startup", options)
+    wait_for(marks / "started")
+    lock = (state / "memory" / "consolidate.lock").read_text()
+    wrapper = int(lock.split("\n")[0].removeprefix("pid="))
+    child = int((marks / "starts.log").read_text().split()[0])
+    try:
+        os.kill(wrapper, getattr(signal, sig))
+        wait_lock_free(state)
+        assert not alive_and_ours(child), "the command outlived its wrapper"
+        assert f"stopped by {sig}" in (state / "logs" / "consolidation.log").read_text()
+    finally:
+        try:
+            os.killpg(child, signal.SIGKILL)  # it leads its own session
+        except OSError:
+            pass

@@ -96,9 +96,26 @@ def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
         os.close(log_fd)
 
 
+STOP_GRACE = 2.0
+"""Seconds the command gets between the TERM and the KILL when the wrapper is stopped."""
+
+
 def _wrap(argv: list[str]) -> int:
+    """The detached wrapper: run ``argv[4:]`` in its own session under the timeout, holding
+    the consolidation lock (``argv[0]``, a descriptor) for its whole life and logging to
+    ``argv[2]``. A TERM, INT or HUP to the wrapper (a logout, a shutdown, a ``kill``) stops
+    the command too (TERM, then KILL after :data:`STOP_GRACE` seconds) before the lock goes:
+    without that the command ran on with no timeout while a next session could start another.
+    Returns 0, or 128 + n when stopped by signal n."""
     lock_fd, timeout, log_fd = int(argv[0]), float(argv[1]), int(argv[2])
     command = argv[4:]
+    stop: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        stop.append(signum)
+
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, note)  # recorded; acted on between two short waits below
     try:
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, f"pid={os.getpid()}\nstarted={time.strftime('%Y-%m-%d %H:%M:%S')}\n"
@@ -117,17 +134,34 @@ def _wrap(argv: list[str]) -> int:
         except OSError as err:
             log.write(f"cannot start: {err}\n".encode())
             return 1
-        try:
-            code = child.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
+        end = time.monotonic() + timeout
+        code: int | None = None
+        while code is None and not stop and time.monotonic() < end:
+            try:
+                code = child.wait(timeout=max(0.0, min(0.25, end - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                pass
+        if code is None and stop:
+            name = signal.Signals(stop[0]).name
+            try:
+                os.killpg(child.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                code = child.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+            log.write(f"stopped by {name} (the wrapper was)\n".encode())
+        if code is None:
             try:
                 os.killpg(child.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
             code = child.wait()
-            log.write(f"killed after {timeout:g}s (consolidate_timeout)\n".encode())
+            if not stop:
+                log.write(f"killed after {timeout:g}s (consolidate_timeout)\n".encode())
         log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} exit {code}\n".encode())
-    return 0
+    return 128 + stop[0] if stop else 0
 
 
 if __name__ == "__main__":
