@@ -459,3 +459,43 @@ def test_an_unknown_harness_lists_every_known_one(git_repo: Path, verb: str) -> 
     for name in [*ADAPTERS, "pi", "opencode"]:
         assert f" {name}," in err or f" {name})" in err, (name, err)
     assert not (git_repo / ".claude").exists()
+
+
+def test_an_empty_digest_in_a_terminal_says_so(tmp_path: Path) -> None:
+    """In a folder with nothing to show (no instruction file, memory store or git repository)
+    the terminal digest printed nothing but its timing line; that line now says why."""
+    import os
+    import pty
+    import subprocess
+
+    from helpers import supervise_cmd
+
+    def stderr_on_a_terminal(cwd: Path) -> tuple[bytes, str]:
+        master, slave = pty.openpty()
+        try:
+            proc = subprocess.run(supervise_cmd("digest"), cwd=cwd, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=slave, timeout=60)
+            os.close(slave)
+            slave = -1
+            chunks = []
+            while True:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:  # EIO: the terminal's other side is closed and drained
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+        finally:
+            os.close(master)
+            if slave >= 0:
+                os.close(slave)
+        return proc.stdout, b"".join(chunks).decode()
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out, err = stderr_on_a_terminal(empty)
+    assert out == b"" and "digest complete in" in err and "it printed nothing" in err, (out, err)
+    (empty / "AGENTS.md").write_text("Use tabs.\n")
+    out, err = stderr_on_a_terminal(empty)
+    assert b"Use tabs." in out and "digest complete in" in err and "printed nothing" not in err, err

@@ -254,8 +254,12 @@ def main(argv: list[str]) -> int:
         result, aborter = run_with_signals(body)
         if live is not None:
             state = "TRUNCATED" if result.truncated else "complete"
+            shown = (notice or result.truncated or result.notices
+                     or any(stage.bytes for stage in result.stages))
+            empty = "" if shown else ("; it printed nothing: no stage had anything to show "
+                                      "here")  # else a bare timing line looks like a fault
             print(f"supervise: digest {state} in {result.seconds:.2f}s (budget "
-                  f"{result.budget:g}s)", file=sys.stderr)
+                  f"{result.budget:g}s){empty}", file=sys.stderr)
         if isinstance(sink, StreamSink):
             whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
         else:
