@@ -59,9 +59,10 @@ class HookArgs:
 HOOK_DESCRIPTION = """\
 The entry a harness registration calls (`supervise install HARNESS` writes it). Reads the
 harness payload (JSON) from stdin, routes its source (startup/new: full digest; clear/compact:
-re-emit after a proven start; resume/reload/fork: the nudge), and prints the result in the
-harness's envelope. Always exits 0 (--prerequisite: 3 = stand down, for bridges only).
-See docs/session-protocol.md."""
+re-emit after a proven start; resume/reload/fork: nothing when the transcript already holds
+our digest or the nudge, else the nudge), and prints the result in the harness's envelope.
+Always exits 0 (--prerequisite: 3 = stand down, for bridges only). See
+docs/session-protocol.md."""
 
 NUDGE_DESCRIPTION = """\
 Prints the one-line nudge that asks the model to run `supervise digest`, unless this
