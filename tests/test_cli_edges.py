@@ -368,7 +368,7 @@ def test_a_tilde_of_an_unknown_user_is_never_an_internal_error(git_repo: Path, t
                     or not os.path.exists("/usr/bin/setpriv"),
                     reason="needs root and setpriv to run as a user id without a passwd entry")
 @pytest.mark.parametrize("argv", [["install", "claude"], ["install", "claude", "--scope", "user"],
-                                  ["uninstall", "claude"], ["doctor"]],
+                                  ["uninstall", "claude"], ["doctor"], ["digest"]],
                          ids=" ".join)
 def test_no_home_at_all_is_never_an_internal_error(argv: list[str]) -> None:
     """``HOME`` unset and a user id without a passwd entry (a container started with
@@ -384,15 +384,51 @@ def test_no_home_at_all_is_never_an_internal_error(argv: list[str]) -> None:
         project.mkdir()
         (project / ".git").mkdir()  # a project root for the verbs; no git is run as the user
         os.chown(project, 54321, 54321)
-        env = {k: v for k, v in os.environ.items() if k != "HOME" and not k.startswith("GIT_")}
+        env = {k: v for k, v in os.environ.items() if k != "HOME"
+               and not k.startswith(("GIT_", "XDG_", "CODEX_HOME", "GEMINI_CLI_HOME"))}
         # setpriv keeps root's capabilities: the interpreter may live in a folder only root
         # reads; what matters is the user id no passwd entry names
         nobody = ["/usr/bin/setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]
+        (project / "supervise.toml").write_text(
+            '[[stages]]\nname = "late"\nrun = ["true"]\ndeferred = true\n')
+        os.chown(project / "supervise.toml", 54321, 54321)
         proc = subprocess.run(nobody + supervise_cmd(*argv), cwd=project,
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=env)
+        # no home is never a relative "~": nothing named ~ (a plan cache, a deferred key a
+        # clone could ship, ~/.codex read from the cwd) anywhere under the working directory
+        assert not [p for p in Path(top).rglob("~")], sorted(Path(top).rglob("*"))
     _no_traceback(proc.stderr)
     if "--scope" in argv:
         lines = proc.stderr.decode().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and "(HOME)" in lines[0], lines
+    elif argv == ["digest"]:  # the deferred stage is refused with the one-line reason
+        assert proc.returncode == 0 and b"no home directory" in proc.stdout + proc.stderr, proc
     else:
         assert proc.returncode in (0, 1), proc.stderr
+
+
+@pytest.mark.parametrize("home", ["", "relhome"])
+def test_no_absolute_home_writes_and_reads_nothing_in_the_cwd(tmp_path: Path, home: str) -> None:
+    """``HOME`` empty or relative (the no-passwd-entry case without root): the plan cache
+    (``relhome/.cache/watchkeeper``), the deferred-result key and doctor's user-scope files
+    were all joined onto it, so a digest wrote into the working directory (a project a clone
+    controls) and could sign with a key the clone shipped. Now: no cache, the deferred stage
+    refused with one line, doctor's user-scope checks a warn."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "supervise.toml").write_text(
+        '[[stages]]\nname = "late"\nrun = ["true"]\ndeferred = true\n')
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GIT_", "XDG_", "CODEX_HOME", "GEMINI_CLI_HOME"))}
+    env["HOME"] = home
+    before = sorted(p.name for p in project.iterdir())
+    for argv in (["digest"], ["doctor"]):
+        proc = subprocess.run(supervise_cmd(*argv), cwd=project, stdin=subprocess.DEVNULL,
+                              capture_output=True, timeout=120, env=env)
+        _no_traceback(proc.stderr)
+        if argv == ["digest"]:
+            assert b"no home directory" in proc.stdout + proc.stderr, proc
+        else:
+            assert b"no home directory" in proc.stdout, proc.stdout
+    after = sorted(p.name for p in project.iterdir() if p.name != ".supervise")
+    assert after == before, after

@@ -132,9 +132,10 @@ def _rel(path: Path, project_dir: Path) -> str:
         return str(path)
 
 
-def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
+def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
           named: bool) -> list[tuple[str, str, str]]:
     """``doctor`` lines for ``bridge``: ``(status, text, fix)``, status ``ok``/``warn``/``FAIL``.
+    ``home`` None (no home directory): the user scope is not checked.
 
     Checks, per scope with a placed entry: the entry and ``core.mjs`` are present and current,
     ``watchkeeper.json`` names an absolute interpreter that imports watchkeeper without
@@ -145,9 +146,11 @@ def check(bridge: Bridge, project_dir: Path, home: Path, budget: float,
     found = False
     from ..state._fsutil import link_on_path, link_refusal
 
-    roots = tuple(sorted({project_dir.absolute(), home.absolute()}, key=lambda p: -len(p.parts)))
-    for scope in ("project", "user"):
-        entry, core, settings = bridge.files(scope, project_dir, home)
+    roots = tuple(sorted({project_dir.absolute(), *([home.absolute()] if home else [])},
+                         key=lambda p: -len(p.parts)))
+    for scope in ("project", "user") if home is not None else ("project",):
+        # (the project scope never reads ``home``)
+        entry, core, settings = bridge.files(scope, project_dir, home or project_dir)
         link = next((hit for path in (entry, core, settings)
                      if (hit := link_on_path(path.absolute(), roots))), None)
         if link:  # a hostile clone's link: never read or refreshed through

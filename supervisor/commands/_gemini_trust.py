@@ -51,14 +51,23 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     Args:
         project: the project root (absolute).
         env: the environment to judge (default ``os.environ``).
-        home: the home folder (default ``GEMINI_CLI_HOME``, else ``~``).
+        home: the home folder (default ``GEMINI_CLI_HOME`` when absolute, else
+            :func:`supervisor._home.home_dir`; with neither, a ``warn`` and nothing read).
 
     Returns:
         ``(status, text, fix)`` for one doctor line: ``ok`` with how it is trusted, ``FAIL``
         with the reason and the fix, or ``warn`` when a Gemini file cannot be read.
     """
     env = dict(os.environ) if env is None else env
-    home = home or Path(env.get("GEMINI_CLI_HOME") or Path(os.path.expanduser("~")))
+    if home is None:
+        from .._home import home_dir
+
+        override = env.get("GEMINI_CLI_HOME", "")
+        found = override if os.path.isabs(override) else home_dir()
+        if found is None:  # never ./~/.gemini in the working directory
+            return ("warn", "Gemini's folder trust not checked: no home directory (HOME unset, "
+                    "empty or relative)", "set HOME")
+        home = Path(found)
     fix = (f"trust the folder when `gemini` asks in {project}, or turn folder trust off "
            f"(\"security\": {{\"folderTrust\": {{\"enabled\": false}}}} in "
            f"{home / '.gemini' / 'settings.json'}); a headless run can set "

@@ -326,8 +326,22 @@ def codex_hook_hash(event: str, matcher: str | None, handler: dict[str, Any]) ->
     return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def _home_path() -> Path | None:
+    from .._home import home_dir
+
+    home = home_dir()
+    return None if home is None else Path(home)
+
+
 def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list[Check]:
-    home = Path(os.environ.get("CODEX_HOME") or Path(os.path.expanduser("~")) / ".codex")
+    from .._home import home_dir
+
+    override, user_home = os.environ.get("CODEX_HOME", ""), home_dir()
+    if not os.path.isabs(override) and user_home is None:  # never ./~/.codex in the cwd
+        return [Check("warn", "codex", "Codex's trust and hook state not checked: no home "
+                      "directory (HOME unset, empty or relative) and no absolute CODEX_HOME",
+                      "set HOME")]
+    home = Path(override) if os.path.isabs(override) else Path(str(user_home), ".codex")
     conf_path = home / "config.toml"
     try:
         with conf_path.open("rb") as f:
@@ -403,9 +417,14 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
     a subdirectory of ``project`` (else None)."""
     found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
     checks: list[Check] = []
+    from .._home import home_dir
+
+    home = home_dir()
     for scope in adapter.scopes:
-        path = _settings.settings_path(adapter, scope, project, Path(os.path.expanduser("~")))
-        refused = _settings.refuse_links([path], project, Path(os.path.expanduser("~")))
+        if home is None and scope == "user":  # never ./~/.claude/... in the working directory
+            continue  # (one "home" warn line in main)
+        path = _settings.settings_path(adapter, scope, project, Path(home or project))
+        refused = _settings.refuse_links([path], project, Path(home or project))
         if refused:  # a hostile clone's link to the user's own file: never read as ours
             checks.append(Check("FAIL", adapter.name, refused[0].split(";")[0],
                                 "replace the link with a regular file (install refuses to "
@@ -491,7 +510,11 @@ def main(argv: list[str]) -> int:
                                                below)]
     harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
                        if name in BRIDGES for status, text, fix in
-                       bridge_check(bridge(name), project, Path(os.path.expanduser("~")), budget, bool(args.harnesses))]
+                       bridge_check(bridge(name), project, _home_path(), budget, bool(args.harnesses))]
+    if _home_path() is None:
+        harness_checks.insert(0, Check("warn", "home", "user-scope registrations not checked: no "
+                                       "home directory (HOME unset, empty or relative)",
+                                       "set HOME"))
     if not harness_checks:
         harness_checks = [Check("FAIL", "harness", "no watchkeeper registration found for any harness",
                                 f"supervise install HARNESS ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")]

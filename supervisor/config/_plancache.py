@@ -70,10 +70,16 @@ def cache_file(cache_dir: StrPath) -> str:
     return os.path.join(cache_dir, f"{stem}-{_short_name(here)}.{suffix}")
 
 
-def default_cache_dir(project_dir: StrPath) -> str:
+def default_cache_dir(project_dir: StrPath) -> str | None:
     """Per-project cache folder in the user's cache dir (``$XDG_CACHE_HOME`` or ``~/.cache``):
-    a terminal digest must not create ``.supervise/`` in a project that never installed us."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    a terminal digest must not create ``.supervise/`` in a project that never installed us.
+    None when there is no home (:func:`supervisor._home.home_dir`): then no cache at all,
+    never a relative ``~/.cache`` in the working directory."""
+    from .._home import xdg_dir
+
+    base = xdg_dir("XDG_CACHE_HOME", ".cache")
+    if base is None:
+        return None
     return os.path.join(base, "watchkeeper",
                         _short_name(os.fspath(project_dir).encode("utf-8", "surrogateescape")))
 
@@ -95,7 +101,7 @@ def load_plan(project_dir: StrPath, explicit: StrPath | None = None,
 
     Same order and errors as :func:`supervisor.config._schema.load_config`; ``cache_dir`` (default:
     :func:`default_cache_dir`) holds one cache file per installation (:func:`cache_file`);
-    an unwritable cache dir just means
+    no home (then no default) or an unwritable cache dir just means
     no cache. Environment overrides are applied to the result; a bad one raises, or, with
     ``on_env_error``, is reported through it (one line) and ignored.
 
@@ -109,6 +115,12 @@ def load_plan(project_dir: StrPath, explicit: StrPath | None = None,
         raise ConfigError(f"{path}: cannot read: {err.strerror}") from None
     if cache_dir is None:
         cache_dir = default_cache_dir(project_dir)
+    if cache_dir is None:  # no home: no cache, the config is read each time
+        from ._schema import load_config_raw
+
+        config = load_config_raw(project_dir, explicit)
+        plan = DigestPlan.from_mapping({**config.model_dump(mode="json"), "source": config.source})
+        return _with_env(plan, on_env_error)
     from .._errors import StateError
     from ..state._statedir import StateDir
 

@@ -45,13 +45,22 @@ _spawned: set[int] = set()
 KEY_FILE = "deferred.key"
 """The per-user secret (32 random bytes, mode 0600) every deferred result is signed with, kept
 under ``$XDG_STATE_HOME/watchkeeper/`` (``~/.local/state/watchkeeper/``): outside every project
-tree, so a result file planted in a cloned repository cannot carry a valid signature."""
+tree, so a result file planted in a cloned repository cannot carry a valid signature.
+With no home (:func:`supervisor._home.home_dir` None) and no absolute ``$XDG_STATE_HOME`` there
+is no key: a deferred stage is then refused with a one-line reason (never a key kept in the
+project's state dir, which a clone could ship with a key it knows)."""
+
+NO_KEY = ("no home directory (HOME unset, empty or relative, no XDG_STATE_HOME) to keep the "
+          "deferred-result key in; set HOME to run deferred stages")
+"""The one-line reason a deferred stage is not launched when :func:`key_path` is None."""
 
 
-def key_path() -> str:
-    """Where the per-user result key lives (:data:`KEY_FILE`)."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "watchkeeper", KEY_FILE)
+def key_path() -> str | None:
+    """Where the per-user result key lives (:data:`KEY_FILE`); None when there is no home."""
+    from .._home import xdg_dir
+
+    base = xdg_dir("XDG_STATE_HOME", ".local", "state")
+    return None if base is None else os.path.join(base, "watchkeeper", KEY_FILE)
 
 
 def result_key(*, create: bool) -> bytes | None:
@@ -59,9 +68,14 @@ def result_key(*, create: bool) -> bytes | None:
     (a link, a wrong size, a file other users can read).
 
     Raises:
-        OSError: ``create`` and the key cannot be made (an unwritable home).
+        OSError: ``create`` and the key cannot be made (an unwritable home, or no home:
+            :data:`NO_KEY`).
     """
     path = key_path()
+    if path is None:
+        if create:
+            raise OSError(NO_KEY)
+        return None
     flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     for _attempt in range(2):
         try:
