@@ -322,7 +322,8 @@ def test_values_execve_cannot_carry_are_config_errors(tmp_path: Path, bad: str) 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_deferred_runner_stopped_by_a_signal_kills_its_stage(tmp_path: Path,
-                                                              sig: signal.Signals) -> None:
+                                                              sig: signal.Signals,
+                                                              cpu_load: str) -> None:
     """A TERM (a logout, a shutdown, a user's ``kill``) or INT to the detached runner of a
     deferred stage: the runner died at once (no handler) and its stage ran on, orphaned, with
     no deadline, no result and ``running.json`` left behind. Now the signal aborts the run as

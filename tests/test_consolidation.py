@@ -252,7 +252,8 @@ def test_the_digest_does_not_wait_for_consolidation(store: Path, state: Path, ma
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
 def test_a_signal_to_the_wrapper_stops_the_command(store: Path, state: Path, marks: Path,
-                                                   tmp_path: Path, sig: str) -> None:
+                                                   tmp_path: Path, sig: str,
+                                                   cpu_load: str) -> None:
     """A TERM or HUP to the detached wrapper (a logout, a shutdown, a ``kill``): the wrapper
     died at once, its lock came free and the command ran on in its own session with no
     timeout (a next session could start a second one beside it). Now the wrapper stops the
