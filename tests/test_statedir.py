@@ -250,3 +250,41 @@ def test_name_matcher_answers_as_fnmatchcase(pattern: str) -> None:
     matches = name_matcher(pattern)
     for name in names:
         assert matches(name) == fnmatch.fnmatchcase(name, pattern), (pattern, name)
+
+
+@pytest.mark.parametrize("slashes", ["/", "//"])
+def test_a_trailing_slash_is_no_way_past_the_link_refusal(tmp_path: Path, slashes: str) -> None:
+    """``os.open("link/", O_NOFOLLOW | O_DIRECTORY)`` follows the link (a trailing slash makes
+    the kernel resolve the last component) and ``os.path.islink("link/")`` is False: the state
+    dir ``link/`` was opened and written through into the link's target, the lock, ledger and
+    stage log with it, and ``state_dir_problem`` said nothing. Every entry is refused now."""
+    from supervisor.engine._stagelog import StderrCapture, write_entry
+    from supervisor.session._ledger import record_start
+    from supervisor.session._lock import state_mutex, write_record
+    from supervisor.state._project import state_dir_problem
+    from supervisor.state._statedir import link_reference, usable_path
+
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    link = tmp_path / "state"
+    link.symlink_to(target)
+    given = str(link) + slashes
+    for create in (False, True):
+        with pytest.raises(StateError, match="symlink"):
+            StateDir.open(given, create=create)
+    with pytest.raises(StateError, match="symlink"):
+        StateDir.open_existing(given)
+    assert state_dir_problem(given) is not None
+    assert link_reference(given) is not None and usable_path(given) == ""
+    with pytest.raises(StateError):
+        write_record(given + "lock.json", {"a": 1})
+    with pytest.raises(StateError):
+        with state_mutex(given):
+            pass
+    with pytest.raises(StateError):
+        record_start(given, "claude", "s1", "n1")
+    capture = StderrCapture()
+    capture.feed(b"boom\n")
+    with pytest.raises(StateError):
+        write_entry(given, "stage", "header", capture)  # type: ignore[arg-type]
+    assert list(target.iterdir()) == []

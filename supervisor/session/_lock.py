@@ -152,7 +152,9 @@ def state_mutex(state: StrPath | StateDir, timeout: float = MUTEX_TIMEOUT) -> It
 
 def _split(path: StrPath) -> tuple[str, str]:
     """``(folder, name)`` of the state file ``path`` (``"."`` for a bare name)."""
-    folder, name = os.path.split(os.fspath(path))
+    from ..state._fsutil import nofollow_path
+
+    folder, name = os.path.split(nofollow_path(path))
     return folder or ".", name
 
 

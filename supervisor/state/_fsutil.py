@@ -22,6 +22,16 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
 
 
+def nofollow_path(path: StrPath) -> str:
+    """``path`` as a ``str`` without trailing slashes (``"/"`` stays ``"/"``), for every entry
+    that refuses to follow its last component: ``os.open("link/", O_NOFOLLOW | O_DIRECTORY)``
+    *does* follow a link (a trailing slash makes the kernel resolve the last component) and
+    ``os.path.islink("link/")`` is False, so ``"link/"`` and ``"link//"`` walked past the
+    refusal into the link's target."""
+    text = os.fspath(path)
+    return text.rstrip("/") or ("/" if text.startswith("/") else text)
+
+
 def atomic_write(path: StrPath, data: bytes, *, mode: int | None = None, fsync: bool = False) -> None:
     """Replace ``path`` with ``data`` atomically: readers see the old or the new file, never a
     part. A temp file is created exclusively (``O_EXCL | O_NOFOLLOW``) in the same folder,
@@ -38,7 +48,7 @@ def atomic_write(path: StrPath, data: bytes, *, mode: int | None = None, fsync: 
     Raises:
         OSError: the folder is not writable or the disk is full; the temp file is removed.
     """
-    folder, name = os.path.split(os.fspath(path))
+    folder, name = os.path.split(nofollow_path(path))
     tmp = os.path.join(folder, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                  0o644 if mode is None else mode)
@@ -78,7 +88,7 @@ def flocked(path: StrPath, timeout: float, *, poll: float = 0.005) -> Iterator[b
     Raises:
         OSError: ``path`` cannot be opened (ELOOP for a symlink).
     """
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(nofollow_path(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with flock_fd(fd, timeout, poll=poll) as held:
         yield held
 

@@ -146,7 +146,9 @@ def ensure_state_dir(state_dir: StrPath) -> bool:
 
     Returns True when the dir was created by this call. Raises OSError like ``mkdir``.
     """
-    path = os.fspath(state_dir)
+    from ._fsutil import nofollow_path
+
+    path = nofollow_path(state_dir)
     if os.path.exists(path):
         return False
     os.makedirs(path, exist_ok=True)
@@ -158,7 +160,11 @@ def ensure_state_dir(state_dir: StrPath) -> bool:
 
 def state_dir_problem(state_dir: StrPath) -> str | None:
     """Why ``state_dir`` must not be written (it, or a record folder in it, is a symlink:
-    someone else decides where our state lands), or None when it may be used."""
+    someone else decides where our state lands), or None when it may be used. A trailing
+    slash (``"link/"``) is no way past it."""
+    from ._fsutil import nofollow_path
+
+    state_dir = nofollow_path(state_dir)
     if os.path.islink(state_dir):
         return f"state dir {state_dir} is a symlink; refusing to follow it"
     return None

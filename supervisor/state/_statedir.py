@@ -53,6 +53,7 @@ from contextlib import contextmanager
 
 from .. import _jsontext
 from .._errors import StateError
+from ._fsutil import nofollow_path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
@@ -175,7 +176,7 @@ class StateDir:
             StateError: it is a symlink ("refusing to follow it": nothing is written through
                 it), not a directory, missing (without ``create``) or cannot be created.
         """
-        path = os.fspath(path)
+        path = nofollow_path(path)  # "link/" would follow the link
         for attempt in (0, 1):
             try:
                 try:
@@ -208,6 +209,7 @@ class StateDir:
         Raises:
             StateError: it is a symlink, not a directory, or cannot be opened.
         """
+        path = nofollow_path(path)
         if not os.path.lexists(path):
             return None
         try:
@@ -637,6 +639,7 @@ def _link_refusal(path: StrPath) -> str:
 def mark_named(path: StrPath) -> None:
     """Record that the digest already named the symlinked state dir ``path`` (e.g. in its
     READ-ONLY notice), so :func:`link_notice` and :func:`link_reference` do not repeat it."""
+    path = nofollow_path(path)
     if os.path.islink(path):
         _named_links.add(os.fspath(path))
 
@@ -644,6 +647,7 @@ def mark_named(path: StrPath) -> None:
 def link_notice(path: StrPath) -> str | None:
     """The one line naming a symlinked state dir ``path``, when it is one and this process has
     not named it yet (then it counts as named); else None. The digest prints it once."""
+    path = nofollow_path(path)
     if not os.path.islink(path) or os.fspath(path) in _named_links:
         return None
     _named_links.add(os.fspath(path))
@@ -654,6 +658,7 @@ def link_reference(path: StrPath) -> str | None:
     """A short reason for a consumer that could not use the symlinked state dir ``path``
     ("the state dir is a symlink, named in this digest"), or None when it is not a link: the
     whole reason is given once, by :func:`link_notice` or the READ-ONLY notice."""
+    path = nofollow_path(path)
     if not os.path.islink(path):
         return None
     return "the state dir is a symlink (named once in this digest); nothing is written there"
@@ -662,6 +667,7 @@ def link_reference(path: StrPath) -> str | None:
 def usable_path(path: StrPath) -> str:
     """``str(path)``, or ``""`` when it is a symlink: what a stage gets as
     ``SUPERVISE_STATE_DIR`` (empty = no state dir: the stage writes nothing)."""
+    path = nofollow_path(path)
     return "" if os.path.islink(path) else os.fspath(path)
 
 
