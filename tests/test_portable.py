@@ -150,8 +150,8 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
                 await watch.refresh(anyio.current_time() + 5.0)
 
         anyio.run(until_member)
-        complete = watch._scan_sync(time.monotonic() - 1.0, {proc.pid: token}, set(), None,
-                                    set(), set(), math.inf)
+        complete, _ = watch._scan_sync(time.monotonic() - 1.0, {proc.pid: token}, set(), None,
+                                       set(), set(), math.inf)
         assert not complete
         assert proc.pid in tree.members
     finally:

@@ -593,11 +593,11 @@ def test_a_leftover_check_takes_its_two_fresh_scans_in_one_thread_round(
     rounds, scans = [0], [0]
     real_round, real_scan = _tree.Watch._scan_settled, _tree.Watch._scan_sync
 
-    def counted_round(self: _tree.Watch, *args: Any) -> bool:
+    def counted_round(self: _tree.Watch, *args: Any) -> tuple[bool, int | None]:
         rounds[0] += 1
         return real_round(self, *args)
 
-    def counted_scan(self: _tree.Watch, *args: Any) -> bool:
+    def counted_scan(self: _tree.Watch, *args: Any) -> tuple[bool, int | None]:
         scans[0] += 1
         return real_scan(self, *args)
 
@@ -617,3 +617,39 @@ def test_a_leftover_check_takes_its_two_fresh_scans_in_one_thread_round(
     assert anyio.run(check) is False
     assert fresh[0] >= 2, "settled without two fresh scans"
     assert rounds[0] >= 1 and scans[0] >= 2 * rounds[0], (rounds, scans)
+
+
+def test_a_dropped_scan_neither_completes_nor_settles_a_round(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_load: str) -> None:
+    """A scan whose result is dropped (a scan another thread began later had been applied: an
+    abandoned thread of an earlier refresh, cut by its deadline, runs on and applies its own)
+    did not update the members: it must not count as the round's complete scan, and the
+    round's settle loop must test this thread's own churn, never ``last_churn``, which that
+    other thread wrote. Before the fix ``_scan_settled`` reported such a round complete and
+    stopped settling on the other scan's zero churn, so a leftover check could answer "nothing
+    left" from scans that never read the stage. Driven directly with a stale ``began``."""
+    from supervisor.engine import _tree
+
+    [(leader, token, _)] = _leaders(tmp_path, 1, set())
+    watch = _tree.Watch()
+    tree = _tree.StageTree(leader, lambda: False, token)
+    watch.add(tree)
+    later = 1e12  # another thread's scan, begun after ours, was applied ...
+    watch.scanned_at, watch.last_complete, watch.last_churn = later, True, 0  # ... quiet
+    scans = [0]
+    real_scan = _tree.Watch._scan_sync
+
+    def counted_scan(self: _tree.Watch, *args: Any) -> tuple[bool, int | None]:
+        scans[0] += 1
+        return real_scan(self, *args)
+
+    monkeypatch.setattr(_tree.Watch, "_scan_sync", counted_scan)
+    complete, churn = watch._scan_settled(time.monotonic() + 60, {leader: token}, set(), None,
+                                          set(), set(), 0.0, 1, 2)
+    assert complete is False, "a dropped scan counted as the round's complete scan"
+    assert churn is None, "the round reported churn of a scan it did not apply"
+    assert scans[0] == 4, f"the settle loop stopped on another scan's churn ({scans[0]} scans)"
+    assert watch.scanned_at == later and watch.table == {} and tree.members == {}
+    single = watch._scan_sync(time.monotonic() + 60, {leader: token}, set(), None, set(), set(),
+                              0.0)
+    assert single == (False, None)

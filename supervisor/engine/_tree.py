@@ -363,11 +363,15 @@ class Watch:
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
                    previous: dict[int, Row] | None, reread: set[int], first: set[int],
-                   began: float) -> bool:
+                   began: float) -> tuple[bool, int | None]:
         """The scan itself (in a worker thread). It applies its own result, so a scan whose
         waiter gave up at its deadline still updates the members when it completes (under a
         heavy load a scan can outlast every short wait); a result older than the one already
-        applied is dropped."""
+        applied is dropped. Returns ``(complete, churn)``: whether this scan read the whole
+        table **and** its result was applied, and the new processes it found gone before it
+        could classify them (None when its result was dropped: a scan another thread began
+        later, e.g. an abandoned one of an earlier :meth:`refresh`, had applied its own, so
+        this one neither updated the members nor says anything about churn now)."""
         t0 = time.monotonic()
         churn = _proctable.CHURN[0]
         # Without the subreaper an escapee is found only by its token: read it as soon as
@@ -386,7 +390,7 @@ class Watch:
                 if not row.stopped:
                     _kill_checked(row.pid, row.start, signal.SIGSTOP)
         if began < self.scanned_at:
-            return complete
+            return False, None
         self.table = rows
         if previous is None:
             self.scan_seconds = time.monotonic() - t0
@@ -403,7 +407,7 @@ class Watch:
                     members = {**{pid: r for pid, r in tree.members.items() if pid not in rows},
                                **members}
                 tree.members = members
-        return complete
+        return complete, churn
 
     def _classify(self, exclude: set[int], row: Row) -> bool:
         """Read the token of a freshly read process at once (in the scan's thread, without
@@ -445,17 +449,30 @@ class Watch:
         the event loop (tens of ms on a loaded host, whose other processes churn all the
         time).
         Returns True when a complete scan (or a shared one) updated the members by the
-        deadline; a scan cut short keeps the members it did not read.
+        deadline; a scan cut short keeps the members it did not read, and a scan whose result
+        was dropped (a later one had been applied) does not count.
         """
+        complete, _ = await self._refresh(deadline, max_age, started_after, incremental,
+                                          every_member, again, settle)
+        return complete
+
+    async def _refresh(self, deadline: float, max_age: float = 0.0,
+                       started_after: float | None = None, incremental: bool = False,
+                       every_member: bool = False, again: int = 0,
+                       settle: int = 0) -> tuple[bool, int | None]:
+        """:meth:`refresh`, returning ``(complete, churn)``: ``churn`` is the churn of the
+        last scan this call applied itself (:meth:`_scan_settled`), of the shared scan's when
+        it joined one, None when it applied none (never another thread's scan's count read
+        after the fact: an abandoned scan of an earlier call may apply its result meanwhile)."""
         if anyio.current_time() - self.scanned_at <= max_age:
-            return True
-        complete = False
+            return True, self.last_churn
+        complete: tuple[bool, int | None] = (False, None)
         with anyio.move_on_at(deadline):
             while self._inflight is not None:
                 event, began = self._inflight
                 await event.wait()
                 if started_after is None or began >= started_after:
-                    return self.last_complete
+                    return self.last_complete, self.last_churn
             event = anyio.Event()
             self._inflight = (event, anyio.current_time())
             try:
@@ -481,19 +498,25 @@ class Watch:
 
     def _scan_settled(self, limit: float, sessions: dict[int, str], exclude: set[int],
                       previous: dict[int, Row] | None, reread: set[int], first: set[int],
-                      began: float, again: int, settle: int) -> bool:
+                      began: float, again: int, settle: int) -> tuple[bool, int | None]:
         """:meth:`_scan_sync`, then (worker thread) ``again`` more incremental scans and up
         to ``settle`` more while the last one saw churn, each begun after the one before it
-        ended, until ``limit`` (``time.monotonic``). Returns whether one of them read the
-        whole table (:meth:`_scan_sync`)."""
+        ended, until ``limit`` (``time.monotonic``). Returns ``(complete, churn)``: whether
+        one of them read the whole table and had its result applied, and the churn of the
+        last one applied (None when none was). Only this thread's own scans count: a scan
+        whose result was dropped (another thread, e.g. an abandoned earlier round, applied
+        a later one) neither completes the round nor settles it, and the churn tested is
+        the local count, never ``last_churn``, which that other thread may have written."""
         t0 = time.monotonic()
-        complete = self._scan_sync(limit, sessions, exclude, previous, reread, first, began)
+        complete, churn = self._scan_sync(limit, sessions, exclude, previous, reread, first,
+                                          began)
         for extra in range(again + settle):
-            if (extra >= again and self.last_churn == 0) or time.monotonic() >= limit:
+            if (extra >= again and churn == 0) or time.monotonic() >= limit:
                 break
-            complete |= self._scan_sync(limit, sessions, exclude, self.table, reread, first,
-                                        began + (time.monotonic() - t0))
-        return complete
+            done, churn = self._scan_sync(limit, sessions, exclude, self.table, reread, first,
+                                          began + (time.monotonic() - t0))
+            complete |= done
+        return complete, churn
 
     # -- reaping ------------------------------------------------------------------------
     def reap(self) -> int:
@@ -741,13 +764,13 @@ class Watch:
                 return
             if self._stop_adopted(tree, frozen, seen):
                 quiet = 0
-            complete = await self.refresh(until, started_after=anyio.current_time(),
-                                          incremental=True)
+            complete, churn = await self._refresh(until, started_after=anyio.current_time(),
+                                                  incremental=True)
             # Without the subreaper a new process gone before its token was read may have
             # been a chain's generation whose successor the listing missed: not settled.
             settled = complete and all(
                 pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items()
-            ) and (subreaper_enabled() or self.last_churn == 0)
+            ) and (subreaper_enabled() or churn == 0)
             quiet = quiet + 1 if settled else 0
             if quiet >= 2:
                 return
@@ -873,12 +896,15 @@ class Watch:
             # (no round trip through the event loop between them), repeated there while they
             # see churn: a new process that died between the listing and its read may have
             # been a generation of a chain whose successor the listing missed.
-            settled |= await self.refresh(deadline, started_after=anyio.current_time(),
-                                          incremental=True, again=1, settle=LEFTOVER_SCANS - 2)
+            done, churn = await self._refresh(
+                deadline, started_after=anyio.current_time(), incremental=True, again=1,
+                settle=LEFTOVER_SCANS - 2)
+            settled |= done
             # A scan shared with another caller may have been a single one: settled once two
-            # scans begun since this check started were applied, the last saw no churn and
-            # one read the whole table.
-            if (settled and self.last_churn == 0
+            # scans begun since this check started were applied, the last this round applied
+            # saw no churn (its own count, not ``last_churn``: an abandoned scan of an earlier
+            # round may have written that) and one read the whole table.
+            if (settled and churn == 0
                     and sum(1 for b in list(self.began) if b >= since) >= 2):
                 break
         # Only a scan that read the whole table can show that nothing is left: when every one
