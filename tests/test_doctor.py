@@ -337,7 +337,7 @@ def test_memory_store_kept_out_of_git(git_repo: Path) -> None:
     code, lines = _doctor(git_repo)
     fails = [line for line in _fails(lines) if "memory store" in line]
     assert code == 1 and len(fails) == 1 and "1 file(s) in .remember/ are tracked" in fails[0], lines
-    assert "git rm -r --cached .remember" in fails[0]
+    assert "git rm -r --cached -- .remember" in fails[0]
     subprocess.run(["git", "-C", str(git_repo), "rm", "-rq", "--cached", ".remember"], check=True, timeout=30)
     with open(git_repo / ".git" / "info" / "exclude", "a") as f:
         f.write("/.remember/\n")
@@ -345,3 +345,45 @@ def test_memory_store_kept_out_of_git(git_repo: Path) -> None:
     (git_repo / "supervise.toml").write_text(memory + '[stages.options]\ndir = "notes"\n')
     (git_repo / "notes").mkdir()
     assert "warn  memory store: notes/ is not git-ignored" in "\n".join(_doctor(git_repo)[1])
+
+
+def test_memory_store_check_takes_the_dir_as_the_stage_does(git_repo: Path, tmp_path: Path) -> None:
+    """The memory store check: a ``.remember`` link loop was an internal error (RuntimeError
+    from ``resolve``); ``dir = "~/notes"`` was not expanded as the stage expands it; an
+    absolute dir inside the project gave "add //home/.../.remember/ to .gitignore"; and a dir
+    with glob characters went to ``git ls-files`` as a glob (``mem*`` matched ``mem1/``)."""
+    import subprocess
+
+    memory = '[[stages]]\nname = "memory"\nbuiltin = "memory"\n'
+    (git_repo / "supervise.toml").write_text(memory)
+    (git_repo / ".remember").symlink_to(".remember")
+    code, lines = _doctor(git_repo)
+    assert code != 3 and [line for line in lines if line.startswith("warn  memory store:")], lines
+    (git_repo / ".remember").unlink()
+
+    (git_repo / ".remember").mkdir()
+    (git_repo / ".remember" / "remember.md").write_text("handoff\n")
+    (git_repo / "supervise.toml").write_text(
+        memory + f'[stages.options]\ndir = "{git_repo / ".remember"}"\n')
+    lines = [line for line in _doctor(git_repo)[1] if "memory store" in line]
+    assert lines and "add /.remember/ to" in lines[0] and "//" not in lines[0], lines
+
+    (git_repo / "mem1").mkdir()
+    (git_repo / "mem1" / "x.md").write_text("x\n")
+    subprocess.run(["git", "-C", str(git_repo), "add", "mem1"], check=True, timeout=30)
+    (git_repo / "mem*").mkdir()
+    (git_repo / "mem*" / "remember.md").write_text("mine\n")
+    (git_repo / "supervise.toml").write_text(memory + '[stages.options]\ndir = "mem*"\n')
+    lines = [line for line in _doctor(git_repo)[1] if "memory store" in line]
+    assert len(lines) == 1 and lines[0].startswith("warn  memory store: mem*/ is not git-ignored"), lines
+    subprocess.run(["git", "-C", str(git_repo), "add", "mem*/remember.md"], check=True, timeout=30)
+    fails = [line for line in _fails(_doctor(git_repo)[1]) if "memory store" in line]
+    assert len(fails) == 1 and "1 file(s) in mem*/" in fails[0] and "':(literal)mem*'" in fails[0], fails
+
+    (git_repo / "notes").mkdir()
+    (git_repo / "notes" / "n.md").write_text("n\n")
+    subprocess.run(["git", "-C", str(git_repo), "add", "notes"], check=True, timeout=30)
+    (git_repo / "supervise.toml").write_text(memory + '[stages.options]\ndir = "~/notes"\n')
+    code, lines = _doctor(git_repo, env={"HOME": str(git_repo)})
+    fails = [line for line in _fails(lines) if "memory store" in line]
+    assert len(fails) == 1 and "in notes/ are tracked" in fails[0], lines

@@ -113,22 +113,40 @@ def _memory_store_checks(project: Path, folder: str) -> list[Check]:
     are refused by the stage (planted memory is prompt injection: docs/stages/memory.md), so a
     store that is neither ignored nor tracked is one ``git add -A`` away from vanishing from
     the digest. Nothing when the store does not exist or lies outside the project."""
-    store = Path(folder) if os.path.isabs(folder) else project / folder
-    if not os.path.lexists(store) or not store.resolve().is_relative_to(project.resolve()):
+    # as the stage reads it (stages/memory common.resolve_path): "~" expanded, then relative
+    # to the project; "~/notes" with no home stays relative, as there
+    store = Path(os.path.expanduser(folder))
+    store = store if store.is_absolute() else project / store
+    if not os.path.lexists(store):
         return []
-    name = f"{folder.rstrip('/')}/"
     try:
-        tracked = subprocess.run(["git", "-C", str(project), "ls-files", "-z", "--", str(store)],
-                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL)
-        ignored = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(store) + "/"],
-                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL).returncode
+        rel = store.resolve().relative_to(project.resolve())
+    except ValueError:  # outside the project: not git's business here
+        return []
+    except (OSError, RuntimeError):  # a symbolic-link loop (.remember -> .remember)
+        return [Check("warn", "memory store", f"{store} cannot be resolved (a symbolic-link "
+                      "loop?): the memory stage reads nothing there",
+                      f"remove or correct the link {store}")]
+    if not rel.parts:  # the project itself: nothing to ignore
+        return []
+    name = f"{rel.as_posix()}/"  # project-relative, whatever form "dir" was given in
+    spec = (f":(literal){rel.as_posix()}" if any(c in rel.as_posix() for c in "*?[\\")
+            else rel.as_posix())  # the fix's `git rm` must not glob either
+    env = {k: v for k, v in os.environ.items() if k != "GIT_LITERAL_PATHSPECS"}
+    try:  # ":(literal)": "mem*" is that folder, never a glob matching mem1/
+        tracked = subprocess.run(["git", "-C", str(project), "ls-files", "-z", "--",
+                                  f":(literal){rel.as_posix()}"],
+                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL, env=env)
+        ignored = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", "--", name],
+                                 capture_output=True, timeout=10, stdin=subprocess.DEVNULL,
+                                 env=env).returncode
     except (OSError, subprocess.TimeoutExpired):
         return []
     if tracked.returncode == 0 and tracked.stdout:
         count = tracked.stdout.count(b"\0")
         return [Check("FAIL", "memory store", f"{count} file(s) in {name} are tracked by git, and "
                       "the memory stage refuses tracked memory (not injected)",
-                      f"git rm -r --cached {shlex.quote(folder)}, then add /{name} to "
+                      f"git rm -r --cached -- {shlex.quote(spec)}, then add /{name} to "
                       ".gitignore or .git/info/exclude")]
     if ignored == 1:
         return [Check("warn", "memory store", f"{name} is not git-ignored: a `git add -A` would "
