@@ -357,3 +357,57 @@ def test_a_deferred_runner_stopped_by_a_signal_kills_its_stage(tmp_path: Path,
                 os.killpg(pid, signal.SIGKILL)  # each leads its own process group
             except OSError:
                 pass
+
+
+_RUNNER_AT_THE_WINDOW = """
+import signal, sys
+from supervisor.engine import _deferred_runner, _signals
+sig, where = int(sys.argv[1]), sys.argv[2]
+if where == "teardown":  # the loop still runs; with_signals has put back the handlers found
+    real = _signals.with_signals
+    async def late(body):
+        done = await real(body)
+        signal.raise_signal(sig)
+        return done
+    _signals.with_signals = late
+else:  # the result being encoded, before its fsynced write: no loop runs
+    real_encode = _deferred_runner._encode_result
+    def encode(*args):
+        signal.raise_signal(sig)
+        return real_encode(*args)
+    _deferred_runner._encode_result = encode
+sys.exit(_deferred_runner.main(sys.argv[3:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["teardown", "write"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_after_the_deferred_stage_ended_keeps_its_result(
+        tmp_path: Path, sig: signal.Signals, where: str, cpu_load: str) -> None:
+    """A TERM, INT or HUP to the deferred runner after its stage ended (while its event loop
+    shuts down, or while the result is encoded and written): the handlers with_signals put
+    back were SIG_DFL (TERM, HUP: the runner died, its result lost and running.json left,
+    so the next digest reported the run LOST) and asyncio's SIGINT handler (a
+    KeyboardInterrupt wrote lost-*.json for a stage that had completed). Now the signal is
+    recorded and acted on once the result is written: the result is there, ``ok``, nothing
+    is reported lost, and the runner then leaves with ``128 + n``. The signal is raised in
+    the runner's own process at the window (a wrapper around its ``main``)."""
+    state = tmp_path / ".supervise"
+    results = state / "deferred" / "quick"
+    results.mkdir(parents=True)
+    run_id = "run1"
+    (results / "running.json").write_text(json.dumps({"run_id": run_id, "pid": 1}))
+    spec = json.dumps({"name": "quick", "run": ["sh", "-c", "echo done"]})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNNER_AT_THE_WINDOW, str(int(sig)), where,
+         "--dir", str(results), "--run-id", run_id, "--spec", spec, "--deadline", "60",
+         "--cwd", str(tmp_path)],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    names = sorted(p.name for p in results.iterdir())
+    assert proc.returncode == 128 + sig, (proc.returncode, proc.stderr.decode()[-2000:], names)
+    assert f"result-{run_id}.json" in names and not any(n.startswith("lost-") for n in names), names
+    data = json.loads((results / f"result-{run_id}.json").read_text())
+    assert data.get("status") == "ok", data
+    assert "running.json" not in names
+    assert b"Traceback" not in proc.stderr, proc.stderr.decode()[-2000:]

@@ -41,12 +41,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cwd", type=Path, default=Path.cwd())
     args = parser.parse_args(argv)
 
+    import signal
+
     from . import _tree
+    from .._interrupts import SIGNALS, leave_quietly_on_signals
     from ..config._context import SessionContext
     from ._run import run_digest
-    from ._signals import Aborter, run_with_signals
+    from ._signals import Aborter, _act_on, run_with_signals
     from ..config._plan import DigestPlan
 
+    # Before the stage starts, a TERM, INT or HUP ends the runner quietly (SystemExit); while
+    # the run's event loop listens it aborts the run (run_with_signals). From the moment the
+    # run ends until its result is written and running.json removed, a signal is only
+    # recorded (``hold`` below) and acted on after that: the handlers put back by
+    # with_signals were SIG_DFL (TERM/HUP: the runner died with its stage done, the result
+    # lost and running.json left, reported LOST) and asyncio's SIGINT handler (a
+    # KeyboardInterrupt wrote lost-*.json for a stage that had completed).
+    leave_quietly_on_signals(None)
+    quiet = signal.getsignal(signal.SIGTERM)
+    pending: list[int] = []
+    in_run = [False]
+
+    def hold(signum: int, frame: Any) -> None:
+        if not in_run[0] and callable(quiet):
+            quiet(signum, frame)  # before the run: leave (or abort as it starts)
+        elif not pending:
+            pending.append(signum)
+
+    for number in SIGNALS:
+        try:
+            signal.signal(number, hold)
+        except (OSError, ValueError):
+            pass
     _tree.enable_subreaper()
     # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
     # environment already carries the stage env, and run_digest rebuilds it from the spec.
@@ -77,10 +103,13 @@ def main(argv: list[str] | None = None) -> int:
             # digest: the stage's tree is killed and the result says so. Without handlers the
             # runner died at once and its stage ran on, orphaned, with no deadline.
             async def body(aborter: Aborter) -> DigestResult:
+                in_run[0] = True  # with_signals listens: from its end on, hold() records
                 return await run_digest(config, context, abort=aborter.event,
                                         abort_reason=aborter.reason)
 
-            result, _aborter = run_with_signals(body)
+            result, aborter = run_with_signals(body)
+            if aborter.signum is not None and not pending:
+                pending.append(aborter.signum)  # came as the run ended: the result says how
             stage = result.stages[0]
             data = _encode_result({**record, "status": stage.status, "exit_code": stage.exit_code,
                                    "seconds": round(stage.seconds, 3), "finished": time.time(),
@@ -109,6 +138,13 @@ def main(argv: list[str] | None = None) -> int:
                     directory.remove("running.json")
         except StateError:
             pass
+    for number in SIGNALS:  # the result is written: a recorded signal now ends the runner
+        try:
+            signal.signal(number, quiet)
+        except (OSError, ValueError, TypeError):
+            pass
+    if pending:
+        _act_on(pending[0])  # the quiet handler: SystemExit(128 + n)
     return 0
 
 
