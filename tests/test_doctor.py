@@ -387,3 +387,33 @@ def test_memory_store_check_takes_the_dir_as_the_stage_does(git_repo: Path, tmp_
     code, lines = _doctor(git_repo, env={"HOME": str(git_repo)})
     fails = [line for line in _fails(lines) if "memory store" in line]
     assert len(fails) == 1 and "in notes/ are tracked" in fails[0], lines
+
+
+def test_doctor_judges_registrations_by_scope_when_the_project_is_home(git_repo: Path) -> None:
+    """With the project as the home folder, the user-scope registration lies inside the
+    project: doctor took it for a project one and warned that a session in ``pkg/`` gets no
+    digest (the user scope fires there). Judged by scope now."""
+    (git_repo / "supervise.toml").write_text(GOOD_TOML)
+    (git_repo / "pkg").mkdir()
+    env = {"HOME": str(git_repo)}
+    assert run_cli("install", "claude", "--scope", "user", cwd=git_repo, env=env).returncode == 0
+    assert (git_repo / ".claude" / "settings.json").is_file()
+    lines = run_cli("doctor", "claude", cwd=git_repo / "pkg", env=env).stdout.decode().splitlines()
+    assert [line for line in lines if line.startswith("ok    claude")], lines
+    assert not [line for line in lines if "gets no digest" in line], lines
+
+
+def test_gemini_relative_trust_rules_are_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gemini CLI ignores a relative rule in trustedFolders.json; doctor resolved it against
+    its own working directory, so ``"."`` trusted whatever folder doctor ran in."""
+    from supervisor.commands._gemini_trust import gemini_trust
+
+    home, project = tmp_path / "home", tmp_path / "proj"
+    (home / ".gemini").mkdir(parents=True)
+    project.mkdir()
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({".": "TRUST_FOLDER"}))
+    monkeypatch.chdir(project)
+    status, text, _fix = gemini_trust(project, env={}, home=home)
+    assert status == "FAIL" and "not trusted" in text, text
+    (home / ".gemini" / "trustedFolders.json").write_text(json.dumps({str(project): "TRUST_FOLDER"}))
+    assert gemini_trust(project, env={}, home=home)[0] == "ok"

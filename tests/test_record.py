@@ -228,3 +228,15 @@ def test_the_hashes_match_hashlib_and_hmac() -> None:
     assert _hashing.compare_digest("a", "b") == hmac.compare_digest("a", "b")
     with pytest.raises(TypeError):
         _hashing.compare_digest("é", "é")
+
+
+def test_check_loadable_refuses_a_non_record_with_type_error() -> None:
+    """The docstring promised TypeError for anything not a record class; a plain value raised
+    AttributeError and a record *instance* was not refused."""
+    from supervisor.session._lock import LockRecord
+    from supervisor.state._records import check_loadable
+
+    for thing in (3, "x", int, object()):
+        with pytest.raises(TypeError, match="not a record"):
+            check_loadable(thing)  # type: ignore[arg-type]
+    assert check_loadable(LockRecord)

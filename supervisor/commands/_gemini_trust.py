@@ -99,6 +99,8 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     for rule, value in (rules.items() if isinstance(rules, dict) else ()):
         if value not in ("TRUST_FOLDER", "TRUST_PARENT", "DO_NOT_TRUST"):
             continue
+        if not isinstance(rule, str) or not os.path.isabs(rule):
+            continue  # Gemini ignores a relative rule; never resolved against doctor's cwd
         folder = os.path.realpath(os.path.dirname(rule) if value == "TRUST_PARENT" else rule)
         if (target == folder or target.startswith(folder.rstrip("/") + "/")) and len(rule) > best:
             best, level = len(rule), value

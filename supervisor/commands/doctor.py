@@ -351,7 +351,8 @@ def _home_path() -> Path | None:
     return None if home is None else Path(home)
 
 
-def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list[Check]:
+def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None,
+                 project_scope: bool) -> list[Check]:
     from .._home import home_dir
 
     override, user_home = os.environ.get("CODEX_HOME", ""), home_dir()
@@ -367,7 +368,7 @@ def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None) -> list
     except (OSError, tomllib.TOMLDecodeError):
         conf = {}
     checks = []
-    if path.is_relative_to(project):
+    if project_scope:  # by scope, not path: the project may be the home folder itself
         level = conf.get("projects", {}).get(str(project), {}).get("trust_level")
         if level != "trusted":
             checks.append(Check("FAIL", "codex", f"project {project} is not trusted in {conf_path}, "
@@ -414,12 +415,12 @@ a registration at the repository root did not fire for a session started in a su
 docs/harnesses/claude.md, gemini.md)."""
 
 
-def _subdir_check(adapter: Adapter, project: Path, start: Path,
-                  found: list[tuple[Path, Any, Any]]) -> list[Check]:
+def _subdir_check(adapter: Adapter, project: Path, start: Path, scopes: list[str]) -> list[Check]:
     """A ``warn`` when doctor runs in a subdirectory of the project and ``adapter`` reads its
-    project settings from the working directory only while every registration is the
-    project's: a session started there gets no digest."""
-    if adapter.name not in _CWD_SETTINGS or not all(p.is_relative_to(project) for p, _, _ in found):
+    project settings from the working directory only while every registration (``scopes``:
+    the scope of each) is the project's: a session started there gets no digest. Judged by
+    scope, never by path: a project that is the home folder holds the user settings too."""
+    if adapter.name not in _CWD_SETTINGS or "user" in scopes:
         return []
     who, folder = _CWD_SETTINGS[adapter.name]
     rel = os.path.relpath(start, project)
@@ -434,6 +435,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
     """The checks of one hook harness; ``start``: the folder doctor was asked about when it is
     a subdirectory of ``project`` (else None)."""
     found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
+    scope_of: dict[Path, str] = {}
     checks: list[Check] = []
     from .._home import home_dir
 
@@ -456,6 +458,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
         regs = _settings.registered(data, adapter)
         if regs:
             found.append((path, regs, data))
+            scope_of[path] = scope
     if not found:
         if named or checks:
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
@@ -484,14 +487,14 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             elif event:
                 checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
         if adapter.name == "codex":
-            checks += _codex_trust(path, project, data)
-        if adapter.name == "gemini" and path.is_relative_to(project):
+            checks += _codex_trust(path, project, data, scope_of[path] != "user")
+        if adapter.name == "gemini" and scope_of[path] != "user":
             from ._gemini_trust import gemini_trust
 
             status, text, fix = gemini_trust(project)
             checks.append(Check(status, adapter.name, text, fix))
     if start is not None:
-        checks += _subdir_check(adapter, project, start, found)
+        checks += _subdir_check(adapter, project, start, [scope_of[p] for p, _, _ in found])
     return checks  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 

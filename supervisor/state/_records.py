@@ -94,6 +94,8 @@ def check_loadable(cls: type) -> dict[str, Any]:
         TypeError: ``cls`` is not a record, or a field's annotation (here or in a nested
             record) cannot be parsed: ``"Name.field: unsupported record field type ..."``.
     """
+    if not (isinstance(cls, type) and is_record(cls)):
+        raise TypeError(f"{getattr(cls, '__name__', cls)!r} is not a record class")
     specs = _SPECS.get(cls)
     if specs is not None:
         return specs
