@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from functools import partial
@@ -17,7 +18,7 @@ from helpers import alive_and_ours
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
 from supervisor.engine._results import DigestResult
 from supervisor.engine._output import BufferSink
-from supervisor.engine._tree import group_is_ours
+from supervisor.engine._tree import HARD_PHASE, group_is_ours
 
 RES = Path(__file__).parent / "resources"
 HOSTILE = [sys.executable, str(RES / "hostile.py")]
@@ -59,21 +60,42 @@ def hostile(name: str, kind: str, *args: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "run": [*HOSTILE, kind, *args], **extra}
 
 
-def pid_dead(path: Path, within: float = 10.0) -> bool:
-    """The process whose pid ``path`` holds is gone (a zombie, or its pid now names a process
-    this test did not start: pids are reused), or goes within ``within`` seconds with nobody's
-    help. A kill that ends at its bound has sent SIGKILL, but the process must still be
-    scheduled to die: on the portable path under load SIGKILL comes at the bound (its freeze
-    cannot settle while other processes churn) and 3 of 8 loaded caller-cancellation runs saw
-    the killed child still running when ``run_digest`` returned, a zombie 0.5 s later. A
-    process nobody killed lives on (these stages sleep for a minute and ignore SIGTERM): the
-    wait cannot pass a survivor."""
+def _dying(pid: int) -> bool:
+    """Whether ``pid`` is a zombie or gone, is exiting (``PF_EXITING`` in ``/proc/<pid>/stat``'s
+    flags: it took its SIGKILL and runs ``do_exit``), or has SIGKILL pending (``SigPnd`` or
+    ``ShdPnd`` in ``/proc/<pid>/status``): nothing it does can keep it alive."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            status = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True
+    if status.get("State", "").strip()[:1] in ("Z", "X"):
+        return True
+    kill_bit = 1 << (signal.SIGKILL - 1)
+    if any(int(status.get(key, "0").strip() or "0", 16) & kill_bit
+           for key in ("SigPnd", "ShdPnd")):
+        return True
+    flags = int(stat[stat.rindex(b")") + 2:].split()[6])  # field 9: the task's flags
+    return bool(flags & 0x4)  # PF_EXITING
+
+
+def pid_dead(path: Path, within: float = HARD_PHASE / 2) -> bool:
+    """When ``run_digest`` has returned, the process whose pid ``path`` holds must be beyond
+    saving: gone (its pid may now name a process this test did not start: pids are reused),
+    a zombie, exiting, or with SIGKILL pending (:func:`_dying`). A kill that ends at its bound
+    has sent SIGKILL, but the process may not have been scheduled yet to die (the portable
+    path under load); a wait for it to die would hide a kill that returned with a member
+    still running, never signalled (the regression commit 5cf4362 fixed), so the only wait
+    allowed is ``within`` seconds, below the engine's own :data:`HARD_PHASE` reserve, for a
+    SIGKILL sent as the kill returned to show in ``/proc``."""
     pid = int(path.read_text())
     deadline = time.monotonic() + within
-    while alive_and_ours(pid):
+    while alive_and_ours(pid) and not _dying(pid):
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.02)
+        time.sleep(0.005)
     return True
 
 
