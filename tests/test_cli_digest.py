@@ -346,10 +346,13 @@ def test_a_deferred_runner_stopped_by_a_signal_kills_its_stage(tmp_path: Path,
             time.sleep(0.02)
         assert not alive_and_ours(runner)
         assert not alive_and_ours(stage_pid), "the stage outlived its runner"
-        found = list(results.glob("result-*.json")) + list(results.glob("lost-*.json"))
-        assert found, sorted(p.name for p in results.iterdir())
+        # the run is aborted, not lost: a signed result saying the stage was killed, and no
+        # lost-*.json (a lost record has no status, so "status != ok" accepted it)
+        names = sorted(p.name for p in results.iterdir())
+        found = list(results.glob("result-*.json"))
+        assert len(found) == 1 and not list(results.glob("lost-*.json")), names
         data = json.loads(found[0].read_text())
-        assert data.get("status") != "ok", data
+        assert data.get("status") == "killed" and data.get("name") == "slow", data
         assert not (results / "running.json").exists()
     finally:
         for pid in (stage_pid, runner):
