@@ -653,3 +653,36 @@ def test_a_dropped_scan_neither_completes_nor_settles_a_round(
     single = watch._scan_sync(time.monotonic() + 60, {leader: token}, set(), None, set(), set(),
                               0.0)
     assert single == (False, None)
+
+
+def test_the_freeze_of_an_empty_tree_ends_after_one_quiet_scan(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cpu_load: str) -> None:
+    """A stage whose leader exited and left nothing, but whose leftover check was not settled
+    (its scans cut short on a loaded host), goes through the kill sequence; its freeze waited
+    for two complete quiet scans in a row (seconds on a loaded portable host) though there was
+    nothing to stop. With no member, no token seen, an empty process group and no adopted
+    child, the first complete scan without churn now ends it. Before: it always took two."""
+    from supervisor.engine import _tree
+
+    _tree.enable_subreaper()
+    [(leader, token, _)] = _leaders(tmp_path, 1, set())
+    seen: list[tuple[bool, int | None]] = []
+    real = _tree.Watch._refresh
+
+    async def counted(self: _tree.Watch, *args: Any, **kwargs: Any) -> tuple[bool, int | None]:
+        got = await real(self, *args, **kwargs)
+        seen.append(got)
+        return got
+
+    monkeypatch.setattr(_tree.Watch, "_refresh", counted)
+
+    async def freeze() -> None:
+        watch = _tree.Watch()
+        tree = _tree.StageTree(leader, lambda: False, token)
+        watch.add(tree)
+        await watch._freeze(tree, anyio.current_time() + 60, {})
+
+    anyio.run(freeze)
+    quiet = [complete and churn == 0 for complete, churn in seen]
+    assert quiet and quiet[-1], seen  # it ended on a quiet scan, not at its bound
+    assert not any(quiet[:-1]), f"a quiet scan of an empty tree did not end the freeze: {seen}"

@@ -772,8 +772,21 @@ class Watch:
                 pid in frozen and (r.stopped or r.zombie) for pid, r in tree.members.items()
             ) and (subreaper_enabled() or churn == 0)
             quiet = quiet + 1 if settled else 0
-            if quiet >= 2:
+            if quiet >= 2 or (settled and churn == 0 and self._empty(tree)):
                 return
+
+    def _empty(self, tree: StageTree) -> bool:
+        """Whether nothing of ``tree`` is left to freeze: no member (the complete scan just
+        applied found none), no other member ever seen (its token), the leader not alive, the
+        process group empty (``killpg(leader, 0)`` fails) and no adopted child of the stage.
+        Then one complete scan without churn settles the freeze: the second scan of the
+        fixpoint guards against a fork in flight when SIGSTOP landed, and with no process
+        there was nothing to stop and nothing forking (a stage whose leader exited cleanly
+        but whose leftover check was not settled paid two scans here, seconds on a loaded
+        portable host)."""
+        return (not tree.members and tree.token not in self._ever_tokens
+                and not (tree.leader_unreaped() and _live(tree.leader))
+                and not _killpg(tree.leader, 0) and not self.adopted(tree))
 
     def _stop_adopted(self, tree: StageTree, frozen: set[int], seen: dict[int, Row]) -> bool:
         """SIGSTOP the stage's adopted children (:meth:`adopted`) until a round finds none
