@@ -161,7 +161,8 @@ top_level() {
 # its baseline, "changed" when one may have (Python must run), "" when this host's tools could
 # not tell (the caller runs Python). LINKS (fastpath/watch.parents, written by Python with
 # LIST) holds, per watched file /dir/NAME, a symlink "<n>-NAME" to /dir and an empty file
-# ".ctime-<n>-<ns>" (its ctime then), and an empty file ".since-<ns>": the baseline's time in
+# ".ctime-<n>-<ns>" (its ctime then; ".absent-<n>" for a file absent then, none for one a
+# baseline holds a stale hash of), and an empty file ".since-<ns>": the baseline's time in
 # nanoseconds (MTIME_SLACK seconds back, as LIST's mtime). A ctime must be before the stamp
 # AND (with du, which prints it in ns) the one recorded: a clock set back after the baseline
 # gives an edit a ctime before the stamp.
@@ -191,6 +192,12 @@ watch_verdict() {
     case $wv_name in [0-9]*-?*) ;; *) return 0 ;; esac
     case ${wv_name%%-*} in *[!0-9]*) return 0 ;; esac
     wv_file=$wv/${wv_name#*-}
+    # absent at the baseline (".absent-<n>"): unchanged while it is still absent (its folder
+    # gone too); there again, or a link in its place, is a change
+    if [ -e "$wv_links/.absent-${wv_name%%-*}" ] || [ -L "$wv_links/.absent-${wv_name%%-*}" ]; then
+      if [ ! -L "$wv" ] || [ -e "$wv_file" ] || [ -L "$wv_file" ]; then return 0; fi
+      continue
+    fi
     if [ ! -L "$wv" ] || [ ! -d "$wv" ] || [ -L "$wv_file" ] || [ ! -f "$wv_file" ]; then
       return 0
     fi
@@ -346,5 +353,10 @@ if [ -e "$watch" ] || [ -L "$watch" ]; then
   if [ -L "$links" ] || [ ! -d "$links" ]; then slow "$@"; fi  # a list without its links
   watch_verdict "$watch" "$links"
   if [ "$verdict" != same ]; then slow "$@"; fi
+else
+  # refresh baselines without a watch list (it could not be written): Python compares them
+  for found in "$state"/refresh/*.json; do
+    if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
+  done
 fi
 nothing

@@ -744,9 +744,10 @@ def test_watch_sees_ctime_only_changes_with_every_toolset(
 
 def test_watch_links_follow_the_list(project: Path) -> None:
     """set_watch writes watch.parents anew each time (no stale link, no temporary folder
-    left), in step with the list, with one stamp; an empty list leaves a folder holding the
-    stamp alone; the folder of older versions (watch.d) is removed."""
-    from supervisor.session._fastpath import has_links, set_watch
+    left), in step with the list, with one stamp and, for a file absent, an absent record; an
+    empty list leaves a folder holding the stamp alone; the folder of older versions (watch.d)
+    is removed."""
+    from supervisor.session._fastpath import set_watch, watch_complete as has_links
 
     state = project / ".supervise"
     one, two = project / "AGENTS.md", project / "sub dir" / "CLAUDE.md"
@@ -763,9 +764,10 @@ def test_watch_links_follow_the_list(project: Path) -> None:
         assert abs(int(stamps[0][7:]) / 1e9 - folder.joinpath("watch").stat().st_mtime) < 0.01
         return entries
 
-    assert links() == {"0-AGENTS.md": str(project), "1-CLAUDE.md": str(project / "sub dir")}
+    assert links() == {"0-AGENTS.md": str(project), "1-CLAUDE.md": str(project / "sub dir"),
+                       ".absent-0": "", ".absent-1": ""}
     set_watch(state, [two])
-    assert links() == {"0-CLAUDE.md": str(project / "sub dir")}
+    assert links() == {"0-CLAUDE.md": str(project / "sub dir"), ".absent-0": ""}
     set_watch(state, [])
     assert has_links(state) and links() == {}
     assert sorted(p.name for p in folder.iterdir()) == ["watch", "watch.parents"]
@@ -1202,3 +1204,4 @@ def test_session_start_without_a_ledger_writes_and_imports_nothing(project: Path
     assert proc.stderr.splitlines()[-1] == b"[]", proc.stderr
     assert not (project / ".supervise" / "nested").exists()
     assert not (project / ".supervise" / "fastpath" / "nested").exists()
+

@@ -9,8 +9,9 @@ files under ``<state>/fastpath/``:
   feature removes it (:func:`clear_wake`);
 - the watch list ``watch`` (:func:`set_watch`): one absolute path per line, and the same files
   in the folder ``watch.parents`` (written first): per file ``/dir/NAME`` a symlink
-  ``<n>-NAME`` to ``/dir`` and an empty file ``.ctime-<n>-<ns>`` holding its ctime then, and
-  an empty file ``.since-<ns>`` holding the baseline's time, in nanoseconds. A prompt hook
+  ``<n>-NAME`` to ``/dir`` and an empty file ``.ctime-<n>-<ns>`` holding its ctime then (or
+  ``.absent-<n>`` for a file that was absent then; no record at all for a file some
+  baseline holds a stale hash of), and an empty file ``.since-<ns>`` holding the baseline's time, in nanoseconds. A prompt hook
   runs Python when a watched file is missing, not a regular file, a symlink (one planted in
   its place), has a ctime other than the one recorded (a clock set back after the baseline
   gives an edit a ctime before the stamp; only GNU ``du`` prints the ns to compare), or has a
@@ -110,8 +111,38 @@ def clear_wake(state_dir: StrPath, name: str) -> None:
         pass
 
 
-def set_watch(state_dir: StrPath, paths: Iterable[StrPath]) -> None:
-    """Replace the watch list with ``paths`` (absolute; one a line) as of now.
+def snapshot() -> int:
+    """The watch list's stamp for a list written from what is seen from now on: nanoseconds
+    since the epoch, :data:`MTIME_SLACK` seconds back. Take it (and :func:`ctimes_of`) BEFORE
+    hashing the files the list stands for, so an edit made in between is never recorded as
+    the baseline's ctime."""
+    return time.time_ns() - int(MTIME_SLACK * 1e9)
+
+
+def ctimes_of(paths: Iterable[str]) -> dict[str, int | None]:
+    """``{path: ctime in nanoseconds (lstat: a link in its place is its own ctime), or None
+    when it is absent}``; a path that cannot be stat'ed otherwise is left out (no record: the
+    shim runs Python for it)."""
+    found: dict[str, int | None] = {}
+    for path in paths:
+        try:
+            found[path] = os.lstat(path).st_ctime_ns
+        except FileNotFoundError:
+            found[path] = None
+        except OSError:
+            continue
+    return found
+
+
+def set_watch(state_dir: StrPath, paths: Iterable[StrPath], *, stamp_ns: int | None = None,
+              ctimes: dict[str, int | None] | None = None) -> None:
+    """Replace the watch list with ``paths`` (absolute; one a line) as of ``stamp_ns``
+    (:func:`snapshot`; now when None). ``ctimes`` (:func:`ctimes_of`, taken with the stamp
+    before the files were hashed) gives each file's recorded ctime in nanoseconds, None for
+    a file that was absent (the shim then answers "unchanged" while it stays absent); a path
+    left out of ``ctimes`` gets no record, so every prompt hook runs Python for it until the
+    list is written again (a file some baseline holds a stale hash of). Without ``ctimes``,
+    each file is lstat'ed now.
 
     Raises:
         ValueError: a path is relative or holds a newline.
@@ -123,10 +154,14 @@ def set_watch(state_dir: StrPath, paths: Iterable[StrPath]) -> None:
         if not os.path.isabs(text) or "\n" in text:
             raise ValueError(f"watch path must be absolute and on one line: {text!r}")
         lines.append(text + "\n")
-    stamp_ns = time.time_ns() - int(MTIME_SLACK * 1e9)
+    if stamp_ns is None:
+        stamp_ns = snapshot()
+    targets = [line[:-1] for line in lines]
+    if ctimes is None:
+        ctimes = ctimes_of(targets)
     stamp = stamp_ns / 1e9
     with _folder(state_dir) as folder:
-        _write_links(folder.fileno(), [line[:-1] for line in lines], stamp_ns)
+        _write_links(folder.fileno(), targets, stamp_ns, ctimes)
         folder.write("watch", "".join(lines).encode("utf-8", "surrogateescape"))
         os.utime("watch", (stamp, stamp), dir_fd=folder.fileno(), follow_symlinks=False)
         _remove_links(folder.fileno(), OLD_WATCH_LINKS)
@@ -230,10 +265,11 @@ def _prune(top: StateDir) -> None:
                 pass
 
 
-def has_links(state_dir: StrPath) -> bool:
-    """True when ``<state>/fastpath/watch.parents`` is a folder (not a link) that records
-    its files' ctimes (a folder of an older version holds links only): without it, a watch
-    list makes every prompt hook run Python until :func:`set_watch` runs again."""
+def watch_complete(state_dir: StrPath) -> bool:
+    """True when ``<state>/fastpath/watch.parents`` is a folder (not a link) in which every
+    watched file has its record (``.ctime-<n>-<ns>`` or ``.absent-<n>``): a list missing one
+    (written while a baseline was stale, or by an older version) makes every prompt hook run
+    Python, so it must be written again once nothing is stale."""
     import stat
 
     folder = os.path.join(fastpath_dir(state_dir), WATCH_LINKS)
@@ -243,11 +279,14 @@ def has_links(state_dir: StrPath) -> bool:
         names = os.listdir(folder)
     except OSError:
         return False
-    # written before the ctimes were recorded (links but no .ctime-*): as good as none
-    return not any(n[:1].isdigit() for n in names) or any(n.startswith(".ctime-") for n in names)
+    recorded = {n[len(".absent-"):] for n in names if n.startswith(".absent-")}
+    recorded.update(n[len(".ctime-"):].partition("-")[0] for n in names
+                    if n.startswith(".ctime-"))
+    return all(n.partition("-")[0] in recorded for n in names if n[:1].isdigit())
 
 
-def _write_links(fd: int, targets: list[str], stamp_ns: int) -> None:
+def _write_links(fd: int, targets: list[str], stamp_ns: int,
+                 ctimes: dict[str, int | None]) -> None:
     """Replace :data:`WATCH_LINKS` in the folder open as ``fd`` with, per target
     ``/dir/NAME``, a symlink ``<n>-NAME`` to ``/dir`` and an empty file ``.ctime-<n>-<ns>`` (the
     file's ctime now, in nanoseconds; none for a file that is gone), and the empty file
@@ -270,12 +309,12 @@ def _write_links(fd: int, targets: list[str], stamp_ns: int) -> None:
         for number, target in enumerate(targets):
             parent, name = os.path.split(target)
             os.symlink(parent or "/", f"{number}-{name}", dir_fd=sub)
-            try:  # the file's own ctime now (lstat: a link in its place is the shim's "changed")
-                ctime_ns = os.lstat(target).st_ctime_ns
-            except OSError:
-                continue  # gone: no record, the shim runs Python (as for the missing file)
-            os.close(os.open(f".ctime-{number}-{ctime_ns}",
-                             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644, dir_fd=sub))
+            if target not in ctimes:
+                continue  # no record: the shim runs Python for this file
+            ctime_ns = ctimes[target]
+            record = f".absent-{number}" if ctime_ns is None else f".ctime-{number}-{ctime_ns}"
+            os.close(os.open(record, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644,
+                             dir_fd=sub))
         os.close(os.open(f".since-{stamp_ns}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
                          0o644, dir_fd=sub))
     finally:

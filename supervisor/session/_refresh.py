@@ -17,8 +17,11 @@ prompt hooks of one session inject once (a ``flock`` around the compare-and-upda
 The per-event fast path (``supervisor/hook-fast.sh``) answers "nothing to do" without Python
 unless a watched file is missing, replaced by a link, or has a ctime at or after the watch
 list's stamp (:func:`supervisor.session._fastpath.set_watch`):
-every baseline's files are on that list. The list is re-stamped only when no baseline of a
-recent session is stale, so one session's refresh never hides a change from another.
+every baseline's files are on that list, each with its ctime (or its absence) as seen before
+the baselines were compared, except a file that some session's baseline holds a stale hash
+of: that one gets no record, so the fast path runs Python until the session took its change.
+One session's start or refresh thus never hides a change from another. Without a watch list
+(it could not be written), the fast path runs Python whenever baselines exist.
 """
 
 from __future__ import annotations
@@ -157,25 +160,39 @@ def _prune(folder: Any) -> None:
 
 
 def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
-    """Re-write the fast path's watch list with every baseline's files, unless (without
-    ``force``) a baseline is stale: then the list stays old, so the next prompt hook of the
-    stale session still runs Python and sees its change."""
-    from ._fastpath import fastpath_dir, has_links, set_watch
+    """Re-write the fast path's watch list with every baseline's files (with ``force``, even
+    when it looks current: a new baseline may add files). The stamp and the files' ctimes are
+    taken BEFORE the baselines are compared with the files, so an edit made while this runs is
+    either seen as stale or changes a ctime after the recorded one. A file that some baseline
+    (any session's, the caller's own included) holds a stale hash of gets no ctime record, so
+    the fast path runs Python for it until that session took its change: one session starting
+    or refreshing never hides a change from another."""
+    from ._fastpath import ctimes_of, fastpath_dir, set_watch, snapshot, watch_complete
 
+    docs = [folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+            for name in folder.names("*.json")]
     paths: dict[str, None] = {}
-    stale = False
-    for name in folder.names("*.json"):
-        doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+    for doc in docs:
         for entry in (doc or {}).get("files", ()):
             paths[entry["path"]] = None
-            if not force and not stale:
-                found = read_file(entry["path"])
-                stale = (found[0] if found else None) != entry.get("sha")
-    if stale:
-        return
-    if not force and has_links(state_dir):  # re-stamp only when a watched file is newer than
-        # the list (else no write); a list without its links (written before they existed)
-        # would make every prompt run Python: re-written now
+    stamp_ns = snapshot()
+    ctimes = ctimes_of(paths)
+    current: dict[str, str | None] = {}
+    stale: set[str] = set()
+    for doc in docs:
+        for entry in (doc or {}).get("files", ()):
+            path = entry["path"]
+            if path not in current:
+                found = read_file(path)
+                current[path] = found[0] if found else None
+            if current[path] != entry.get("sha"):
+                stale.add(path)
+    for path in stale:
+        ctimes.pop(path, None)
+    if not force and not stale and watch_complete(state_dir):  # re-stamp only when a watched
+        # file is newer than the list (else no write); a list with a file unrecorded (written
+        # while a baseline was stale, or before the records existed) would make every prompt
+        # run Python: re-written now
         try:
             listed = os.lstat(os.path.join(fastpath_dir(state_dir), "watch")).st_mtime
         except OSError:
@@ -186,13 +203,14 @@ def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
                 st = os.stat(path)  # ctime too: the fast path sees edits that keep an old mtime
                 newest = max(newest, st.st_mtime, st.st_ctime)
             except OSError:
-                newest = float("inf")  # a watched file is gone: the list must move on
+                newest = float("inf")  # a watched file is gone: recorded absent anew
         if newest <= listed <= time.time():  # (a list stamped in the future: the clock
             return  # was set back since; its recorded ctimes no longer match: written anew)
     try:
-        set_watch(state_dir, [pure_path(p) for p in paths if os.path.isabs(p) and "\n" not in p])
+        set_watch(state_dir, [pure_path(p) for p in paths if os.path.isabs(p) and "\n" not in p],
+                  stamp_ns=stamp_ns, ctimes={pure_path(p): c for p, c in ctimes.items()})
     except (OSError, ValueError):
-        pass  # no watch list: the fast path then never sees a change; the Python path still does
+        pass  # no watch list: the fast path runs Python whenever refresh baselines exist
 
 
 def _note(entry: dict[str, Any], new: bytes) -> str:
