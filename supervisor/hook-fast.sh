@@ -262,6 +262,11 @@ find_state() {
 
 # The payload is JSON text starting with '{' (whitespace before it: leave it to Python).
 case $head in \{*) ;; *) slow "$@" ;; esac
+# Cursor's project is its workspace_roots[0], not cwd (supervisor/session/_payload.py):
+# Python decides
+if [ "$harness" = cursor ]; then
+  case $head in *\"workspace_roots\"*) slow "$@" ;; esac
+fi
 json_str cwd || slow "$@"
 cwd=$val
 case $cwd in /*) ;; *) slow "$@" ;; esac

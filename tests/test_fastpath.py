@@ -1205,3 +1205,23 @@ def test_session_start_without_a_ledger_writes_and_imports_nothing(project: Path
     assert not (project / ".supervise" / "nested").exists()
     assert not (project / ".supervise" / "fastpath" / "nested").exists()
 
+
+def test_workspace_roots_follow_the_harness(interpreter: tuple[Path, Path], project: Path,
+                                            tmp_path: Path) -> None:
+    from supervisor.session._payload import CursorPayload, HookPayload, parse_payload, session_place
+
+    other = tmp_path / "other project"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    put_result(other / ".supervise", project=other)  # pending in B only
+    data: dict[str, object] = {"session_id": "s", "cwd": str(project),
+                               "workspace_roots": [str(other)], "prompt": "x"}
+    parsed = parse_payload(dict(data), "claude")
+    assert isinstance(parsed, HookPayload)
+    assert session_place(parsed, {})[0] == os.path.realpath(project)
+    assert isinstance(parse_payload(dict(data), "cursor"), CursorPayload)
+    # claude: the shim and Python both look at cwd's project (nothing pending there)
+    check(interpreter, "claude", "prompt", compact(data), project, expect_python=False)
+    # cursor: its project is workspace_roots[0]; the shim leaves that to Python, which delivers
+    answer = check(interpreter, "cursor", "prompt", compact(data), project, expect_python=True)
+    assert b"NETWORK-OK" in answer.stdout

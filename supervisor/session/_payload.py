@@ -269,12 +269,16 @@ def decode_payload(raw: bytes | None) -> dict[str, Any] | None:
 def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | None:
     """Validate a decoded payload into :class:`HookPayload` or, for Cursor, :class:`CursorPayload`.
 
-    Cursor is chosen when ``harness == "cursor"`` or the object has ``workspace_roots`` and no
-    ``source``. Returns ``None`` for ``None``.
+    Cursor is chosen by ``harness == "cursor"``; only when the harness is unknown (``""``)
+    does an object with ``workspace_roots`` and no ``source`` count as Cursor's. Another
+    harness's payload that happens to carry ``workspace_roots`` keeps its ``cwd`` (the
+    per-event shim reads ``cwd`` too: both look at the same project). Returns ``None`` for
+    ``None``.
     """
     if data is None:
         return None
-    if harness == "cursor" or ("workspace_roots" in data and "source" not in data):
+    if harness == "cursor" or (not harness and "workspace_roots" in data
+                               and "source" not in data):
         roots = data.get("workspace_roots")
         if isinstance(roots, list):
             data = {**data, "workspace_roots": [r for r in roots if isinstance(r, str)]}
