@@ -312,3 +312,15 @@ def test_index_of_a_session_long_gone_is_pruned(project: Path) -> None:
     recent.mkdir()
     assert handle_post_tool(read_payload(project, "sub dir/déep/file.txt"), ctx(project))
     assert {p.name for p in old.parent.iterdir()} == {"recent-session", "sess-1"}
+
+
+@pytest.mark.parametrize("raw", ["sess\x01one", "s" * 300, "sess\x1b[2Jtwo" + "x" * 300])
+def test_post_tool_and_epoch_use_one_cleaned_session_id(project: Path, raw: str) -> None:
+    from supervisor.session._payload import clean_session_id
+
+    context = ctx(project, clean_session_id(raw))  # as the hook builds it from the payload
+    payload = read_payload(project, "sub dir/déep/file.txt", session=raw)
+    assert "SUB-RULES" in (handle_post_tool(payload, context) or "")
+    assert handle_post_tool(payload, context) is None  # once per epoch
+    advance_epoch(context)  # compact / clear: the ledger post-tool wrote starts over
+    assert "SUB-RULES" in (handle_post_tool(payload, context) or "")

@@ -311,8 +311,16 @@ def _target(payload: dict[str, object], context: SessionContext) -> tuple[str, s
 
 
 def _session_id(payload: dict[str, object], context: SessionContext) -> str:
+    """The payload's session id cleaned as the session context's is
+    (:func:`supervisor.session._payload.clean_session_id`: control characters dropped, cut to
+    256 characters), so a post-tool hook writes the ledger that ``compact`` / ``clear`` /
+    ``startup`` (:func:`advance_epoch`, :func:`at_session_start`) act on; the context's id
+    when the payload has none."""
+    from ._payload import clean_session_id
+
     sid = payload.get("session_id")
-    return sid if isinstance(sid, str) and sid else context.session_id
+    cleaned = clean_session_id(sid) if isinstance(sid, str) else ""
+    return cleaned or context.session_id
 
 
 def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
