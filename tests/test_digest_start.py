@@ -159,9 +159,12 @@ def test_every_idle_answer_is_what_the_program_does(git_repo: Path, case: str) -
 
 
 def test_the_programs_check_the_shared_rule_first() -> None:
-    """One rule: each program's first check is ``_idle.idle`` (no copy to drift)."""
+    """One rule: each program's first check is ``_idle.idle`` (no copy to drift), made before
+    the program imports its own package (``from memory import``)."""
     for name in ("memory", "summary"):
-        head = Path(builtin_argv(name)[1]).read_text().split("import os  # noqa")[0]
+        text = Path(builtin_argv(name)[1]).read_text()
+        assert "from memory import" in text, name
+        head = text.split("from memory import")[0]
         assert f'idle("{name}", ' in head or f'_idle("{name}", ' in head, name
     assert (stages_dir() / "_idle.py").is_file()
 

@@ -46,8 +46,6 @@ def add_format(parser: argparse.ArgumentParser, what: str) -> None:
                         "document for a program")
 
 
-
-
 class VerbParser(argparse.ArgumentParser):
     """The terminal verbs' parser: argparse's usage line and exit status 2, with the error
     made one readable line (:func:`short`)."""

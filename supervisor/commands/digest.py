@@ -43,8 +43,9 @@ _VALUED = {"--budget": "budget", "--grace": "grace", "--config": "config", "--fo
 
 def parse_args(argv: list[str]) -> DigestArgs:
     """``argv`` parsed: the usual shapes (``--option VALUE`` pairs of the digest's own options,
-    every value well-formed) without argparse, whose import and parser cost about 6 ms of CPU
-    at each session start (docs/benchmarks.md, issue 13, the digest on 20,000 files, 23:xx);
+    every value well-formed) without argparse, whose import and first parser cost 6.1 ms of
+    CPU at each session start (docs/benchmarks.md, "2026-11-30 23:05 to 23:45 UTC: issue 13,
+    the embedded default digest on 20,000 files");
     anything else (``-h``, ``--option=VALUE``, an abbreviation, a value starting with ``-`` or
     empty, a bad number, choice or directory) by argparse, which gives the same result or
     reports the error and exits 2, as it always did.
