@@ -26,6 +26,31 @@ GIT_ENV_STRIP = (
 )
 
 
+NO_HOME = os.path.join(os.devnull, "no-home")
+"""The home used when there is none: a path under ``/dev/null`` never exists, so every
+user-level file (``~/.claude/CLAUDE.md``, ``~/.pi/agent``) is simply absent."""
+
+
+def home_dir() -> str:
+    """The user's home folder (absolute), or :data:`NO_HOME` when ``HOME`` is empty or no
+    absolute home is known (``HOME`` unset and no passwd entry): ``os.path.expanduser("~")``
+    then returned ``"~"`` or ``""``, and ``~/.claude/CLAUDE.md`` was read from the working
+    directory, where a cloned repository could plant it. Same rule as
+    ``supervisor._home.home_dir`` (a stage may run without watchkeeper importable)."""
+    if os.environ.get("HOME") == "":
+        return NO_HOME
+    home = os.path.expanduser("~")
+    return home if os.path.isabs(home) else NO_HOME
+
+
+def expand_home(value: str) -> str:
+    """``value`` with a leading ``~`` or ``~/`` replaced by :func:`home_dir` (``~user`` as
+    ``os.path.expanduser`` does it, left as written when unknown)."""
+    if value == "~" or value.startswith("~/"):
+        return home_dir() + value[1:]
+    return os.path.expanduser(value)
+
+
 def warn(message: str) -> None:
     """One line to stderr (the stage log by default, ``supervise status`` shows it; merged into
     the stage output with ``stderr = "context"``; keep it rare)."""

@@ -432,3 +432,28 @@ def test_no_absolute_home_writes_and_reads_nothing_in_the_cwd(tmp_path: Path, ho
             assert b"no home directory" in proc.stdout, proc.stdout
     after = sorted(p.name for p in project.iterdir() if p.name != ".supervise")
     assert after == before, after
+
+
+@pytest.mark.parametrize("home", ["", "relhome"])
+def test_stages_never_take_a_relative_home(tmp_path: Path, home: str) -> None:
+    """The instruction and memory stages took ``os.path.expanduser("~")`` as the home: with
+    ``HOME`` empty or relative (or unset with no passwd entry: ``"~"``) the user-level files
+    (``~/.claude/CLAUDE.md``, ``~/.pi/agent``, ``dir = "~/notes"``) were looked up relative
+    to the working directory, where a cloned repository could plant them."""
+    code = (
+        "import sys, os\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'stages')!r})\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / 'stages' / 'instructions')!r})\n"
+        "from pathlib import Path\n"
+        "from files import Place\n"
+        "from memory.common import resolve_path\n"
+        "home = Place.from_env().home\n"
+        "notes = resolve_path(Path(os.getcwd()), '~/notes')\n"
+        "print(home.is_absolute(), notes.is_relative_to(os.getcwd()), home.exists())\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "SUPERVISE_"))}
+    env["HOME"] = home
+    (tmp_path / "relhome" / ".claude").mkdir(parents=True)
+    (tmp_path / "notes").mkdir()
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, timeout=60)
+    assert proc.stdout.split() == [b"True", b"False", b"False"], (proc.stdout, proc.stderr)

@@ -161,7 +161,9 @@ def opencode_loads(place: Place) -> list[Path]:
 
 def pi_loads(place: Place) -> list[Path]:
     """Files Pi loads: the agent dir's file, then one per directory from ``/`` down to cwd."""
-    agent_dir = Path(os.path.expanduser(os.environ.get("PI_CODING_AGENT_DIR") or "~/.pi/agent"))
+    from _common import expand_home
+
+    agent_dir = Path(expand_home(os.environ.get("PI_CODING_AGENT_DIR") or "~/.pi/agent"))
     out: list[Path] = []
     for d in (agent_dir, *_ancestors_down(place.cwd)):
         for name in _PI_CANDIDATES:

@@ -46,7 +46,9 @@ class Place:
                 cwd = root / real_cwd.relative_to(real_root)
             else:
                 root = cwd  # a cwd outside the project: only its own dir counts
-        return cls(cwd=cwd, root=root, home=Path(os.path.expanduser("~")))
+        from _common import home_dir
+
+        return cls(cwd=cwd, root=root, home=Path(home_dir()))
 
     def dirs_root_to_cwd(self) -> list[Path]:
         """``root``, then each directory down to ``cwd`` (both included)."""

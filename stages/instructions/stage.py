@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from _common import opt_bool, opt_int, opt_strings, stage_options, warn
+from _common import expand_home, opt_bool, opt_int, opt_strings, stage_options, warn
 from instructions.files import Place, is_within, present, real
 from instructions.discover import NATIVE, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
@@ -44,7 +44,7 @@ def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
     """The ``files`` option: paths relative to the project root, absolute, or ``~/``."""
     out = []
     for name in names:
-        p = Path(os.path.expanduser(name))
+        p = Path(expand_home(name))
         p = p if p.is_absolute() else place.root / p
         if present(p):
             out.append(p)  # a FIFO or oversized file is named with its reason by the walk
@@ -99,7 +99,7 @@ def main(listing: Listing | None = None) -> int:
 
     tops, known = native_files(place, harness, max_depth)
     root_real = real(place.root)
-    allowed_roots = [real(os.path.expanduser(p)) for p in opt_strings(options, "allow_paths", ())]
+    allowed_roots = [real(expand_home(p)) for p in opt_strings(options, "allow_paths", ())]
     allow_outside = opt_bool(options, "allow_outside", False)
 
     def allowed(target_real: str) -> bool:

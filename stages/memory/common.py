@@ -154,7 +154,9 @@ class Options:
 def resolve_path(project_dir: Path, value: str) -> Path:
     """``value`` as an absolute path: ``~`` expanded, relative to the project dir. Not resolved
     (symlinks are kept visible so that they can be refused)."""
-    path = Path(os.path.expanduser(value))  # "~nouser" stays as written (Path's raises)
+    from _common import expand_home
+
+    path = Path(expand_home(value))  # "~nouser" stays as written (Path's raises); no home: absent
     return path if path.is_absolute() else project_dir / path
 
 

@@ -239,11 +239,14 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
             print(f"{name}: skipped: {bridge.title} has no {scope} settings file; run "
                   f"`supervise {verb} {name} --scope project` to {verb} it there", file=sys.stderr)
             continue
+        from .._home import home_dir
+
+        home = Path(home_dir() or "~")  # "~": refused before (install's link_refusals)
         try:
             if verb == "install":
-                print(install(bridge, scope, project_dir, Path(os.path.expanduser("~")), budget))
+                print(install(bridge, scope, project_dir, home, budget))
             else:
-                print(uninstall(bridge, scope, project_dir, Path(os.path.expanduser("~"))))
+                print(uninstall(bridge, scope, project_dir, home))
         except (OSError, ValueError) as err:
             print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
             failed = True

@@ -115,6 +115,13 @@ def _memory_store_checks(project: Path, folder: str) -> list[Check]:
     the digest. Nothing when the store does not exist or lies outside the project."""
     # as the stage reads it (stages/memory common.resolve_path): "~" expanded, then relative
     # to the project; "~/notes" with no home stays relative, as there
+    from .._home import home_dir
+
+    home = home_dir()
+    if folder == "~" or folder.startswith("~/"):
+        if home is None:  # the stage then reads nothing there either
+            return []
+        folder = home + folder[1:]
     store = Path(os.path.expanduser(folder))
     store = store if store.is_absolute() else project / store
     if not os.path.lexists(store):

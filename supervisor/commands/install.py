@@ -198,7 +198,9 @@ def main(argv: list[str]) -> int:
     request = prepare("install", "register the watchkeeper hook with harnesses", argv)
     if isinstance(request, int):
         return request
-    home = Path(os.path.expanduser("~"))  # "~" when no home is known (Path.home() raised)
+    from .._home import home_dir
+
+    home = Path(home_dir() or "~")  # "~" (refused by link_refusals) when there is no home
     refusals = link_refusals("install", request, home)
     if refusals:
         print("\n".join(refusals), file=sys.stderr)

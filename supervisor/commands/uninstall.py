@@ -24,7 +24,9 @@ def main(argv: list[str]) -> int:
     request = prepare("uninstall", "remove the watchkeeper hook from harnesses", argv)
     if isinstance(request, int):
         return request
-    home = Path(os.path.expanduser("~"))  # "~" when no home is known (Path.home() raised)
+    from .._home import home_dir
+
+    home = Path(home_dir() or "~")  # "~" (refused by link_refusals) when there is no home
     refusals = link_refusals("uninstall", request, home)
     if refusals:
         print("\n".join(refusals), file=sys.stderr)
