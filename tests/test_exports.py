@@ -23,7 +23,7 @@ def test_every_public_name_resolves() -> None:
 
 PATHLIB = frozenset({"pathlib", "urllib", "urllib.parse", "ipaddress", "fnmatch", "ntpath"})
 """``pathlib`` and what it brings (about 10 ms of a hook's CPU with ``re``): the hook paths
-pass paths as ``str`` (docs/benchmarks.md, 2026-11-30 23:40 UTC)."""
+pass paths as ``str`` (docs/benchmarks.md, 2026-11-30 23:47 UTC)."""
 
 HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "inspect",
                    "hashlib", "argparse", "signal", "shutil", "json", "json.decoder", "re",

@@ -38,7 +38,7 @@ one's :class:`Adapter` as ``ADAPTER``."""
 class _Registry(Mapping[str, Adapter]):
     """``{name: Adapter}`` over :data:`NAMES`, each adapter's module imported when it is first
     looked up: a hook needs its own harness's facts only, and the six modules together cost
-    about 0.6 ms of every hook's imports (docs/benchmarks.md, 2026-11-30 23:40 UTC). Iterating
+    about 0.6 ms of every hook's imports (docs/benchmarks.md, 2026-11-30 23:47 UTC). Iterating
     or ``values()`` loads them all."""
 
     __slots__ = ("_loaded",)

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 # Paths here are strings (``os.path``), not ``pathlib.Path``: pathlib imports ``re``,
 # ``fnmatch``, ``urllib.parse`` and ``ipaddress``, about 10 ms of every hook's CPU
-# (docs/benchmarks.md, 2026-11-30 23:40 UTC). Every function accepts ``str`` or a path-like.
+# (docs/benchmarks.md, 2026-11-30 23:47 UTC). Every function accepts ``str`` or a path-like.
 
 
 def pure_path(path: StrPath) -> str:
