@@ -27,6 +27,11 @@ IDLE_WHEN_ABSENT = {"memory": (".remember",), "summary": ("memory", "summary.md"
 """Built-in name -> the project-relative entry whose absence leaves it nothing to do."""
 
 
+def default_options(env: Mapping[str, str]) -> bool:
+    """True when the stage runs with its default options (no ``options`` table)."""
+    return (env.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
+
+
 def idle(name: str, env: Mapping[str, str]) -> bool:
     """True when built-in stage ``name``, started with environment ``env``, would print
     nothing and do nothing (see the module docstring); False whenever in doubt."""
@@ -34,8 +39,7 @@ def idle(name: str, env: Mapping[str, str]) -> bool:
     if entry is None:
         return False
     project = env.get("SUPERVISE_PROJECT_DIR", "")
-    if ((env.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() != "{}"
-            or not project.startswith("/") or not os.path.isdir(project)):
+    if not default_options(env) or not project.startswith("/") or not os.path.isdir(project):
         return False
     if name == "summary" and "memory" not in env.get("SUPERVISE_DIGEST_BUILTINS",
                                                      "memory").split(","):

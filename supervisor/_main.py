@@ -68,7 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     verb = args[0]
     if verb not in VERBS:
         # argparse's shape: the usage line, then one error line (not the whole help: 18 lines)
-        shown = repr(verb) if len(verb) <= 100 else f"{verb[:100]!r}... ({len(verb):,} characters)"
+        from ._sanitize import short
+
+        shown = short(repr(verb), 100)
         print(f"{USAGE}\nsupervise: error: unknown verb {shown} (one of: {', '.join(VERBS)})",
               file=sys.stderr)
         return EXIT_USAGE

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Mapping
 
 from _common import clean_git_env
+from _idle import default_options
 
 ARGV = ("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 TIMEOUT = 5.0
@@ -64,8 +65,7 @@ class Listing:
 def wanted_by_default(env: Mapping[str, str]) -> bool:
     """True when the stage, run with ``env``, lists nested files with certainty: default
     options (no ``list_nested`` key) and a harness that does not load them on demand."""
-    return ((env.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"
-            and env.get("SUPERVISE_HARNESS", "") not in ON_DEMAND)
+    return default_options(env) and env.get("SUPERVISE_HARNESS", "") not in ON_DEMAND
 
 
 def start_early(env: Mapping[str, str]) -> Listing | None:

@@ -21,8 +21,8 @@ if __name__ == "__main__":
 
     calls = None
     try:
-        from repo.calls import (DEFAULT_COMMITS, DEFAULT_TIMEOUT, DEFAULT_UNTRACKED, Calls,
-                                default_options)
+        from _idle import default_options
+        from repo.calls import DEFAULT_COMMITS, DEFAULT_TIMEOUT, DEFAULT_UNTRACKED, Calls
 
         if default_options(os.environ):  # git works while the body's modules load
             cwd = os.getcwd()

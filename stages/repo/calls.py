@@ -66,6 +66,3 @@ def _end(procs: list[subprocess.Popen[bytes]]) -> None:
                 pipe.close()
 
 
-def default_options(env: Mapping[str, str]) -> bool:
-    """True when the stage runs with its default options (no ``options`` table)."""
-    return (env.get("SUPERVISE_STAGE_OPTIONS") or "{}").strip() == "{}"

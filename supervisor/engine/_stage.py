@@ -169,7 +169,7 @@ def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
     if (spec.builtin is None or run.transparent or spec.args or 0 not in spec.ok_exit
             or not may_idle(spec.builtin)):
         return False
-    if (spec.options or {}) != {}:
+    if spec.options:
         return False  # the rule would say no: no environment to build
     try:
         return idle(spec.builtin, stage_env(spec, run.context, token, run.config))

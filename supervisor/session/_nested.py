@@ -539,7 +539,7 @@ def main(argv: list[str]) -> int:
         sys.stderr.write("usage: python -m supervisor.session._nested post-tool|advance-epoch [--harness H]\n")
         return 2
     harness = argv[argv.index("--harness") + 1] if "--harness" in argv[:-1] else "claude"
-    from ._payload import decode_payload
+    from ._payload import clean_session_id, decode_payload
 
     payload = decode_payload(sys.stdin.buffer.read(1 << 20)) or {}
     cwd = payload["cwd"] if isinstance(payload.get("cwd"), str) else os.getcwd()
@@ -550,8 +550,9 @@ def main(argv: list[str]) -> int:
             break
     else:
         root = folder
-    sid = payload.get("session_id") if isinstance(payload.get("session_id"), str) else ""
-    context = SessionContext.for_project(root, harness=harness, session_id=sid)
+    sid = payload.get("session_id")
+    context = SessionContext.for_project(  # the id post-tool's ledger is keyed by (_session_id)
+        root, harness=harness, session_id=clean_session_id(sid) if isinstance(sid, str) else "")
     try:
         if argv[0] == "advance-epoch":
             print(advance_epoch(context))

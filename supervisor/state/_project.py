@@ -152,7 +152,7 @@ def ensure_state_dir(state_dir: StrPath) -> bool:
     if os.path.exists(path):
         return False
     os.makedirs(path, exist_ok=True)
-    parent, name = os.path.split(path.rstrip("/") or "/")
+    parent, name = os.path.split(path)
     if name == STATE_DIR_NAME and os.path.exists(os.path.join(parent, ".git")):
         add_git_exclude(parent, f"/{STATE_DIR_NAME}/")
     return True
