@@ -5,7 +5,8 @@
 #
 # usage: scripts/install-harnesses.sh [claude|codex|gemini|pi|opencode|all]...   (default: all)
 # env:   HARNESS_CACHE  install root (default: <repo>/.cache/harnesses)
-# Without npm it prints one line and exits 0: the e2e tests then skip with that reason.
+# Without npm it prints one line and exits 0 (the e2e tests then skip with that reason), or 1
+# under CI (CI set to anything but empty/0/false: the e2e tests never skip there).
 # Versions are the ones observed in the harness lab (brief: harnesses.md); npm's "latest" moves.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,7 +23,13 @@ pin() {  # pin NAME -> "npm-package version"
   esac
 }
 
+in_ci() { case "$(printf %s "${CI:-}" | tr -d "[:space:]" | tr "[:upper:]" "[:lower:]")" in ""|0|false|no) return 1 ;; *) return 0 ;; esac; }
+
 if ! command -v npm >/dev/null 2>&1; then
+  if in_ci; then
+    echo "install-harnesses: npm not found; under CI the end-to-end harness tests cannot skip" >&2
+    exit 1
+  fi
   echo "install-harnesses: npm not found; end-to-end harness tests will skip" >&2
   exit 0
 fi

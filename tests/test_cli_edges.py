@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -364,47 +365,153 @@ def test_a_tilde_of_an_unknown_user_is_never_an_internal_error(git_repo: Path, t
         assert proc.returncode in (0, 1) and len(proc.stderr.splitlines()) <= 1, proc.stderr
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0
-                    or not os.path.exists("/usr/bin/setpriv"),
-                    reason="needs root and setpriv to run as a user id without a passwd entry")
+NO_PASSWD_UID = 54321
+"""A user id without a passwd entry (a container started with ``--user 54321``)."""
+AS_NO_PASSWD_UID = ["/usr/bin/setpriv", "--reuid", str(NO_PASSWD_UID), "--regid",
+                    str(NO_PASSWD_UID), "--clear-groups"]
+_RUNTIME_PROBE = ("import supervisor, anyio, psutil, pydantic, yaml, sys; "
+                  "print(supervisor.__file__)")
+
+
+def _runtime_dists() -> list[str]:
+    """The distributions ``supervise`` needs at run time: watchkeeper's requirements (no
+    extras), closed over theirs, as installed here."""
+    import importlib.metadata as md
+    import re
+
+    todo, seen = ["watchkeeper"], set()
+    while todo:
+        name = todo.pop()
+        if name.lower() in seen:
+            continue
+        try:
+            reqs = md.requires(name) or []
+        except md.PackageNotFoundError:  # a marker left it out here (exceptiongroup on 3.11)
+            continue
+        seen.add(name.lower())
+        for req in reqs:
+            if "extra ==" in req:
+                continue
+            todo.append(re.split(r"[\s<>=!~;\[(]", req, maxsplit=1)[0])
+    return sorted(seen - {"watchkeeper"})
+
+
+@pytest.fixture(scope="module")
+def no_passwd_runtime() -> Iterator[tuple[list[str], dict[str, str]]]:
+    """``(argv prefix, environment additions)`` that run ``supervise`` as
+    :data:`NO_PASSWD_UID`. That user must be able to read what it runs: a clone in a 0700
+    ``mktemp -d`` folder (or under a 0700 home) is not readable by it (``No module named
+    supervisor``, which the verbs' checks took for a pass). The checkout's own interpreter is
+    used when that user can import ``supervisor`` from this checkout with it; else a copy of
+    the package, its stages and its run-time distributions goes into a world-readable folder,
+    run by the real interpreter with ``PYTHONPATH``. Skips, saying why, when neither works."""
+    import importlib.metadata as md
+    import shutil
+    import tempfile
+
+    if not hasattr(os, "geteuid") or os.geteuid() != 0 or not os.path.exists(AS_NO_PASSWD_UID[0]):
+        pytest.skip("needs root and setpriv to run as a user id without a passwd entry")
+    ours = str(Path(__file__).resolve().parents[1] / "supervisor" / "__init__.py")
+
+    def probe(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(AS_NO_PASSWD_UID + argv + ["-c", _RUNTIME_PROBE], cwd="/",
+                              env={**os.environ, **env}, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=60)
+
+    first = probe([sys.executable], {})
+    if first.returncode == 0 and first.stdout.decode().strip() == ours:
+        yield [sys.executable, "-m", "supervisor"], {}
+        return
+    for base in (tempfile.gettempdir(), "/tmp", "/var/tmp"):
+        if os.path.isdir(base) and os.stat(base).st_mode & 0o001:  # others may pass through
+            break
+    else:
+        pytest.skip("no folder the other user id can reach to hold a readable copy")
+    top = Path(tempfile.mkdtemp(prefix="wk-runtime-", dir=base))
+    os.chmod(top, 0o755)
+    root = Path(__file__).resolve().parents[1]
+    shutil.copytree(root / "supervisor", top / "supervisor",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(root / "stages", top / "stages", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in _runtime_dists():
+        dist = md.distribution(name)
+        for rel in dist.files or []:
+            if ".." in rel.parts or rel.parts[0].endswith(".dist-info") or "__pycache__" in rel.parts:
+                continue
+            src = Path(str(dist.locate_file(rel)))
+            if src.is_file():
+                (top / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(src, top / rel)
+    for folder, dirs, files in os.walk(top):
+        for d in dirs:
+            os.chmod(os.path.join(folder, d), 0o755)
+        for f in files:
+            os.chmod(os.path.join(folder, f), 0o644)
+    python = os.path.realpath(sys.executable)  # the venv's link may sit in the unreadable clone
+    env = {"PYTHONPATH": str(top)}
+    second = probe([python], env)
+    if second.returncode != 0 or second.stdout.decode().strip() != str(top / "supervisor" / "__init__.py"):
+        shutil.rmtree(top, ignore_errors=True)
+        pytest.skip(f"user id {NO_PASSWD_UID} cannot run {python} with a readable copy of the "
+                    f"package: {second.stderr.decode(errors='replace').strip()[-300:]}")
+    try:
+        yield [python, "-m", "supervisor"], env
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 @pytest.mark.parametrize("argv", [["install", "claude"], ["install", "claude", "--scope", "user"],
                                   ["uninstall", "claude"], ["doctor"], ["digest"]],
                          ids=" ".join)
-def test_no_home_at_all_is_never_an_internal_error(argv: list[str]) -> None:
+def test_no_home_at_all_is_never_an_internal_error(
+        argv: list[str], no_passwd_runtime: tuple[list[str], dict[str, str]]) -> None:
     """``HOME`` unset and a user id without a passwd entry (a container started with
     ``--user 12345``): ``pathlib.Path.home()`` raised RuntimeError, and every ``install``,
     ``uninstall`` and ``doctor`` ended in "internal error" (status 3), a project-scope install
     included, which needs no home. Now the home is ``~`` as ``os.path.expanduser`` leaves it: a
-    project-scope verb works, a user-scope one is the one line naming HOME (status 1)."""
+    project-scope verb works, a user-scope one is the one line naming HOME (status 1). Each
+    case checks what its verb did (a registration written or removed, doctor's home line), so
+    none passes when the verb never ran (it did for a clone in a 0700 folder)."""
     import tempfile
 
+    prefix, extra = no_passwd_runtime
     with tempfile.TemporaryDirectory() as top:
         os.chmod(top, 0o755)
         project = Path(top) / "proj"
         project.mkdir()
         (project / ".git").mkdir()  # a project root for the verbs; no git is run as the user
-        os.chown(project, 54321, 54321)
+        os.chown(project, NO_PASSWD_UID, NO_PASSWD_UID)
         env = {k: v for k, v in os.environ.items() if k != "HOME"
                and not k.startswith(("GIT_", "XDG_", "CODEX_HOME", "GEMINI_CLI_HOME"))}
-        # setpriv keeps root's capabilities: the interpreter may live in a folder only root
-        # reads; what matters is the user id no passwd entry names
-        nobody = ["/usr/bin/setpriv", "--reuid", "54321", "--regid", "54321", "--clear-groups"]
+        env.update(extra)
         (project / "supervise.toml").write_text(
             '[[stages]]\nname = "late"\nrun = ["true"]\ndeferred = true\n')
-        os.chown(project / "supervise.toml", 54321, 54321)
-        proc = subprocess.run(nobody + supervise_cmd(*argv), cwd=project,
+        os.chown(project / "supervise.toml", NO_PASSWD_UID, NO_PASSWD_UID)
+        settings = project / ".claude" / "settings.json"
+        if argv[0] == "uninstall":  # something to remove: a registration installed first
+            first = subprocess.run(AS_NO_PASSWD_UID + prefix + ["install", "claude"], cwd=project,
+                                   stdin=subprocess.DEVNULL, capture_output=True, timeout=120,
+                                   env=env)
+            assert first.returncode == 0 and "-m supervisor hook" in settings.read_text(), first
+        proc = subprocess.run(AS_NO_PASSWD_UID + prefix + argv, cwd=project,
                               stdin=subprocess.DEVNULL, capture_output=True, timeout=120, env=env)
         # no home is never a relative "~": nothing named ~ (a plan cache, a deferred key a
         # clone could ship, ~/.codex read from the cwd) anywhere under the working directory
         assert not [p for p in Path(top).rglob("~")], sorted(Path(top).rglob("*"))
+        registered = settings.read_text() if settings.exists() else ""
     _no_traceback(proc.stderr)
+    assert b"No module named" not in proc.stderr, proc.stderr
     if "--scope" in argv:
         lines = proc.stderr.decode().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and "(HOME)" in lines[0], lines
     elif argv == ["digest"]:  # the deferred stage is refused with the one-line reason
         assert proc.returncode == 0 and b"no home directory" in proc.stdout + proc.stderr, proc
-    else:
-        assert proc.returncode in (0, 1), proc.stderr
+    elif argv[0] == "install":
+        assert proc.returncode == 0 and "-m supervisor hook" in registered, (proc, registered)
+    elif argv[0] == "uninstall":
+        assert proc.returncode == 0 and "-m supervisor hook" not in registered, (proc, registered)
+    else:  # doctor: its checks ran, the user-scope ones skipped with the home line
+        assert proc.returncode in (0, 1) and b"no home directory" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize("home", ["", "relhome"])

@@ -4,7 +4,9 @@ The CLIs are pinned and installed by ``scripts/install-harnesses.sh`` into ``.ca
 (``HARNESS_CACHE`` overrides). The first e2e test of a run installs them (npm registry only,
 idempotent; about 1.3 GB and a minute or more the first time, with its progress shown on the
 terminal; ``WATCHKEEPER_NO_HARNESS_INSTALL=1`` turns that off);
-a test whose CLI is still missing (no npm) skips and says why.
+a test whose CLI is still missing (no npm) skips and says why, except under CI (``CI`` set and
+not empty/0/false, as ``scripts/install-harnesses.sh`` reads it), where it fails: a green CI
+run always drove the real CLIs.
 Every test gets its own fake model server on 127.0.0.1 (a free port) that logs each request
 body; a test passes only when the text our hook printed is found in a request the model got.
 """
@@ -94,14 +96,23 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         _ensure_installed(session.config)
 
 
+def in_ci() -> bool:
+    """Whether this run is CI's (``CI`` set and not empty, 0, false or no): missing CLIs fail
+    the e2e tests there instead of skipping them (``.ci/run`` exports ``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
 def harness_bin(name: str) -> Path:
     """Path of an installed harness CLI (installing the pinned CLIs on first use); skips the
-    test when it cannot be installed."""
+    test when it cannot be installed, or fails it under CI (:func:`in_ci`)."""
     path = CACHE / "node_modules" / ".bin" / name
     if not path.exists():
         _ensure_installed()
     if not path.exists():
-        pytest.skip(f"{name} CLI not installed in {CACHE}: run `bash scripts/install-harnesses.sh` (needs npm)")
+        why = f"{name} CLI not installed in {CACHE}: run `bash scripts/install-harnesses.sh` (needs npm)"
+        if in_ci():
+            pytest.fail(f"{why}; under CI the end-to-end tests never skip", pytrace=False)
+        pytest.skip(why)
     return path
 
 
