@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("supervisor._errors", "supervisor._exitcodes", "supervisor._version",
               "supervisor._sanitize", "supervisor._interrupts", "supervisor._record",
-              "supervisor._hashing", "supervisor._jsontext", "supervisor._home")),
+              "supervisor._hashing", "supervisor._jsontext", "supervisor._home",
+              "supervisor._git")),
     ("state", ("supervisor.state",)),
     ("adapters", ("supervisor.adapters",)),
     ("config", ("supervisor.config",)),

@@ -26,7 +26,11 @@ stage lists no nested files for them unless ``list_nested = true``."""
 class Listing:
     """git's listing of the tracked and untracked (not ignored) files below ``cwd``, started
     at construction (stdin from /dev/null; stdout and stderr piped). Never raises: a git that
-    cannot start, fails or outlasts :data:`TIMEOUT` gives no listing."""
+    cannot start, fails or outlasts :data:`TIMEOUT` gives no listing, and ``problem`` then
+    says why in one line with its fix when git refused or failed (``""``: nothing to say, e.g.
+    outside git or no git installed)."""
+
+    problem = ""
 
     def __init__(self, cwd: str) -> None:
         try:
@@ -42,12 +46,18 @@ class Listing:
         if proc is None:
             return None
         try:
-            out, _ = proc.communicate(timeout=TIMEOUT)
+            out, err = proc.communicate(timeout=TIMEOUT)
         except subprocess.TimeoutExpired:
             self.close()
+            self.problem = f"git ls-files did not finish within {TIMEOUT:g} s"
             return None
         self._proc = None  # read and reaped: nothing left to close
-        return out if proc.returncode == 0 else None
+        if proc.returncode == 0:
+            return out
+        from supervisor._git import failure
+
+        self.problem = failure("git ls-files", proc.returncode, err) or ""
+        return None
 
     def close(self) -> None:
         """Kill git if it still runs and reap it (the stage leaves no process behind)."""

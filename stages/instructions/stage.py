@@ -53,19 +53,21 @@ def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
     return out
 
 
-def nested_listing(place: Place, listing: Listing | None = None) -> list[str]:
+def nested_listing(place: Place, listing: Listing | None = None) -> tuple[list[str], str]:
     """Instruction files of the directories below cwd that hold a git-tracked or untracked (not
     ignored) file, sorted, each with the reason it cannot be used when there is one. The file
     of a directory is the one the post-tool injection picks (``supervisor.session._nested``:
     ``AGENTS.override.md`` before ``AGENTS.md``; a FIFO or a link to ``/dev/zero`` is named
     with why it is not read, not skipped), so the listing and the injection agree.
     ``listing``: git's listing already started from ``place.cwd`` (the program starts it
-    before importing this module); None: started here."""
+    before importing this module); None: started here. Returns ``(lines, problem)``:
+    ``problem`` is git's failure in one line with its fix (:attr:`Listing.problem`), ``""``
+    when the listing was made or there is nothing to say (outside git)."""
     if listing is None:
         listing = Listing(str(place.cwd))
     raw = listing.output()
     if raw is None:
-        return []
+        return [], listing.problem
     # Plain strings, not Path objects: a 20,000-file listing made 40,000 Paths (0.3 s of the
     # digest's start); git's paths are already normal (no "./", no "//"; an untracked nested
     # repository ends in "/" and stands for itself, not for a folder of ours).
@@ -83,7 +85,7 @@ def nested_listing(place: Place, listing: Listing | None = None) -> list[str]:
         if found is not None:
             why = listing_note(found, roots)
             out.append(one_line(place.show(found)) + (f": {one_line(why)}" if why else ""))
-    return out
+    return out, ""
 
 
 def main(listing: Listing | None = None) -> int:
@@ -121,9 +123,9 @@ def main(listing: Listing | None = None) -> int:
         # (never /proc, /sys or /dev)
         walk.visit(p, trusted=True)
 
-    nested = (nested_listing(place, listing)
-              if opt_bool(options, "list_nested", harness not in ON_DEMAND) else [])
-    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested)
+    nested, unlisted = (nested_listing(place, listing)
+                        if opt_bool(options, "list_nested", harness not in ON_DEMAND) else ([], ""))
+    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested, unlisted)
     if text:
         sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
         sys.stdout.flush()
@@ -167,11 +169,12 @@ def kept_entries(entries: list[Entry], max_bytes: int) -> list[Entry]:
 
 
 def render(place: Place, harness: str, source: str, entries: list[Entry], skipped: list[Skipped],
-           max_bytes: int, nested: list[str]) -> str:
-    """The stage output: heading, whole files within ``max_bytes``, then what was left out."""
+           max_bytes: int, nested: list[str], unlisted: str = "") -> str:
+    """The stage output: heading, whole files within ``max_bytes``, then what was left out;
+    ``unlisted``: why the nested files could not be listed (git's failure and its fix)."""
     kept = kept_entries(entries, max_bytes)
     left = entries[len(kept):]
-    if not (kept or left or skipped or nested):
+    if not (kept or left or skipped or nested or unlisted):
         return ""
     who = LABELS.get(harness, harness) if harness else ""
     lines = ["## Instructions"]
@@ -206,4 +209,6 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
         lines += [f"- {p}" for p in shown]
         if len(nested) > len(shown):
             lines.append(f"- ... and {len(nested) - len(shown)} more")
+    if unlisted:
+        lines += ["", f"Nested instruction files not listed: {unlisted}"]
     return "\n".join(lines) + "\n"

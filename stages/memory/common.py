@@ -267,10 +267,12 @@ def git_tracked(project_dir: Path, paths: list[Path]) -> tuple[set[Path], str | 
     except (OSError, subprocess.TimeoutExpired) as err:
         return set(inside), f"git ls-files failed ({err}); refusing memory files inside the project"
     if proc.returncode != 0:
-        if b"not a git repository" in proc.stderr:
+        from supervisor._git import failure
+
+        why = failure("git ls-files", proc.returncode, proc.stderr)
+        if why is None:  # not a git repository: nothing is tracked
             return set(), None
-        why = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1]
-        return set(inside), f"git ls-files failed ({'; '.join(why)}); refusing memory files inside the project"
+        return set(inside), f"{why}; memory files inside the project are refused until it works"
     # Paths come back relative to the cwd given with -C, which is the project dir.
     listed = {project_dir / Path(os.fsdecode(p)) for p in proc.stdout.split(b"\0") if p}
     return {p for p in inside if p in listed}, None

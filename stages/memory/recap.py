@@ -157,6 +157,17 @@ def _read(path: Path, limit: int) -> bytes | None:
         return None
 
 
+def untrack_fix(store: Path, project: Path) -> str:
+    """``doctor``'s fix for a memory store git tracks (``supervisor._git.untrack_fix``)."""
+    from supervisor._git import untrack_fix as fix
+
+    try:
+        rel = store.resolve().relative_to(project.resolve()).as_posix()
+    except (ValueError, OSError, RuntimeError):
+        rel = store.name
+    return fix(rel)
+
+
 def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.date) -> Recap | None:
     """Assemble the recap; None when there is nothing to say."""
     recap = Recap(store=store, compact=env.compact)
@@ -169,15 +180,18 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
     if problem:
         common.log(env, problem)
     refused: set[Path] = set()
+    is_tracked = "tracked by the project's git" if problem is None else "not checked: git cannot say whether it is tracked"
     for _, path in present:
         why = ("a symlink" if path.is_symlink() else
-               _special(path) or ("tracked by the project's git" if path in tracked else ""))
+               _special(path) or (is_tracked if path in tracked else ""))
         if why:
             refused.add(path)
             line = (f"Not read {path}: {why}." if why.endswith("not a regular file") else
                     f"Refused {path}: {why} ({REFUSAL_WHY}); not injected.")
             recap.refused.append(line)
             common.log(env, line)
+    if tracked & refused:  # the fix doctor gives, from the one place both take it
+        recap.refused.append(problem or f"Fix: {untrack_fix(store, env.project_dir)}.")
 
     # The handoff note: never consumed, counted per machine, first in the output.
     if handoff_path not in refused:

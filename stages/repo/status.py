@@ -13,6 +13,7 @@ from pathlib import Path
 
 from _common import finish, opt_float, opt_int, read_regular, stage_options, warn
 from repo.calls import Calls
+from supervisor._git import failure
 
 UNTRACKED = ("normal", "no", "all")
 
@@ -135,10 +136,13 @@ def main(calls: Calls | None = None) -> int:
         except OSError:
             return 0  # no git: nothing to say
     deadline, rev, status, log = calls.deadline, calls.rev, calls.status, calls.log
-    rc, out, _ = finish(rev, deadline - time.monotonic())
+    rc, out, err = finish(rev, deadline - time.monotonic())
     s_rc, s_out, s_err = finish(status, deadline - time.monotonic())
-    l_rc, l_out, _ = finish(log, deadline - time.monotonic()) if log else (1, b"", b"")
+    l_rc, l_out, l_err = finish(log, deadline - time.monotonic()) if log else (0, b"", b"")
     if rc != 0:
+        refused = failure("git rev-parse", rc, err)
+        if refused:  # a checkout git refuses (another uid's): said, never an empty ok
+            _write(["## Repository", refused])
         return 0  # outside git: silent
     git_dir_s, common_s = (out.decode("utf-8", "replace").splitlines() + ["", ""])[:2]
     git_dir = Path(git_dir_s)
@@ -150,7 +154,7 @@ def main(calls: Calls | None = None) -> int:
                      "untracked option to \"no\")")
         headers, changes = {}, []
     elif s_rc != 0:
-        lines.append(f"git status failed: {s_err.decode('utf-8', 'replace').strip()[:200]}")
+        lines.append(failure("git status", s_rc, s_err) or f"git status failed (exit {s_rc})")
         headers, changes = {}, []
     else:
         headers, changes = parse_status(s_out)
@@ -180,6 +184,9 @@ def main(calls: Calls | None = None) -> int:
     stash = headers.get("stash")
     if stash and stash != "0":
         lines.append(f"Stash: {stash} entr{'y' if stash == '1' else 'ies'}")
+    log_failed = failure("git log", l_rc, l_err)
+    if log_failed and b"does not have any commits" not in l_err:
+        lines.append(log_failed)
     if l_rc == 0 and l_out.strip():
         lines.append("Recent commits:")
         lines += [f"  {c.replace(chr(9), ' ', 1).replace(chr(9), ' | ', 1)}"
@@ -188,5 +195,9 @@ def main(calls: Calls | None = None) -> int:
     if trees:
         lines.append("Other worktrees:")
         lines += [f"  {t}" for t in trees]
-    sys.stdout.buffer.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))
+    _write(lines)
     return 0
+
+
+def _write(lines: list[str]) -> None:
+    sys.stdout.buffer.write(("\n".join(lines) + "\n").encode("utf-8", "replace"))

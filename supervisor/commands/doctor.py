@@ -115,6 +115,7 @@ def _memory_store_checks(project: Path, folder: str) -> list[Check]:
     the digest. Nothing when the store does not exist or lies outside the project."""
     # as the stage reads it (stages/memory common.resolve_path): "~" expanded, then relative
     # to the project; "~/notes" with no home stays relative, as there
+    from .._git import untrack_fix
     from .._home import home_dir
 
     home = home_dir()
@@ -137,8 +138,6 @@ def _memory_store_checks(project: Path, folder: str) -> list[Check]:
     if not rel.parts:  # the project itself: nothing to ignore
         return []
     name = f"{rel.as_posix()}/"  # project-relative, whatever form "dir" was given in
-    spec = (f":(literal){rel.as_posix()}" if any(c in rel.as_posix() for c in "*?[\\")
-            else rel.as_posix())  # the fix's `git rm` must not glob either
     env = {k: v for k, v in os.environ.items() if k != "GIT_LITERAL_PATHSPECS"}
     try:  # ":(literal)": "mem*" is that folder, never a glob matching mem1/
         tracked = subprocess.run(["git", "-C", str(project), "ls-files", "-z", "--",
@@ -149,12 +148,17 @@ def _memory_store_checks(project: Path, folder: str) -> list[Check]:
                                  env=env).returncode
     except (OSError, subprocess.TimeoutExpired):
         return []
+    from .._git import explain
+
+    refused = explain("git ls-files", tracked.returncode, tracked.stderr)
+    if refused:  # the stage then refuses every memory file inside the project
+        return [Check("FAIL", "memory store", f"{refused[0]}: the memory stage refuses the "
+                      f"files in {name}", refused[1] or "make git work in this checkout")]
     if tracked.returncode == 0 and tracked.stdout:
         count = tracked.stdout.count(b"\0")
         return [Check("FAIL", "memory store", f"{count} file(s) in {name} are tracked by git, and "
                       "the memory stage refuses tracked memory (not injected)",
-                      f"git rm -r --cached -- {shlex.quote(spec)}, then add /{name} to "
-                      ".gitignore or .git/info/exclude")]
+                      untrack_fix(rel.as_posix()))]
     if ignored == 1:
         return [Check("warn", "memory store", f"{name} is not git-ignored: a `git add -A` would "
                       "commit it, and the memory stage refuses tracked memory; add "
