@@ -147,19 +147,19 @@ def test_deferred_stage_never_holds_the_digest_and_is_delivered_once(tmp_path: P
             time.sleep(0.02)
 
     try:
-        first = run_cli("digest", cwd=tmp_path, timeout=15)  # capture_output: a pipe, like $(...)
+        first = run_cli("digest", "--session-start", cwd=tmp_path, timeout=15)  # capture_output: a pipe, like $(...)
         text = first.stdout.decode()
         assert text.startswith("main\n")
         assert "IN PROGRESS" in text and "'net'" in text
         (gates / "go").touch()
         wait_for_a_result()
-        second = run_cli("digest", cwd=tmp_path).stdout.decode()
+        second = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
         assert second.count("upstream reachable") == 1
         assert "result of an EARLIER run" in second
         # the second digest's own run ends now; the third digest shows only that one
         (gates / "release").touch()
         wait_for_a_result()
-        third = run_cli("digest", cwd=tmp_path).stdout.decode()
+        third = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
         assert third.count("upstream reachable") == 1
     finally:
         (gates / "go").touch()
@@ -171,7 +171,7 @@ def test_deferred_stage_never_holds_the_digest_and_is_delivered_once(tmp_path: P
 
 def test_deferred_stage_past_its_deadline_is_killed(tmp_path: Path) -> None:
     write_config(tmp_path, stage("slow", "sleep 30", deferred=True, timeout=0.5))
-    first = run_cli("digest", cwd=tmp_path).stdout.decode()
+    first = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     assert "IN PROGRESS" in first
     results = tmp_path / ".supervise" / "deferred" / "slow"
     deadline = time.monotonic() + 15
@@ -332,7 +332,7 @@ def test_a_deferred_runner_stopped_by_a_signal_kills_its_stage(tmp_path: Path,
     write_config(tmp_path, stage("slow", f"sh -c 'echo $$ > {started}.tmp; "
                                          f"mv {started}.tmp {started}; sleep 60'",
                                  deferred=True, timeout=120))
-    assert "IN PROGRESS" in run_cli("digest", cwd=tmp_path).stdout.decode()
+    assert "IN PROGRESS" in run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     results = tmp_path / ".supervise" / "deferred" / "slow"
     deadline = time.monotonic() + 60
     while not started.exists() and time.monotonic() < deadline:  # handshake: the stage runs

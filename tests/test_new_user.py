@@ -137,16 +137,16 @@ def test_json_digest_delivers_a_pending_deferred_result(git_repo: Path) -> None:
     write_config(git_repo, f'[[stages]]\nname = "later"\nrun = ["sh", "-c", {json.dumps(script)}]\n'
                  "deferred = true\n")
     try:
-        first = run_cli("digest", cwd=git_repo)
+        first = run_cli("digest", "--session-start", cwd=git_repo)
         assert b"IN PROGRESS: deferred stage 'later'" in first.stdout
         (gates / "go").touch()
         _wait_for_result(git_repo, "later")
-        doc = json.loads(run_cli("digest", "--format", "json", cwd=git_repo).stdout)
+        doc = json.loads(run_cli("digest", "--session-start", "--format", "json", cwd=git_repo).stdout)
         (later,) = doc["stages"]
         assert later["status"] == "deferred"
         assert "X" in later["output"] and "EARLIER run" in later["output"], later
         # delivered once: a third digest shows only its own run (in progress)
-        third = run_cli("digest", "--format", "json", cwd=git_repo)
+        third = run_cli("digest", "--session-start", "--format", "json", cwd=git_repo)
         assert "EARLIER" not in json.loads(third.stdout)["stages"][0]["output"]
     finally:
         (gates / "go").touch()
@@ -156,9 +156,9 @@ def test_json_digest_delivers_a_pending_deferred_result(git_repo: Path) -> None:
 def test_one_deferred_stage_appears_once(git_repo: Path) -> None:
     write_config(git_repo, '[[stages]]\nname = "later"\nrun = ["sh", "-c", "sleep 0.3; echo RUN"]\n'
                  'deferred = true\n[[stages]]\nname = "slow"\nrun = ["sleep", "2"]\n')
-    run_cli("digest", "--only", "later", cwd=git_repo)  # ends at once: the result stays pending
+    run_cli("digest", "--session-start", "--only", "later", cwd=git_repo)  # ends at once: the result stays pending
     _wait_for_result(git_repo, "later")
-    text = run_cli("digest", cwd=git_repo).stdout.decode()  # `slow` gives the fresh run time
+    text = run_cli("digest", "--session-start", cwd=git_repo).stdout.decode()  # `slow` gives the fresh run time
     assert text.count("[deferred stage 'later'") == 1, text
     assert "ran AFTER" not in text and "EARLIER" not in text and "IN PROGRESS" not in text
     assert not list((git_repo / ".supervise" / "deferred" / "later").glob("result-*.json"))
@@ -280,7 +280,7 @@ def test_status_counts_terminal_digests_and_keeps_a_history(git_repo: Path) -> N
     assert "no digest recorded" in empty
     assert "exposure   none recorded: no memory file" in empty  # explained, not bare
     for source in ("startup", "compact", "clear"):
-        assert run_cli("digest", "--source", source, cwd=git_repo).returncode == 0
+        assert run_cli("digest", "--session-start", "--source", source, cwd=git_repo).returncode == 0
     text = run_cli("status", cwd=git_repo).stdout.decode()
     assert "last       full digest from a terminal, source clear" in text, text
     big = next(l for l in text.splitlines() if l.strip().startswith("big "))
@@ -307,7 +307,7 @@ def test_status_history_keeps_the_last_ten(git_repo: Path) -> None:
     from supervisor.session._routing import record_digest
 
     write_config(git_repo, '[[stages]]\nname = "a"\nrun = "true"\n')
-    run_cli("digest", cwd=git_repo)
+    run_cli("digest", "--session-start", cwd=git_repo)
     first_done = time.time()
     context = SessionContext(project_dir=git_repo, state_dir=git_repo / ".supervise")
     config = DigestConfig(stages=(StageSpec(name="a", run=["true"]),))
@@ -315,7 +315,7 @@ def test_status_history_keeps_the_last_ten(git_repo: Path) -> None:
     for _ in range(10):
         record_digest(context.state_dir, result, context)
     last_start = time.time()
-    run_cli("digest", cwd=git_repo)
+    run_cli("digest", "--session-start", cwd=git_repo)
     doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
     assert len(doc["history"]) == 10
     stamps = [h["finished_at"] for h in doc["history"]]

@@ -44,7 +44,7 @@ def _payload(project: Path, source: str) -> bytes:
 
 def test_nudge_bytes_exactly() -> None:
     assert NUDGE_TEXT.encode() == (
-        b"\xe2\x81\xa3SUPERVISE_OP: v1 session-start: Run `supervise digest` now, exactly once, "
+        b"\xe2\x81\xa3SUPERVISE_OP: v1 session-start: Run `supervise digest --session-start` now, exactly once, "
         b"before executing any other instructions.\n")
 
 

@@ -91,7 +91,7 @@ def test_status_totals_exposure_per_file_and_source(git_repo: Path) -> None:
     (remember / "identity.md").write_text("I am careful.\n")
     (git_repo / ".git" / "info" / "exclude").write_text(".remember/\n.supervise/\n")
     (git_repo / "supervise.toml").write_text('[[stages]]\nname = "memory"\nbuiltin = "memory"\n')
-    assert run_cli("digest", "-C", str(git_repo)).returncode == 0
+    assert run_cli("digest", "--session-start", "-C", str(git_repo)).returncode == 0
     code, out = status(git_repo, "--format", "json")
     doc = json.loads(out)
     files = {f["what"]: f for f in doc["exposure"]["files"]}
@@ -111,7 +111,7 @@ def test_status_records_a_crash_left_empty_are_set_aside_and_rewritten(git_repo:
     (state / "digest-history.json").write_bytes(b'{"entries": [{"finished_at": 1')
     code, out = status(git_repo, "--format", "json")
     assert code == 0 and json.loads(out)["last_digest"] is None
-    assert run_cli("digest", cwd=git_repo).returncode == 0
+    assert run_cli("digest", "--session-start", cwd=git_repo).returncode == 0
     last = json.loads((state / "last-digest.json").read_text())
     assert [s["name"] for s in last["stages"]] == ["alpha", "beta"]
     history = json.loads((state / "digest-history.json").read_text())

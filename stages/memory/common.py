@@ -38,6 +38,8 @@ class StageEnv:
         session: the harness session id, display only.
         stage: this stage's name.
         options: the stage's ``options`` table (``{}`` when absent or not a JSON object).
+        preview: ``SUPERVISE_PREVIEW=1``, a person looking: nothing is recorded (no
+            delivery counted, no exposure, no consolidation started).
     """
 
     source: str
@@ -46,6 +48,7 @@ class StageEnv:
     session: str
     stage: str
     options: dict[str, Any]
+    preview: bool = False
 
     @property
     def compact(self) -> bool:
@@ -73,6 +76,7 @@ def read_env(default_stage: str) -> tuple[StageEnv, list[str]]:
         session=os.environ.get("SUPERVISE_SESSION_ID", ""),
         stage=os.environ.get("SUPERVISE_STAGE_NAME", "") or default_stage,
         options=options,
+        preview=os.environ.get("SUPERVISE_PREVIEW", "") == "1",
     )
     return env, problems
 
@@ -280,8 +284,8 @@ def git_tracked(project_dir: Path, paths: list[Path]) -> tuple[set[Path], str | 
 
 def record_exposure(env: StageEnv, what: Path | str, nbytes: int) -> None:
     """Append a resident-exposure event for ``what`` (see ``supervisor.state._exposure``); best effort."""
-    if env.state_dir is None or nbytes <= 0:
-        return
+    if env.state_dir is None or nbytes <= 0 or env.preview:
+        return  # a preview reached no model
     try:
         from supervisor.state import _exposure
     except ImportError:  # the stage runs under an interpreter without watchkeeper

@@ -100,15 +100,27 @@ def _sanitize(value: str) -> str:
     return " ".join(value.split())[:40]
 
 
-def deliver(state_dir: Path | None, note: Path, content: bytes | None, *, compact: bool) -> Delivery:
+def deliver(state_dir: Path | None, note: Path, content: bytes | None, *, compact: bool,
+            preview: bool = False) -> Delivery:
     """Account for one delivery of ``content`` (None or blank = no note) and return what to say.
 
-    ``state_dir`` None means nothing is recorded (every delivery is the first). Never raises:
-    an unusable state dir or a lock held too long gives a first delivery plus a ``problem``.
+    ``state_dir`` None means nothing is recorded (every delivery is the first); ``preview``
+    (a person running ``supervise digest`` to look) reads the record and writes nothing: the
+    note is shown as the next session would get it, and the count stays. Never raises: an
+    unusable state dir or a lock held too long gives a first delivery plus a ``problem``.
     """
     blank = content is None or not content.strip()
     if state_dir is None:
         return Delivery(number=1, prior=0, since="")
+    if preview:
+        if blank:
+            return Delivery(0, 0, "")
+        assert content is not None
+        record = read_record(state_dir / "memory" / RECORD_NAME)
+        if record.get("fingerprint") != fingerprint(content):
+            return Delivery(number=1, prior=0, since="")
+        prior = parse_count(record.get("deliveries"))
+        return Delivery(prior + 1, prior, _sanitize(record.get("first_delivered", "")))
     folder = state_dir / "memory"
     try:
         with StateDir.open(state_dir, create=True) as state:

@@ -200,7 +200,7 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
 
         binary = content is not None and b"\0" in content
         delivery = deliver(env.state_dir, handoff_path, None if binary else content,
-                           compact=env.compact)
+                           compact=env.compact, preview=env.preview)
         if delivery.problem:
             common.log(env, delivery.problem)
         if binary:  # named with the true reason, never counted as delivered
@@ -219,7 +219,9 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
                 recap.handoff.append(
                     f"[Body not repeated: delivery {delivery.number} of unchanged content is past "
                     f"max_redeliveries = {max_redeliveries} (memory stage option). Read it at "
-                    f"{handoff_path} if needed; a changed handoff is shown in full.]")
+                    f"{handoff_path} if needed; a changed handoff is shown in full"
+                    + (f"; deleting {env.state_dir / 'memory' / 'handoff.delivered'} starts the "
+                       "count again" if env.state_dir else "") + ".]")
             else:
                 recap.handoff_body, note = common.decode_clean(content, handoff_path)
                 if note:
@@ -279,6 +281,8 @@ def _consolidation(env: common.StageEnv, opts: common.Options, store: Path, toda
         return f"Memory consolidation: {days}; no `consolidate` command is configured."
     if env.state_dir is None:
         return f"Memory consolidation: {days}; not started (no state dir for its lock)."
+    if env.preview:
+        return f"Memory consolidation: {days}; the next session start runs it (not a preview)."
     from memory.consolidate import trigger
 
     try:

@@ -28,7 +28,7 @@ ADAPTER = Adapter(
     project_dir_env="GROK_WORKSPACE_ROOT",
     next_steps=(
         "Grok CLI: hooks are read from ~/.grok/user-settings.json only (installed there); "
-        "Grok discards SessionStart output, so start each session by running `supervise digest`.",
+        "Grok discards SessionStart output, so start each session by running `supervise digest --session-start`.",
     ),
     caveats=(
         "SessionStart output never reaches the model (nudge tier)",

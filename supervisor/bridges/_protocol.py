@@ -42,7 +42,7 @@ HARNESSES: tuple[str, ...] = ("pi", "opencode")
 PROTOCOL = 1
 """Version of the JSON document; bumped only for an incompatible change."""
 
-FALLBACK = ("\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest` now, exactly once, "
+FALLBACK = ("\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest --session-start` now, exactly once, "
             "before executing any other instructions.")
 """The one line a failed generation delivers: the nudge sentence (``supervisor.session._nudge``),
 without its trailing newline. The extensions carry a copy; ``tests/test_bridge.py`` keeps

@@ -18,7 +18,7 @@ export const MAX_BYTES = 512 * 1024
 export const MAX_STDOUT = 32 * 1024 * 1024
 /** The one line a failed generation delivers (the nudge sentence of supervisor/session/_nudge.py). */
 export const FALLBACK =
-  "\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest` now, exactly once, before executing any other instructions."
+  "\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest --session-start` now, exactly once, before executing any other instructions."
 /** Appended when the digest was cut to MAX_BYTES. */
 export const TRUNCATION_MARKER =
   "\n\nSESSION-START DELIVERY TRUNCATED - the digest exceeded 512 KiB and was cut here. " +

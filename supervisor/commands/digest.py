@@ -1,4 +1,7 @@
-"""supervise digest: run the digest in a terminal (slow hosts, re-runs after a truncation)."""
+"""supervise digest: run the digest in a terminal (slow hosts, re-runs after a truncation).
+
+A preview by default: a person looking counts no delivery and advances no record. With
+--session-start it is the session start a harness could not run (the nudge asks for that)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ class DigestArgs:
     """``supervise digest``'s arguments: ``budget``/``grace`` in seconds or None, ``config``
     (a path or None), ``format`` (``text``/``json``), ``only`` (stage names or None),
     ``directory`` (``-C DIR``: an absolute existing directory or None), ``source`` and
-    ``harness`` (``""``: none)."""
+    ``harness`` (``""``: none), ``session_start`` (``--session-start``: this run is a
+    session's start, records advance; else a preview that records nothing)."""
 
     budget: float | None = None
     grace: float | None = None
@@ -34,6 +38,7 @@ class DigestArgs:
     directory: Path | None = None
     source: str = ""
     harness: str = ""
+    session_start: bool = False
 
 
 _VALUED = {"--budget": "budget", "--grace": "grace", "--config": "config", "--format": "format",
@@ -53,8 +58,10 @@ def parse_args(argv: list[str]) -> DigestArgs:
     Raises:
         SystemExit: argparse's exit on ``--help`` (0) or a usage error (2).
     """
-    quick = _quick_parse(argv)
+    flags = [a for a in argv if a == "--session-start"]
+    quick = _quick_parse([a for a in argv if a != "--session-start"])
     if quick is not None:
+        quick.session_start = bool(flags)
         return quick
     return DigestArgs(**vars(build_parser().parse_args(argv)))
 
@@ -124,6 +131,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--harness", choices=[h for h in WHEN_HARNESSES if h != "terminal"],
                    default="", help="run as for this harness (SUPERVISE_HARNESS, stage "
                                     "conditions); default: none, a terminal")
+    p.add_argument("--session-start", action="store_true",
+                   help="this run is a session's start (what the nudge asks a model to run): "
+                        "the handoff delivery is counted, deferred results are delivered, the "
+                        "run is recorded. Without it the digest is a preview that changes no "
+                        "record")
     return p
 
 
@@ -136,6 +148,8 @@ def _rerun_hint(args: DigestArgs, project: Path) -> str:
     for flag in ("source", "harness"):
         if getattr(args, flag):
             parts += [f"--{flag}", getattr(args, flag)]
+    if args.session_start:
+        parts.append("--session-start")
     return shlex.join(parts)
 
 
@@ -199,7 +213,8 @@ def main(argv: list[str]) -> int:
     notice = None
     context = SessionContext.for_project(project, cwd=start.resolve(),  # SUPERVISE_CWD
                                          source=args.source,
-                                         harness=args.harness or _nudge_tier_parent())
+                                         harness=args.harness or _nudge_tier_parent(),
+                                         preview=not args.session_start)
     try:
         config = load_plan(project, args.config, on_env_error=lambda msg: print(
             f"supervise: {msg}; ignored", file=sys.stderr))
@@ -277,9 +292,11 @@ def main(argv: list[str]) -> int:
         if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
             print("supervise digest: the output was not delivered whole (the reader left or "
                   "stopped reading); deferred results it carried stay pending.", file=sys.stderr)
-        delivery.settle(whole)
+        # A preview reached no model: every reservation (the handoff count, a deferred
+        # result's claim) is rolled back, as for an output that was not delivered.
+        delivery.settle(whole and args.session_start)
     _tree.reap_zombie_children()
-    if code == EXIT_OK:  # `supervise status` counts terminal digests too
+    if code == EXIT_OK and args.session_start:  # `supervise status` counts session starts
         from ..session._routing import record_digest
 
         record_digest(context.state_dir, result, context)

@@ -272,7 +272,7 @@ def settle(delivery: Delivery, problem: str, what: str) -> None:
 def internal_error_text(verb: str, err: BaseException) -> str:
     """What the model reads when the hook failed: the digest did not run, and what to do."""
     return (f"SUPERVISE: internal error in `supervise {verb}`: {type(err).__name__}: {err}\n"
-            "The session-start digest did NOT run. Run `supervise digest` now, once, and report "
+            "The session-start digest did NOT run. Run `supervise digest --session-start` now, once, and report "
             "this error.\n")
 
 

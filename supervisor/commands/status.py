@@ -125,7 +125,7 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append(f"completion {when(done['completed_at'])}, {match}")
     last = doc["last_digest"]
     if last is None:
-        lines.append("last       no digest recorded (a hook or `supervise digest` records one)")
+        lines.append("last       no digest recorded (a hook or `supervise digest --session-start` records one)")
     else:
         state = "truncated" if last["truncated"] else ("complete" if last["complete"] else "incomplete")
         lines.append(f"last       {last['mode']} digest from {last['harness'] or 'a terminal'}, "

@@ -49,6 +49,9 @@ class SessionContext:
         cwd: the session's working directory (payload ``cwd``, the bridge's ``--cwd``, the
             terminal's cwd or ``-C`` for ``supervise digest``), e.g. a package of a monorepo;
             ``SUPERVISE_CWD``. None means the project root.
+        preview: a person looking (``supervise digest`` without ``--session-start``): the
+            stages show what a session start would, and record nothing (no handoff delivery
+            counted, no exposure, no consolidation started); ``SUPERVISE_PREVIEW=1``.
     """
 
     project_dir: StrPath
@@ -58,6 +61,7 @@ class SessionContext:
     harness: str = ""
     session_id: str = ""
     cwd: StrPath | None = None
+    preview: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -77,5 +81,6 @@ class SessionContext:
             "SUPERVISE_PROJECT_DIR": str(self.project_dir),
             "SUPERVISE_STATE_DIR": str(self.state_dir),
             "SUPERVISE_CWD": str(self.cwd or self.project_dir),
+            "SUPERVISE_PREVIEW": "1" if self.preview else "",
             **self.extra_env,
         }

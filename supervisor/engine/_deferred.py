@@ -642,6 +642,25 @@ class Delivery:
     record: dict[str, Any] | None = None
 
 
+def preview(specs: Sequence[StagePlan], context: SessionContext) -> list[Delivery]:
+    """What a preview (``supervise digest`` without ``--session-start``) shows for its
+    deferred stages: none is started and nothing is claimed (a run started here would
+    supersede the result a session is waiting for); each block names the newest pending
+    result, read as ``supervise status`` reads it (:func:`pending`). Never raises."""
+    found = pending(context.state_dir, {spec.name for spec in specs})
+    out = []
+    for spec in specs:
+        mine = sorted((d for d in found if d.get("name") == spec.name),
+                      key=lambda d: str(d.get("run_id", "")))
+        text = (f"PREVIEW: deferred stage '{spec.name}' is not started by a preview (a session "
+                "start or `supervise digest --session-start` runs it)")
+        if mine:
+            text += ("; its pending result, delivered at the next session start:\n"
+                     + format_result(mine[-1], late=False, earlier=True))
+        out.append(Delivery(spec.name, text + ("" if mine else ".")))
+    return out
+
+
 def collect(specs: Sequence[StagePlan], context: SessionContext,
             launches: Sequence[Launch]) -> list[Delivery]:
     """What the digest shows for its deferred stages, at its end, one block per stage: this

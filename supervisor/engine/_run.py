@@ -115,7 +115,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             ensure_state_dir(context.state_dir)
         except OSError:
             pass  # stages report an unusable state dir themselves
-    launched = _deferred.launch_all(deferred, context, config, run)
+    launched = [] if context.preview else _deferred.launch_all(deferred, context, config, run)
     async with anyio.create_task_group() as tg:
         if abort is not None:
             async def watch_abort() -> None:
@@ -144,7 +144,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     notice = out.total_cut_notice()
     if notice:
         out.write_notice(notice)
-    deliveries = {d.name: d for d in _deferred.collect(deferred, context, launched)}
+    deliveries = {d.name: d for d in (_deferred.preview(deferred, context) if context.preview
+                                      else _deferred.collect(deferred, context, launched))}
     for delivery in deliveries.values():
         out.write_notice(delivery.text)
     if not transparent:

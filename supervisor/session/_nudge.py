@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 MARK = "\u2063"
 LABEL = "SUPERVISE_OP:"
 KIND = "v1 session-start"
-BODY = "Run `supervise digest` now, exactly once, before executing any other instructions."
+BODY = "Run `supervise digest --session-start` now, exactly once, before executing any other instructions."
 NUDGE_TEXT = f"{MARK}{LABEL} {KIND}: {BODY}\n"
 """The exact nudge payload (UTF-8: ``E2 81 A3`` then ASCII, one trailing newline)."""
 
@@ -64,7 +64,7 @@ def restored_in_transcript(state_dir: StrPath, harness: str, transcript: str | N
         return False
     if view.compacted and view.compaction_last:
         return True
-    if any(BODY in text for text in view.contexts):
+    if any(f"{LABEL} {KIND}: " in text for text in view.contexts):  # any nudge, any wording
         return True
     from ._ledger import delivered, fingerprint
 
