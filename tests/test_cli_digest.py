@@ -257,8 +257,8 @@ def test_first_digest_leaves_no_untracked_state_dir(git_repo: Path) -> None:
 def test_config_error_names_the_stage_and_the_unknown_key(tmp_path: Path) -> None:
     write_config(tmp_path, stage("a", "true") + stage("todo", "true") + "timeuot = 5\n")
     err = run_cli("config", cwd=tmp_path).stderr.decode().strip()
-    assert err.endswith("[[stages]] 'todo' (number 2): key 'timeuot': unknown key "
-                        "(see docs/stage-authors.md for the keys a stage takes)")
+    assert err.endswith("[[stages]] 'todo' (number 2): key 'timeuot': unknown key: did you "
+                        "mean 'timeout'? (see docs/stage-authors.md for the keys a stage takes)")
     assert err.count("\n") == 0
 
 

@@ -346,8 +346,33 @@ def _key_path(parts: list[Any]) -> str:
     return out
 
 
+MAX_LISTED_PROBLEMS = 10
+"""Problems a config error lists one by one; past them it says how many more there are."""
+
+
 def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str:
-    first = err.errors()[0]
+    """Every problem of ``err`` (up to :data:`MAX_LISTED_PROBLEMS`), on one line: ``where``,
+    then each problem's key and what to write instead, ``; ``-separated."""
+    errors = err.errors()
+    shown = [_format_one(e, data) for e in errors[:MAX_LISTED_PROBLEMS]]
+    if len(errors) == 1:
+        return f"{where}: {shown[0]}"
+    more = len(errors) - len(shown)
+    tail = f"; and {more} more (fix these first)" if more else ""
+    return f"{where}: {len(errors)} problems: " + "; ".join(
+        f"({i}) {text}" for i, text in enumerate(shown, 1)) + tail
+
+
+def _known_keys(parts: list[Any]) -> list[str]:
+    """The keys the table at ``parts`` (a location without its last key) takes."""
+    if parts[:1] == ["stages"]:
+        model: type[BaseModel] = StageWhen if "when" in parts[2:3] else StageSpec
+        return list(model.model_fields)
+    return [k for k in DigestConfig.model_fields if k not in ("source", "stages_from")]
+
+
+def _format_one(first: Any, data: dict[str, Any]) -> str:
+    """One problem: its location (a stage by name and number, a key path) and the fix."""
     parts = list(first["loc"])
     in_stages = parts[:1] == ["stages"]
     if len(parts) >= 2 and in_stages and isinstance(parts[1], int):
@@ -363,9 +388,13 @@ def _format_error(where: str, err: ValidationError, data: dict[str, Any]) -> str
     else:
         loc = ""  # a whole-file rule (unique names, needs): the message names the stages
     msg = _plain_message(first, in_stages)
-    count = err.error_count() - 1
-    more = f" (and {count} more problem{'s' if count > 1 else ''})" if count else ""
-    return f"{where}: {loc + ': ' if loc else ''}{msg}{more}"
+    if first["type"] == "extra_forbidden" and parts and isinstance(parts[-1], str):
+        import difflib
+
+        close = difflib.get_close_matches(parts[-1], _known_keys(parts[:-1]), n=1)
+        if close:
+            msg = msg.replace("unknown key", f"unknown key: did you mean '{close[0]}'?", 1)
+    return f"{loc + ': ' if loc else ''}{msg}"
 
 
 def parse_config(data: dict[str, Any], where: str) -> DigestConfig:
