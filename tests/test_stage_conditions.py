@@ -108,7 +108,8 @@ def test_config_shows_the_condition(project: Path) -> None:
     run = run_cli("config", cwd=project)
     assert run.returncode == 0, run.stderr
     stages = {s["name"]: s for s in json.loads(run.stdout)["stages"]}
-    assert stages["fresh"]["when"] == {"source": ["startup", "clear"], "harness": None}
+    assert stages["fresh"]["when"] == {"source": ["startup", "clear"], "harness": None,
+                                       "paths": None}
     assert stages["always"]["when"] is None
 
 

@@ -238,7 +238,7 @@ def main(argv: list[str]) -> int:
     from ..config._plan import unmet
 
     for name in args.only or ():
-        why = unmet(config.stage(name), context.source, context.harness)
+        why = unmet(config.stage(name), context.source, context.harness, context.where)
         if why:  # honoured, not overridden: say why the stage asked for does not run
             print(f"supervise digest: --only {name}: skipped by its condition ({why}); "
                   "pass --source/--harness to run as that session would", file=sys.stderr)

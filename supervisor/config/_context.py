@@ -71,6 +71,20 @@ class SessionContext:
         root = _absolute(project_dir)
         return cls(project_dir=root, state_dir=state_dir_for(root), **kwargs)  # type: ignore[arg-type]
 
+    def where(self) -> str | None:
+        """The session's working directory relative to the project root, POSIX (``""`` the
+        root itself; links resolved on both sides), or None when it lies outside the
+        project: what ``when.paths`` is matched against
+        (:func:`supervisor.config._plan.unmet`)."""
+        if self.cwd is None:
+            return ""
+        cwd, root = os.path.realpath(self.cwd), os.path.realpath(self.project_dir)
+        if cwd == root:
+            return ""
+        if not cwd.startswith(root.rstrip("/") + "/"):
+            return None
+        return cwd[len(root.rstrip("/")) + 1:]
+
     def env(self) -> dict[str, str]:
         """The ``SUPERVISE_*`` variables for a stage (all strings, never absent)."""
         return {

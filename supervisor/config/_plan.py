@@ -18,6 +18,8 @@ from ._limits import MAX_SECONDS as MAX_SECONDS
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from _typeshed import StrPath
     from typing import Any, Literal
 
@@ -56,7 +58,8 @@ class StagePlan:
     options: dict[str, Any] = field(default_factory=dict)
     ok_exit: tuple[int, ...] = (0,)
     when: dict[str, tuple[str, ...]] | None = None
-    """``{"source": (...), "harness": (...)}`` (either may be absent): see :func:`unmet`."""
+    """``{"source": (...), "harness": (...), "paths": (...)}`` (any may be absent): see
+    :func:`unmet`."""
     stderr: Literal["context", "log", "drop"] = "log"
     """Where the stage's stderr goes: the stage log (:mod:`supervisor.engine._stagelog`), merged
     into its stdout (``context``), or nowhere (``drop``)."""
@@ -69,11 +72,17 @@ WHEN_HARNESSES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "qwen"
 """Values ``when.harness`` takes: the harness names, and ``terminal`` for no harness."""
 
 
-def unmet(stage: StagePlan, source: str, harness: str) -> str:
-    """Why ``stage``'s ``when`` condition excludes a run with this routed ``source`` and
-    ``harness`` (one clause, e.g. ``when.source is startup, clear; this run's is compact``),
-    or ``""`` when it takes part. ``source`` ``""`` (a terminal, an unrecognized source)
-    counts as ``startup``; ``harness`` ``""`` as ``terminal``."""
+def unmet(stage: StagePlan, source: str, harness: str,
+          where: str | None | Callable[[], str | None] = "") -> str:
+    """Why ``stage``'s ``when`` condition excludes a run with this routed ``source``,
+    ``harness`` and working directory ``where`` (one clause, e.g. ``when.source is startup,
+    clear; this run's is compact``), or ``""`` when it takes part. ``source`` ``""`` (a
+    terminal, an unrecognized source) counts as ``startup``; ``harness`` ``""`` as
+    ``terminal``. ``where``: the session's working directory relative to the project root,
+    POSIX (``""`` the root itself, ``"packages/widget"``), None when it lies outside the
+    project (then no ``when.paths`` holds), or a function giving it, called only for a stage
+    with ``when.paths`` (``SessionContext.where``: two ``realpath`` calls); see
+    :func:`path_matches`."""
     if not stage.when:
         return ""
     have = {"source": source or "startup", "harness": harness or "terminal"}
@@ -81,7 +90,56 @@ def unmet(stage: StagePlan, source: str, harness: str) -> str:
         allowed = stage.when.get(key)
         if allowed is not None and have[key] not in allowed:
             return f"when.{key} is {', '.join(allowed)}; this run's is {have[key]}"
+    paths = stage.when.get("paths")
+    if paths is None:
+        return ""
+    folder = where() if callable(where) else where
+    if not (folder is not None and path_matches(paths, folder)):
+        shown = "outside the project" if folder is None else (folder or "the project root")
+        return f"when.paths is {', '.join(paths)}; this session's directory is {shown}"
     return ""
+
+
+def path_matches(patterns: tuple[str, ...], where: str) -> bool:
+    """True when the folder ``where`` (project-relative, POSIX, ``""`` = root) or one of its
+    ancestors matches one of ``patterns``: the matching folder or below it, like lefthook's
+    ``root`` and pre-commit's ``files`` for a stage. Glob syntax as in ``.gitignore`` paths:
+    ``*`` and ``?`` stay within one folder name, ``**`` spans any number of folders,
+    ``[abc]`` a class; a trailing ``/**`` or ``/`` is the folder itself and what is below it.
+    ``re`` is imported only for a stage with ``when.paths``."""
+    import re
+
+    parts = where.split("/") if where else []
+    folders = ["/".join(parts[:n]) for n in range(len(parts) + 1)]
+    for pattern in patterns:
+        rx = re.compile(_glob_regex(pattern.strip("/").removesuffix("/**")))
+        if any(rx.fullmatch(folder) for folder in folders):
+            return True
+    return False
+
+
+def _glob_regex(pattern: str) -> str:
+    """A path glob (:func:`path_matches`) as a regular expression over a POSIX path."""
+    import re
+
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
+            end = pattern.index("]", i + 2)
+            body = pattern[i + 1:end]
+            out += "[" + ("^" + body[1:] if body[:1] == "!" else body) + "]"
+            i = end + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return out
 
 
 DEFAULT_MAX_PARALLEL = 64

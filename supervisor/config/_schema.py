@@ -69,16 +69,35 @@ class StageWhen(_Frozen):
     ``startup`` (it runs as a full start). ``harness`` takes the harness names
     (``claude``, ``codex``, ``cursor``, ``gemini``, ``qwen``, ``grok``, ``pi``,
     ``opencode``) and ``terminal`` for a run with no harness. Modelled on Claude Code's hook
-    ``matcher`` (SessionStart matches on the source), extended to the harness.
+    ``matcher`` (SessionStart matches on the source), extended to the harness. ``paths``
+    takes project-relative folder globs matched against the session's working directory
+    (lefthook's ``glob``/``root``, pre-commit's ``files``).
     """
 
     source: tuple[str, ...] | None = None
     harness: tuple[str, ...] | None = None
+    paths: tuple[str, ...] | None = None
+    """Globs of project-relative folders (``["packages/widget/**"]``): the stage runs when
+    the session's working directory is a matching folder or below it
+    (:func:`supervisor.config._plan.path_matches`)."""
 
     @model_validator(mode="after")
     def _known_values(self) -> StageWhen:
         from ._plan import WHEN_HARNESSES, WHEN_SOURCES
 
+        if self.paths is not None:
+            if not self.paths:
+                raise ValueError("when.paths is empty, so the stage would never run; list "
+                                 "project-relative folders such as \"packages/widget/**\", or "
+                                 "drop the key")
+            for path in self.paths:
+                why = ("is empty" if not path.strip() else
+                       "is absolute; write it relative to the project root" if path.startswith("/")
+                       else "holds '..'; name a folder inside the project" if ".." in path.split("/")
+                       else "holds a backslash; separate folders with '/'" if "\\" in path
+                       else "")
+                if why:
+                    raise ValueError(f"when.paths: {path!r} {why}")
         for key, known in (("source", WHEN_SOURCES), ("harness", WHEN_HARNESSES)):
             values = getattr(self, key)
             if values is None:

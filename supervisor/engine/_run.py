@@ -93,7 +93,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     # Bookkeeping by name (names are unique): linear in the number of stages.
     selected = [s for s in config.stages  # `only`, then each stage's `when` condition
                 if (only is None or s.name in only)
-                and not unmet(s, context.source, context.harness)]
+                and not unmet(s, context.source, context.harness, context.where)]
     chosen = {s.name for s in selected}
     live = [s for s in selected if not s.deferred]
     position = {s.name: i for i, s in enumerate(live)}

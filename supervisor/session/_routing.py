@@ -127,7 +127,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     selected = [s for s in config.stages  # `only`, then each stage's `when` condition
                 if (only is None or s.name in only)
-                and not unmet(s, context.source, context.harness)]
+                and not unmet(s, context.source, context.harness, context.where)]
     if not selected:
         from ..engine._results import DigestResult, StageResult
 
