@@ -8,7 +8,8 @@ file system, so the engine and the program decide alike on the same environment.
 True only where the stage's ``main()`` prints nothing, writes nothing and exits 0:
 
 - ``memory``: default options and no ``.remember`` entry at all in the project (a file, a
-  folder, a link or a FIFO there makes the stage run: it names what it refuses).
+  folder, a link or a FIFO there makes the stage run: it names what it refuses); never in a
+  linked worktree (``.git`` is a file), whose store is the main checkout's.
 - ``summary``: default options, and either the digest runs no ``memory`` stage (the summary
   is then off by default) or no ``memory/summary.md`` entry exists.
 
@@ -44,4 +45,6 @@ def idle(name: str, env: Mapping[str, str]) -> bool:
     if name == "summary" and "memory" not in env.get("SUPERVISE_DIGEST_BUILTINS",
                                                      "memory").split(","):
         return True  # off by default without the memory feature (inject_summary)
+    if name == "memory" and os.path.isfile(os.path.join(project, ".git")):
+        return False  # a linked worktree shares the main checkout's store: the stage decides
     return not os.path.lexists(os.path.join(project, *entry))

@@ -301,18 +301,43 @@ SLOW_SECONDS = 5.0
 """A run longer than this (seconds) is logged as slow (claude-remember's slow-start log)."""
 
 
+def shared_home(env: common.StageEnv, opts: common.Options, folder: str) -> common.StageEnv:
+    """``env`` as the store's owner sees it: in a linked worktree with a relative ``dir`` and
+    ``share_worktrees`` (default true), the main checkout (as claude-remember keys a
+    worktree's memory to it, its PR #127), whose state dir then keeps the store's own records
+    (the handoff delivery count, the consolidation lock), so two worktrees never double-count
+    or consolidate at once. The digest's own state dir (``SUPERVISE_STATE_DIR``) is the
+    main checkout's too when it is the default ``<project>/.supervise``; an explicit one is
+    kept (one per machine already). ``env`` unchanged otherwise."""
+    import dataclasses
+    import os
+
+    if not opts.flag("share_worktrees", True) or os.path.isabs(os.path.expanduser(folder)):
+        return env
+    from supervisor.state._project import STATE_DIR_NAME, main_checkout
+
+    main = main_checkout(env.project_dir)
+    if main is None:
+        return env
+    state = env.state_dir
+    if state is not None and state == env.project_dir / STATE_DIR_NAME:
+        state = Path(main) / STATE_DIR_NAME
+    return dataclasses.replace(env, project_dir=Path(main), state_dir=state)
+
+
 def main() -> int:
     started = time.monotonic()
     env, problems = common.read_env("memory")
     opts = common.Options(env.options)
-    store = common.resolve_path(env.project_dir, opts.text("dir", ".remember"))
+    home = shared_home(env, opts, opts.text("dir", ".remember"))
+    store = common.resolve_path(home.project_dir, opts.text("dir", ".remember"))
     max_bytes = opts.whole("max_bytes", 9000, minimum=200)
     want_exposure = opts.flag("exposure", True)
     if not store.is_dir():
         for line in problems + opts.problems:
             common.log(env, line)
         return 0
-    hop = common.symlink_in(store, common.anchor_for(env.project_dir, store))
+    hop = common.symlink_in(store, common.anchor_for(home.project_dir, store))
     if hop is not None:
         line = f"Refused memory store {store}: {hop} is a symlink ({REFUSAL_WHY}); nothing injected."
         common.log(env, line)
@@ -320,7 +345,7 @@ def main() -> int:
         return 0
     # `today` pins the date staging files are judged against (reproducible runs, tests that
     # cross midnight); default: the local date.
-    recap = build(env, opts, store, opts.date("today") or _dt.date.today())
+    recap = build(home, opts, store, opts.date("today") or _dt.date.today())
     for line in problems + opts.problems:
         common.log(env, line)
     if recap is None:

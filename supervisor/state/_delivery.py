@@ -206,12 +206,25 @@ def staged_write(state_dir: StrPath, rel: str, data: bytes,
     Raises:
         StateError: the staged folder cannot be used (reported as for the record itself).
     """
-    ident = (os.environ if env is None else env).get(DELIVERY_VAR, "")
+    env = os.environ if env is None else env
+    ident = env.get(DELIVERY_VAR, "")
     parts = rel.split("/")
     if not ident or not ident.isalnum() or any(p in ("", ".", "..") for p in parts):
         return False
     from ._statedir import open_subpath
 
+    own = env.get("SUPERVISE_STATE_DIR", "")
+    if own and os.path.realpath(own) != os.path.realpath(state_dir):
+        # Another state dir (a memory store shared by the worktrees of one repository keeps
+        # its records with the main checkout's): the digest's own staged folder names it,
+        # so settling the delivery settles that folder too (:func:`_settle_staged`).
+        mine = open_subpath(own, (STAGED_DIR, ident), create=True)
+        assert mine is not None
+        with mine:
+            known = (mine.read(ALSO, 64 * 1024) or b"").decode("utf-8", "replace").splitlines()
+            target = os.path.abspath(state_dir)
+            if target not in known:
+                mine.write(ALSO, "".join(f"{line}\n" for line in (*known, target)).encode())
     folder = open_subpath(state_dir, (STAGED_DIR, ident), create=True)
     assert folder is not None
     with folder:
@@ -219,9 +232,16 @@ def staged_write(state_dir: StrPath, rel: str, data: bytes,
     return True
 
 
-def _settle_staged(state_dir: StrPath, ident: str, delivered: bool) -> list[str]:
+ALSO = "@also"
+"""Entry of a staged folder naming, one per line, other state dirs whose ``staged/<id>/``
+folder belongs to the same delivery (settled with it, never committed as a record)."""
+
+
+def _settle_staged(state_dir: StrPath, ident: str, delivered: bool, *,
+                   follow: bool = True) -> list[str]:
     """Move ``staged/<ident>/*`` into place (``delivered``) or drop them; remove folders of
-    killed hooks older than :data:`STALE_STAGED`. Never raises."""
+    killed hooks older than :data:`STALE_STAGED`; then the same in each state dir the folder
+    names (:data:`ALSO`, ``follow``: one hop). Never raises."""
     from .._errors import StateError
     from ._statedir import open_subpath
 
@@ -234,6 +254,7 @@ def _settle_staged(state_dir: StrPath, ident: str, delivered: bool) -> list[str]
         return []
     if root is None:
         return []
+    also: list[str] = []
     with root:
         for name in root.names():
             info = root.lstat(name)
@@ -241,10 +262,29 @@ def _settle_staged(state_dir: StrPath, ident: str, delivered: bool) -> list[str]
                 if info is not None and time.time() - info.st_mtime > STALE_STAGED:
                     _remove(os.path.join(root.path, name))
                 continue
+            also += _also(root, name) if follow else []
             if delivered:
                 problems += _commit_folder(state_dir, root, name)
             _remove(os.path.join(root.path, name))
+    for other in also:  # only a folder this delivery staged into (its random id) is touched
+        if os.path.isabs(other) and os.path.realpath(other) != os.path.realpath(state_dir):
+            problems += _settle_staged(other, ident, delivered, follow=False)
     return problems
+
+
+def _also(root: StateDir, name: str) -> list[str]:
+    """The other state dirs staged folder ``name`` names (:data:`ALSO`); never raises."""
+    from .._errors import StateError
+
+    try:
+        folder = root.sub(name)
+        if folder is None:
+            return []
+        with folder:
+            data = folder.read(ALSO, 64 * 1024) or b""
+    except StateError:
+        return []
+    return [line for line in data.decode("utf-8", "replace").splitlines() if line]
 
 
 def _commit_folder(state_dir: StrPath, root: StateDir, name: str) -> list[str]:
@@ -261,7 +301,7 @@ def _commit_folder(state_dir: StrPath, root: StateDir, name: str) -> list[str]:
     with folder:
         for entry in folder.names():
             parts = entry.split(_SEP)
-            if "" in parts or "." in parts or ".." in parts or parts[0] == STAGED_DIR:
+            if "" in parts or "." in parts or ".." in parts or parts[0] in (STAGED_DIR, ALSO):
                 continue
             try:
                 target = open_subpath(state_dir, tuple(parts[:-1]), create=True)

@@ -76,6 +76,17 @@ def git_dirs(top: StrPath) -> tuple[str, str] | None:
         return None
 
 
+def main_checkout(top: StrPath) -> str | None:
+    """The main checkout of the linked worktree at ``top`` (the folder holding the common
+    git dir, resolved), or None when ``top`` is no linked worktree, or its repository is bare
+    (no main checkout to share with). Read from files, no git process."""
+    dirs = git_dirs(top)
+    if dirs is None or dirs[0] == dirs[1] or os.path.basename(dirs[1]) != ".git":
+        return None
+    main = os.path.dirname(dirs[1])
+    return main if os.path.isdir(main) and main != os.path.realpath(top) else None
+
+
 def read_small(path: StrPath, cap: int = 1 << 20) -> str:
     """A regular file's text (at most ``cap`` bytes), never through a link or from a FIFO;
     ``""`` when absent or not a regular file."""
