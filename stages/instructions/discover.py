@@ -238,10 +238,14 @@ def qwen_loads(place: Place) -> list[Path]:
 
 
 def cursor_loads(place: Place) -> list[Path]:
-    """Files Cursor applies itself: ``AGENTS.md`` and ``CLAUDE.md`` at the project root, and
-    ``AGENTS.md`` in each directory down to cwd (nested ones apply to work below them)."""
+    """Files Cursor applies itself: its ``.cursor/rules`` (root down to cwd), ``AGENTS.md``
+    and ``CLAUDE.md`` at the project root, and ``AGENTS.md`` in each directory down to cwd
+    (nested ones apply to work below them)."""
+    from instructions.rules import rule_files
+
     out = [p for p in (place.root / "AGENTS.md", place.root / "CLAUDE.md") if is_regular(p)]
-    return out + [d / "AGENTS.md" for d in place.dirs_root_to_cwd()[1:] if is_regular(d / "AGENTS.md")]
+    out += [d / "AGENTS.md" for d in place.dirs_root_to_cwd()[1:] if is_regular(d / "AGENTS.md")]
+    return out + [p for convention, p in rule_files(place) if convention == "cursor"]
 
 
 def grok_loads(place: Place) -> list[Path]:

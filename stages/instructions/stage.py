@@ -15,6 +15,7 @@ from instructions.files import Place, is_within, present, real
 from instructions.discover import NATIVE, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
 from instructions.listing import ON_DEMAND, Listing
+from instructions.rules import Rule, rules_for, write_index
 from supervisor.session._nested import listing_note, subtree_file
 from supervisor._sanitize import one_line, removed_note
 
@@ -96,7 +97,7 @@ def main(listing: Listing | None = None) -> int:
     source = os.environ.get("SUPERVISE_SOURCE", "")
     max_bytes = opt_int(options, "max_bytes", DEFAULT_MAX_BYTES)
     max_depth = opt_int(options, "max_import_depth", DEFAULT_MAX_DEPTH)
-    supply = opt_strings(options, "supply", ("agents", "claude"))
+    supply = opt_strings(options, "supply", ("agents", "claude", "rules"))
     place = Place.from_env()
 
     tops, known = native_files(place, harness, max_depth)
@@ -118,6 +119,11 @@ def main(listing: Listing | None = None) -> int:
         walk.visit(p, trusted=True)  # the harnesses' documented home files
     for p in supply_chain(place, supply):
         walk.visit(p)  # project files: inside the project, like an @import
+    rules = rules_for(place, known) if "rules" in supply else []
+    for rule in rules:
+        if rule.kind == "always":
+            walk.visit(rule.path)  # read again by the walk (imports); shown without frontmatter
+    _rule_bodies(walk, rules)
     for p in extra_files(place, opt_strings(options, "files", ())):
         # named by the config itself, which could as well set allow_outside: trusted as much
         # (never /proc, /sys or /dev)
@@ -125,13 +131,29 @@ def main(listing: Listing | None = None) -> int:
 
     nested, unlisted = (nested_listing(place, listing)
                         if opt_bool(options, "list_nested", harness not in ON_DEMAND) else ([], ""))
-    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested, unlisted)
+    text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested, unlisted,
+                  rules)
     if text:
         sys.stdout.buffer.write(text.encode("utf-8", errors="replace"))
         sys.stdout.flush()
+    state = os.environ.get("SUPERVISE_STATE_DIR", "")
+    if state and os.environ.get("SUPERVISE_PREVIEW") != "1":
+        problem = write_index(state, place, rules)
+        if problem:
+            warn(problem)
     if opt_bool(options, "refresh", True):
         record_baseline(place, harness, kept_entries(walk.entries, max_bytes), known)
     return 0
+
+
+def _rule_bodies(walk: Walk, rules: list[Rule]) -> None:
+    """The walk's entries of always-applied rules carry the rule's text without its
+    frontmatter (metadata for the harness, not instructions for the model)."""
+    bodies = {real(r.path): r.body for r in rules if r.kind == "always" and r.body is not None}
+    for i, entry in enumerate(walk.entries):
+        body = bodies.get(entry.real)
+        if body is not None:
+            walk.entries[i] = Entry(entry.path, entry.real, body, entry.importer)
 
 
 def record_baseline(place: Place, harness: str, injected: list[Entry], loaded: set[str]) -> None:
@@ -169,12 +191,20 @@ def kept_entries(entries: list[Entry], max_bytes: int) -> list[Entry]:
 
 
 def render(place: Place, harness: str, source: str, entries: list[Entry], skipped: list[Skipped],
-           max_bytes: int, nested: list[str], unlisted: str = "") -> str:
+           max_bytes: int, nested: list[str], unlisted: str = "",
+           rules: list[Rule] | None = None) -> str:
     """The stage output: heading, whole files within ``max_bytes``, then what was left out;
-    ``unlisted``: why the nested files could not be listed (git's failure and its fix)."""
+    ``unlisted``: why the nested files could not be listed (git's failure and its fix);
+    ``rules``: the project's rules the harness does not load (always-applied ones are among
+    ``entries``; path-scoped and agent-requested ones are listed here, broken ones named)."""
     kept = kept_entries(entries, max_bytes)
     left = entries[len(kept):]
-    if not (kept or left or skipped or nested or unlisted):
+    rules = rules or []
+    scoped = [r for r in rules if r.kind == "scoped"]
+    requested = [r for r in rules if r.kind == "requested"]
+    skipped = skipped + [Skipped(place.show(r.path), f"rule not applied: {r.problem}", r.path)
+                         for r in rules if r.kind == "broken"]
+    if not (kept or left or skipped or nested or unlisted or scoped or requested):
         return ""
     who = LABELS.get(harness, harness) if harness else ""
     lines = ["## Instructions"]
@@ -209,6 +239,13 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
         lines += [f"- {p}" for p in shown]
         if len(nested) > len(shown):
             lines.append(f"- ... and {len(nested) - len(shown)} more")
+    if scoped:
+        lines += ["", "Rules for some files only (read the rule before working on a matching "
+                  "file; globs relative to the project root):"]
+        lines += [f"- {one_line(place.show(r.path))}: {one_line(', '.join(r.globs))}" for r in scoped]
+    if requested:
+        lines += ["", "Rules to read when they are relevant:"]
+        lines += [f"- {one_line(place.show(r.path))}: {one_line(r.description)}" for r in requested]
     if unlisted:
         lines += ["", f"Nested instruction files not listed: {unlisted}"]
     return "\n".join(lines) + "\n"

@@ -1,0 +1,169 @@
+"""Rules files of Claude Code and Cursor, for every harness that does not load them itself.
+
+* Claude Code (code.claude.com/docs/en/memory, "Organize rules with .claude/rules/"):
+  ``.claude/rules/**/*.md``; a rule without ``paths:`` frontmatter is loaded in every session,
+  one with ``paths:`` (a glob or a list of globs, project-relative) only when the agent works
+  on a matching file.
+* Cursor (cursor.com/docs/context/rules): ``.cursor/rules/**/*.mdc`` (and ``.md``) with
+  frontmatter ``description``, ``globs`` (a glob, a comma-separated string or a list) and
+  ``alwaysApply``: ``alwaysApply: true`` applies in every chat, ``globs`` when a matching file
+  is in context, a ``description`` alone lets the agent pull it in ("agent requested"), none
+  of them only when named ("manual").
+
+The frontmatter is parsed by PyYAML (``yaml.safe_load``), never by hand; a rule whose
+frontmatter does not parse is named with the reason and not applied. A rule's text is read
+through :func:`instructions.files.examine`, the one door of every instruction file.
+
+Each rule becomes a :class:`Rule`: ``always`` rules are supplied whole by the digest,
+``scoped`` ones are listed with their globs (and injected on the read of a matching file by
+the harnesses whose read event we answer: :func:`supervisor.session._rules.matching`, from the
+index :func:`write_index` leaves in the state dir), the others are listed with their
+description. Which harness loads which convention itself is its loader's business
+(``instructions.discover``: ``claude_loads`` has ``.claude/rules``, ``cursor_loads``
+``.cursor/rules``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from instructions.files import FileText, Place, examine, is_regular, is_within, real
+from supervisor._record import record
+
+CONVENTIONS = {"claude": (".claude/rules", (".md",)), "cursor": (".cursor/rules", (".mdc", ".md"))}
+"""Convention -> (rules folder relative to a directory, file suffixes)."""
+
+
+@record
+class Rule:
+    """One rules file.
+
+    Attributes:
+        path: absolute path as discovered (not resolved).
+        convention: ``claude`` or ``cursor``.
+        kind: ``always`` (every session), ``scoped`` (files matching ``globs``),
+            ``requested`` (a ``description`` only: the agent may read it when relevant),
+            ``manual`` (only when named), ``broken`` (unreadable or bad frontmatter:
+            ``problem`` says why).
+        globs: the project-relative globs of a scoped rule (``paths:`` or ``globs:``).
+        description: Cursor's ``description``, ``""`` when none.
+        body: the rule's text without its frontmatter (hidden text removed), None unless read.
+        problem: why the rule cannot be used, ``""`` when it can.
+    """
+
+    path: Path
+    convention: str
+    kind: str
+    globs: tuple[str, ...] = ()
+    description: str = ""
+    body: FileText | None = None
+    problem: str = ""
+
+
+def rule_files(place: Place) -> list[tuple[str, Path]]:
+    """``[(convention, path)]`` of every rules file from the project root down to cwd, each
+    folder's files sorted by relative path, Claude's before Cursor's."""
+    out: list[tuple[str, Path]] = []
+    for d in place.dirs_root_to_cwd():
+        for convention, (folder, suffixes) in CONVENTIONS.items():
+            base = d / folder
+            if not base.is_dir():
+                continue
+            found = [p for p in base.rglob("*") if p.suffix in suffixes and is_regular(p)]
+            out += [(convention, p) for p in sorted(found, key=lambda p: p.relative_to(base).as_posix())]
+    return out
+
+
+def split_frontmatter(text: str) -> tuple[str | None, str]:
+    """``(frontmatter or None, body)``: a leading ``---`` line up to the next ``---`` line."""
+    if not text.startswith("---"):
+        return None, text
+    first, _, rest = text.partition("\n")
+    if first.strip() != "---":
+        return None, text
+    lines = rest.split("\n")
+    for i, line in enumerate(lines):
+        if line.strip() == "---":
+            return "\n".join(lines[:i]), "\n".join(lines[i + 1:]).lstrip("\n")
+    return None, text
+
+
+def _globs(value: object) -> tuple[str, ...]:
+    """A ``paths:``/``globs:`` value as globs: a string (Cursor: comma-separated) or a list."""
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, list) else []
+    return tuple(g.strip() for g in items if isinstance(g, str) and g.strip())
+
+
+def classify(convention: str, path: Path, root: Path) -> Rule:
+    """Read and classify one rules file (see the module docstring); one whose real path
+    leaves the project ``root`` is refused unread, as a project instruction file is. Never
+    raises."""
+    key = real(path)
+    if not is_within(Path(key), Path(real(root))):
+        return Rule(path, convention, "broken", problem=f"refused: it resolves to {key}, "
+                    "outside the project")
+    content, why = examine(path)
+    if content is None:
+        return Rule(path, convention, "broken", problem=why)
+    front, body = split_frontmatter(content.text)
+    meta: object = {}
+    if front is not None:
+        import yaml  # PyYAML, only for a rules file with frontmatter
+
+        try:
+            meta = yaml.safe_load(front) or {}
+        except yaml.YAMLError as err:
+            where = getattr(err, "problem_mark", None)
+            at = f" at line {where.line + 2}" if where is not None else ""
+            return Rule(path, convention, "broken", problem=f"its frontmatter is not valid YAML{at}")
+    if not isinstance(meta, dict):
+        return Rule(path, convention, "broken", problem="its frontmatter is not a YAML mapping")
+    text = FileText(body, content.size, content.lossy, content.hidden)
+    description = meta.get("description")
+    description = " ".join(description.split()) if isinstance(description, str) else ""
+    if convention == "claude":
+        globs = _globs(meta.get("paths"))
+        return Rule(path, convention, "scoped" if globs else "always", globs, description, text)
+    if meta.get("alwaysApply") is True:
+        return Rule(path, convention, "always", (), description, text)
+    globs = _globs(meta.get("globs"))
+    if globs:
+        return Rule(path, convention, "scoped", globs, description, text)
+    return Rule(path, convention, "requested" if description else "manual", (), description, text)
+
+
+def rules_for(place: Place, loaded: set[str]) -> list[Rule]:
+    """The rules of the project the harness does not load itself (``loaded``: real paths of
+    what it loads, from its loader), classified, in :func:`rule_files` order."""
+    return [classify(convention, path, place.root) for convention, path in rule_files(place)
+            if real(path) not in loaded]
+
+
+INDEX = "rules/index.json"
+"""The state dir's index of path-scoped rules (relative path): what the read hooks match."""
+
+
+def write_index(state_dir: str, place: Place, rules: list[Rule]) -> str | None:
+    """Record the path-scoped rules (absolute path, globs, convention) for the read hooks, so
+    a read is matched without parsing any frontmatter (``supervisor.session._rules``); the
+    index is removed when there are none. Returns a problem line, or None."""
+    from supervisor._errors import StateError
+    from supervisor._jsontext import dumps
+    from supervisor.state._statedir import open_subpath
+
+    scoped = [{"path": str(r.path), "globs": list(r.globs), "convention": r.convention}
+              for r in rules if r.kind == "scoped"]
+    try:
+        folder = open_subpath(state_dir, ("rules",), create=bool(scoped))
+        if folder is None:
+            return None
+        with folder:
+            if scoped:
+                folder.write("index.json", dumps({"version": 1, "root": str(place.root),
+                                                  "rules": scoped}).encode("utf-8"))
+            else:
+                folder.remove("index.json")
+    except (StateError, OSError) as err:
+        return f"cannot record the path-scoped rules for the read hooks: {err}"
+    return None
