@@ -17,6 +17,10 @@ never closed) or blank-bodied record gives no section and exits 0 (brief memory.
 from __future__ import annotations
 
 import os
+import sys
+
+# stages/ first on sys.path: the engine runs built-ins isolated (-I), which adds no script folder
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 if __name__ == "__main__":  # the common case, decided before any other import (digest start)
     from _idle import idle  # the rule the engine checks too (stages/_idle.py)

@@ -1,7 +1,8 @@
 # supervise hook fast path (POSIX sh; run as: /bin/sh hook-fast.sh PYTHON [ARG...]).
 #
-# PYTHON ARG... is the whole Python hook command (`PYTHON -P -m supervisor hook HARNESS
-# --event prompt|post-tool`), exactly as `supervise install` registers it behind this file.
+# PYTHON ARG... is the whole Python hook command (`PYTHON -I -m supervisor hook HARNESS
+# --event prompt|post-tool`), exactly as `supervise install` registers it behind this file
+# (registrations written before name `-P`: run the same way, isolated).
 # For the per-event hooks (prompt, post-tool) this decides "nothing to do" without starting
 # Python, from the payload's first 4 KiB and a few stat calls; in every other case, and
 # whenever in doubt, it runs that command with the whole payload on its stdin.
@@ -38,22 +39,24 @@ restore_locale() {
   if [ "${saved_lc+set}" = set ]; then LC_ALL=$saved_lc; else unset LC_ALL; fi
 }
 
-# run_python PYTHON -P -m supervisor ARGS... (in a pipeline's subshell: it execs): the same
-# program through `-c` (no runpy and importlib.util to import: a few ms per event); `-P` still
-# keeps the working directory off sys.path. Any other command runs as given.
+# run_python PYTHON -I|-P -m supervisor ARGS... (in a pipeline's subshell: it execs): the same
+# program through `-c` (no runpy and importlib.util to import: a few ms per event), in
+# isolated mode (-I: the working directory, PYTHONPATH, PYTHONHOME, PYTHONSTARTUP and user
+# site-packages stay off sys.path; an older `-P` registration is run isolated too). Any other
+# command runs as given.
 run_python() {
-  if [ "$#" -ge 4 ] && [ "$2" = -P ] && [ "$3" = -m ] && [ "$4" = supervisor ]; then
+  if [ "$#" -ge 4 ] && { [ "$2" = -I ] || [ "$2" = -P ]; } && [ "$3" = -m ] && [ "$4" = supervisor ]; then
     py=$1
     shift 4
-    exec "$py" -P -c 'import sys; sys.argv[0] = "supervise"; from supervisor._main import entry; entry()' "$@"
+    exec "$py" -I -c 'import sys; sys.argv[0] = "supervise"; from supervisor._main import entry; entry()' "$@"
   fi
   exec "$@"
 }
 
-# The harness, from the registered command's own shape (PYTHON -P -m supervisor hook HARNESS
-# ...); any other shape keeps the drain.
+# The harness, from the registered command's own shape (PYTHON -I -m supervisor hook HARNESS
+# ..., or -P before); any other shape keeps the drain.
 harness=
-if [ "$#" -ge 6 ] && [ "$2" = -P ] && [ "$3" = -m ] && [ "$4" = supervisor ] && [ "$5" = hook ]; then
+if [ "$#" -ge 6 ] && { [ "$2" = -I ] || [ "$2" = -P ]; } && [ "$3" = -m ] && [ "$4" = supervisor ] && [ "$5" = hook ]; then
   harness=$6
 fi
 event=

@@ -23,7 +23,7 @@ import pytest
 from supervisor.config._builtins import builtin_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = Path(builtin_argv("memory")[1])  # stages/memory/__main__.py or stages/memory/__main__.py
+STAGE = Path(builtin_argv("memory")[-1])  # stages/memory/__main__.py or stages/memory/__main__.py
 TODAY = dt.date.today()
 PAST = (TODAY - dt.timedelta(days=2)).isoformat()
 YESTERDAY = (TODAY - dt.timedelta(days=1)).isoformat()

@@ -41,8 +41,9 @@ def _digest(project: Path, plan: DigestPlan, monkeypatch: pytest.MonkeyPatch) ->
     real = _spawn.spawn
 
     def counting(argv: list[str], **kwargs: object) -> object:
-        started.append(Path(argv[1]).parent.name if argv[1].endswith("__main__.py")
-                       else Path(argv[1]).stem)
+        program = next(a for a in argv[1:] if not a.startswith("-"))  # after -I -u
+        started.append(Path(program).parent.name if program.endswith("__main__.py")
+                       else Path(program).stem)
         return real(argv, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(_spawn, "spawn", counting)
@@ -162,7 +163,7 @@ def test_the_programs_check_the_shared_rule_first() -> None:
     """One rule: each program's first check is ``_idle.idle`` (no copy to drift), made before
     the program imports its own package (``from memory import``)."""
     for name in ("memory", "summary"):
-        text = Path(builtin_argv(name)[1]).read_text()
+        text = Path(builtin_argv(name)[-1]).read_text()
         assert "from memory import" in text, name
         head = text.split("from memory import")[0]
         assert f'idle("{name}", ' in head or f'_idle("{name}", ' in head, name

@@ -543,7 +543,7 @@ def test_install_registers_the_shim_for_per_event_hooks(name: str) -> None:
     adapter = ADAPTERS[name]
     command = hook_command(adapter, "prompt", "/opt/my env/bin/python")
     assert command.startswith(f"{SHELL} ") and str(FAST_PATH) in command
-    assert command.endswith(f"-P -m supervisor hook {name} --event prompt")
+    assert command.endswith(f"-I -m supervisor hook {name} --event prompt")
     assert "'/opt/my env/bin/python'" in command
     session = hook_command(adapter, None, "/opt/py")
     assert FAST_PATH.name not in session

@@ -14,7 +14,7 @@ import pytest
 from supervisor.config._builtins import builtin_argv
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = Path(builtin_argv("memory")[1])  # stages/memory/__main__.py or stages/memory/__main__.py
+STAGE = Path(builtin_argv("memory")[-1])  # stages/memory/__main__.py or stages/memory/__main__.py
 NOTE = "# Handoff\n## State\nHANDOFF-BODY half done\n## Next\nfinish it\n"
 
 

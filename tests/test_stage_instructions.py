@@ -12,7 +12,7 @@ import pytest
 
 from supervisor.config._builtins import builtin_argv
 
-STAGE = Path(builtin_argv("instructions")[1])  # stages/instructions/__main__.py or stages/instructions/__main__.py
+STAGE = Path(builtin_argv("instructions")[-1])  # stages/instructions/__main__.py or stages/instructions/__main__.py
 _FOREIGN = ("CODEX_HOME", "PI_CODING_AGENT_DIR", "OPENCODE_DISABLE_CLAUDE_CODE_PROMPT",
             "OPENCODE_DISABLE_PROJECT_CONFIG", "SUPERVISE_CWD")
 

@@ -14,7 +14,7 @@ import pytest
 
 from supervisor.config._builtins import builtin_argv
 
-STAGE = Path(builtin_argv("network")[1])  # stages/network.py or stages/network/__main__.py
+STAGE = Path(builtin_argv("network")[-1])  # stages/network.py or stages/network/__main__.py
 
 
 def run_stage(cwd: Path, options: dict[str, object] | None = None,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from supervisor.config._builtins import builtin_argv
 
-STAGE = Path(builtin_argv("repo")[1])  # stages/repo/__main__.py
+STAGE = Path(builtin_argv("repo")[-1])  # stages/repo/__main__.py
 
 
 def git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:

@@ -80,7 +80,7 @@ def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
                if k not in ("SUPERVISE_STAGE_TOKEN", "STAGE_TOKEN")}
         env[DETACHED_MARK] = stage
         env["SUPERVISE_MEMORY_DIR"] = str(store)
-        wrapper = [sys.executable, str(Path(__file__).resolve()), str(lock_fd), f"{timeout:g}",
+        wrapper = [sys.executable, "-I", str(Path(__file__).resolve()), str(lock_fd), f"{timeout:g}",
                    str(log_fd), "--", *argv]
         proc = subprocess.Popen(
             wrapper, cwd=project_dir, env=env, stdin=subprocess.DEVNULL,

@@ -190,7 +190,7 @@ def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
         return [("FAIL", f"{settings}: interpreter {python} is missing or not executable",
                  f"{fix} (from the environment watchkeeper is installed in)")]
     try:
-        probe = subprocess.run([python, "-P", "-c", "import supervisor.commands.bridge"],
+        probe = subprocess.run([python, "-I", "-c", "import supervisor.commands.bridge"],
                                capture_output=True, timeout=30, stdin=subprocess.DEVNULL,
                                cwd=project_dir)
     except (OSError, subprocess.TimeoutExpired) as err:

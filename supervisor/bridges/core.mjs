@@ -57,9 +57,11 @@ export function loadSettings(dir = HERE) {
   }
 }
 
-/** The argv of one generation: `<python> -P -m supervisor bridge --harness H --source S ...`. */
+/** The argv of one generation: `<python> -I -m supervisor bridge --harness H --source S ...`
+ * (-I, isolated: the harness's PYTHONPATH, PYTHONHOME, PYTHONSTARTUP and user site-packages
+ * cannot shadow the package). */
 export function bridgeArgv(settings, harness, source, sessionId, cwd) {
-  const argv = [settings.python, "-P", "-m", "supervisor", "bridge", "--harness", harness, "--source", source]
+  const argv = [settings.python, "-I", "-m", "supervisor", "bridge", "--harness", harness, "--source", source]
   if (sessionId) argv.push("--session-id", String(sessionId))
   if (cwd) argv.push("--cwd", String(cwd))
   return argv
@@ -453,7 +455,7 @@ export function hookText(settings, harness, event, payload, cwd,
     if (!settings.python) return done("")
     let child
     try {
-      child = spawn(settings.python, ["-P", "-m", "supervisor", "hook", harness, "--event", event],
+      child = spawn(settings.python, ["-I", "-m", "supervisor", "hook", harness, "--event", event],
         { cwd: cwd || undefined, env, stdio: ["pipe", "pipe", "ignore"] })
     } catch {
       return done("")

@@ -257,17 +257,57 @@ def _command_check(adapter: Adapter, command: str, project: Path) -> Check:
         return Check("FAIL", subject, f"registered program {program} is missing or not executable",
                      f"supervise install {adapter.name} (from the environment watchkeeper is installed in)")
     if "-m" in argv and "supervisor" in argv:
-        try:
-            probe = subprocess.run([program, "-P", "-c", "import supervisor.commands.hook"],
-                                   capture_output=True, timeout=30, stdin=subprocess.DEVNULL, env=env,
-                                   cwd=project)
-        except (OSError, subprocess.TimeoutExpired) as err:
-            return Check("FAIL", subject, f"{program} did not run ({err})", f"supervise install {adapter.name}")
-        if probe.returncode != 0:
-            tail = (probe.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
-            return Check("FAIL", subject, f"{program} cannot import watchkeeper ({tail})",
-                         f"supervise install {adapter.name} from the environment watchkeeper is installed in")
+        flags = argv[1:argv.index("-m")]
+        found = _hook_import(program, flags, env, project)
+        if isinstance(found, Check):
+            return found._replace(subject=subject, fix=f"supervise install {adapter.name} {found.fix}".strip())
+        isolated = "-I" in flags
+        if not _is_watchkeeper(found):
+            clean = found if isolated else _hook_import(program, ["-I"], env, project)
+            fix = (f"supervise install {adapter.name} (rewrites it isolated, -I)"
+                   if not isolated and isinstance(clean, str) and _is_watchkeeper(clean)
+                   else "take the other package off the hook's path, or install watchkeeper in "
+                   "an environment of its own (`pipx install`)")
+            return Check("FAIL", subject, f"the hook would import a foreign 'supervisor' package "
+                         f"(supervisord's import name) from {found}, not watchkeeper", fix)
+        if not isolated:
+            return Check("warn", subject, "registered before isolated mode (no -I): a "
+                         "PYTHONPATH, PYTHONHOME, PYTHONSTARTUP or user site-packages of the "
+                         "harness can shadow the package or break the hook; `supervise install "
+                         f"{adapter.name}` rewrites it with -I")
     return Check("ok", subject, f"hook command works without PATH ({program})")
+
+
+_IMPORT_PROBE = ("import supervisor, sys; sys.stdout.write(str(getattr(supervisor, '__file__', '') "
+                 "or '') + '\\n'); sys.stdout.flush(); import supervisor.commands.hook")
+"""What the registered interpreter imports with the registration's own flags: the first line
+is the file of the ``supervisor`` package it finds, then the hook's module must import."""
+
+
+def _hook_import(program: str, flags: list[str], env: dict[str, str],
+                 project: Path) -> str | Check:
+    """The file of the ``supervisor`` package ``program`` imports with ``flags`` and ``env``
+    from ``project`` (the hook's own path), or a FAIL :class:`Check` (subject and fix filled
+    in by the caller) when it cannot import the hook."""
+    try:
+        probe = subprocess.run([program, *flags, "-c", _IMPORT_PROBE], capture_output=True,
+                               timeout=30, stdin=subprocess.DEVNULL, env=env, cwd=project)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return Check("FAIL", "", f"{program} did not run ({err})", "")
+    first = probe.stdout.decode("utf-8", "replace").partition("\n")[0].strip()
+    if probe.returncode != 0 and not (first and not _is_watchkeeper(first)):
+        tail = (probe.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
+        return Check("FAIL", "", f"{program} cannot import watchkeeper ({tail})",
+                     "from the environment watchkeeper is installed in")
+    return first
+
+
+def _is_watchkeeper(init_file: str) -> bool:
+    """Whether ``init_file`` (a ``supervisor/__init__.py``) is watchkeeper's: its folder holds
+    the hook's fast path and verb modules, which supervisord's never does."""
+    folder = os.path.dirname(init_file)
+    return bool(init_file) and all(os.path.isfile(os.path.join(folder, *part)) for part in
+                                   (("hook-fast.sh",), ("commands", "hook.py")))
 
 
 def recorded_timeout(command: str) -> float | None:

@@ -5,10 +5,12 @@ Merges our hook registration into each harness's own settings file (see
 dir to ``.git/info/exclude``; prints what the harness needs beyond the file (trust).
 
 Registered commands never depend on ``PATH``: they run this interpreter by absolute path,
-``<python> -P -m supervisor hook HARNESS`` (``-P``: a ``supervisor/`` folder in the project
-cannot shadow the package), quoted for the shell. The per-event hooks (prompt, post-tool) run
-it behind the POSIX ``sh`` fast path, ``/bin/sh <package>/hook-fast.sh <python> -P -m
-supervisor hook HARNESS --event EVENT``, which answers "nothing to do" without starting Python
+``<python> -I -m supervisor hook HARNESS`` (:data:`ISOLATED`: neither a ``supervisor/`` folder
+in the project nor the harness's ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP`` or user
+site-packages can shadow the package; supervisord's import name is ``supervisor`` too),
+quoted for the shell. The per-event hooks (prompt, post-tool) run it behind the POSIX ``sh``
+fast path, ``/bin/sh <package>/hook-fast.sh <python> -I -m supervisor hook HARNESS --event
+EVENT``, which answers "nothing to do" without starting Python
 (:data:`FAST_PATH`; docs/session-protocol.md). Timeouts exceed the digest budget by
 :data:`~supervisor.adapters._base.TIMEOUT_MARGIN` seconds, in the harness's unit.
 """
@@ -87,6 +89,12 @@ def pick(names: list[str]) -> list[Adapter] | str:
 FAST_PATH = Path(__file__).resolve().parent.parent / "hook-fast.sh"
 """The POSIX ``sh`` fast path for the per-event hooks (shipped inside the package)."""
 
+ISOLATED = "-I"
+"""The interpreter flag of every registered command: isolated mode (``-E -s -P``: no
+``PYTHON*`` variable, no user site-packages, no working directory on ``sys.path``). Before it,
+registrations used ``-P`` alone, which a harness's ``PYTHONPATH`` naming another
+``supervisor`` package broke ("No module named supervisor.__main__"); ``doctor`` flags those
+and ``install`` rewrites them."""
 SHELL = "/bin/sh"
 """The shell that runs :data:`FAST_PATH` (by absolute path: registrations never need PATH)."""
 
@@ -101,7 +109,7 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
     command: it is recorded as ``--registered-timeout`` so the hook clamps its budget to it
     and ``doctor`` can tell when the settings file's timeout no longer matches.
     """
-    argv = [python or sys.executable, "-P", "-m", "supervisor", "hook", adapter.name]
+    argv = [python or sys.executable, ISOLATED, "-m", "supervisor", "hook", adapter.name]
     if event:
         argv = [SHELL, str(FAST_PATH), *argv, "--event", event]
     else:
@@ -109,6 +117,28 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
         if timeout is not None:
             argv += ["--registered-timeout", f"{timeout:g}"]
     return shlex.join(argv)
+
+
+def isolated_reach_problem() -> str | None:
+    """Why the registered ``python -I -m supervisor`` (:data:`ISOLATED`) would not find this
+    package, or None: it is found only through ``PYTHONPATH`` or the user site-packages,
+    which isolated mode leaves out (the hook then fails with "No module named supervisor")."""
+    import site
+
+    import supervisor
+
+    top = os.path.dirname(os.path.dirname(os.path.abspath(str(supervisor.__file__))))
+    env_path = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    user = getattr(site, "USER_SITE", None) or ""
+    if top in env_path:
+        where = "PYTHONPATH"
+    elif user and (top == os.path.abspath(user) or top.startswith(os.path.abspath(user) + os.sep)):
+        where = "the user site-packages"
+    else:
+        return None
+    return (f"watchkeeper is found through {where} ({top}), which the registered isolated "
+            f"command ({ISOLATED}) does not read: the hook would fail. Install it into a venv "
+            "or with `pipx install`, then run `supervise install` again.")
 
 
 def session_timeout(budget: float) -> float:
@@ -252,6 +282,9 @@ def main(argv: list[str]) -> int:
     added = add_git_exclude(project_dir)
     if added:
         print(f"added /.supervise/ to {_rel(Path(added), project_dir)}")
+    unreachable = isolated_reach_problem()
+    if unreachable:
+        notes.append(unreachable)
     for note in notes:
         print(f"note: {note}")
     if steps:

@@ -56,7 +56,10 @@ def list_builtins() -> list[str]:
 
 
 def builtin_argv(name: str, args: tuple[str, ...] = ()) -> list[str]:
-    """The argv that runs built-in stage ``name`` with this interpreter.
+    """The argv that runs built-in stage ``name`` with this interpreter, isolated (``-I``:
+    the harness's ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP`` and user site-packages
+    cannot shadow the ``supervisor`` package the stage imports; a supervisord on
+    ``PYTHONPATH`` did) and unbuffered (``-u``: isolated mode ignores ``PYTHONUNBUFFERED``).
 
     Raises:
         ConfigError: no such built-in; the message lists the ones that exist.
@@ -65,7 +68,7 @@ def builtin_argv(name: str, args: tuple[str, ...] = ()) -> list[str]:
     if program is None:
         known = ", ".join(list_builtins()) or "none"
         raise ConfigError(f"unknown builtin stage '{name}' (known: {known})")
-    return [sys.executable, str(program), *args]
+    return [sys.executable, "-I", "-u", str(program), *args]
 
 
 def idle(name: str, env: Mapping[str, str]) -> bool:

@@ -279,7 +279,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                             if spec.cwd else os.fspath(context.project_dir))
                 inner = replace(spec, deferred=False, timeout=None,
                                 max_output=spec.max_output or config.max_output)
-                runner = [sys.executable, "-m", "supervisor.engine._deferred_runner",
+                runner = [sys.executable, "-I", "-m", "supervisor.engine._deferred_runner",
                           "--dir", str(stage_dir(context.state_dir, spec.name)),
                           "--run-id", run_id, "--deadline", str(deadline),
                           "--grace", str(config.grace), "--cwd", str(cwd_path),
