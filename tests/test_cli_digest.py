@@ -47,6 +47,40 @@ def test_json_format_has_per_stage_fields(tmp_path: Path) -> None:
     assert b["status"] == "failed" and b["exit_code"] == 3
 
 
+def test_json_marks_a_digest_wide_cut_as_truncated(tmp_path: Path) -> None:
+    """The digest-wide ``max_output`` cut the second stage mid-line: the text prints its cut
+    marker, and the JSON says ``truncated: true`` (reason ``max_output``) and marks the stage
+    it cut (it said ``truncated: false`` everywhere)."""
+    write_config(tmp_path, "max_output = 4096\n" + stage("a", "yes alpha | head -c 3000", shell=True)
+                 + stage("b", "yes 0123456789 | head -c 3000", shell=True))
+    text = run_cli("digest", cwd=tmp_path)
+    assert b"digest reached its 4096-byte limit" in text.stdout, text.stdout[-300:]
+    doc = json.loads(run_cli("digest", "--format", "json", cwd=tmp_path).stdout)
+    assert doc["truncated"] is True and doc["reason"] == "max_output", doc["reason"]
+    a, b = doc["stages"]
+    assert a["truncated"] is False and a["status"] == "ok" and len(a["output"]) == 3000
+    assert b["truncated"] is True and b["bytes"] == 3000 and len(b["output"]) < 3000, b
+
+
+def test_a_low_open_files_limit_waits_for_a_slot(tmp_path: Path) -> None:
+    """``ulimit -n 24`` and eight stages at once: each waits for descriptors another stage
+    frees instead of failing with "Too many open files" (three of eight did)."""
+    import resource
+
+    write_config(tmp_path, "".join(stage(f"s{i}", f"sleep 0.2; echo hi{i}", shell=True) for i in range(8)))
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (24, 24))
+
+    proc = subprocess.run(supervise_cmd("digest", "--format", "json"), cwd=tmp_path,
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60,
+                          preexec_fn=low_limit)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert [(s["status"], s["output"]) for s in doc["stages"]] == [
+        ("ok", f"hi{i}\n") for i in range(8)], doc["stages"]
+
+
 def test_bad_config_is_one_line_naming_file_and_key_and_digest_still_prints(tmp_path: Path) -> None:
     write_config(tmp_path, "budgett = 3\n")
     proc = run_cli("digest", cwd=tmp_path)

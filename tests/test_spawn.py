@@ -71,6 +71,24 @@ def test_stage_runs_in_its_directory_with_its_path(tmp_path: Path, start: str) -
     assert "out\nerr\n" in err.output
 
 
+def test_a_script_without_a_shebang_runs_with_the_shell(tmp_path: Path, start: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """execvp's ENOEXEC rule: an executable file without ``#!`` runs with ``/bin/sh``, by path
+    and found on ``PATH`` (the stage never started: "Exec format error")."""
+    bindir = tmp_path / "bin dir"
+    bindir.mkdir()
+    for where in (tmp_path / "plain.sh", bindir / "plain-on-path"):
+        where.write_text('echo "ran $0 with [$1] [$2]"\n')
+        where.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    result = digest(tmp_path, [{"name": "by-path", "run": [str(tmp_path / "plain.sh"), "a b", "c"]},
+                               {"name": "on-path", "run": ["plain-on-path", "x"]}])
+    by_path, on_path = result.stages
+    assert by_path.status == "ok", by_path
+    assert by_path.output == f"ran {tmp_path / 'plain.sh'} with [a b] [c]\n"
+    assert on_path.status == "ok" and on_path.output == f"ran {bindir / 'plain-on-path'} with [x] []\n"
+
+
 @pytest.mark.skipif(not LINUX, reason="reads /proc/self/status")
 def test_stage_gets_default_sigpipe(tmp_path: Path, start: str) -> None:
     """Python ignores SIGPIPE; a stage must not inherit that (`yes | head` must end)."""

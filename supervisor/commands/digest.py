@@ -269,7 +269,7 @@ def main(argv: list[str]) -> int:
     with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
         result, aborter = run_with_signals(body)
         if live is not None:
-            state = "TRUNCATED" if result.truncated else "complete"
+            state = "TRUNCATED" if result.truncated or result.cut else "complete"
             shown = (notice or result.truncated or result.notices
                      or any(stage.bytes for stage in result.stages))
             empty = "" if shown else ("; it printed nothing: no stage had anything to show "

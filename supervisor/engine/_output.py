@@ -407,6 +407,10 @@ class OrderedOutput:
         slot = self._slots[index]
         return slot.raw_bytes, slot.dropped > 0
 
+    def cut_by_total(self, index: int) -> bool:
+        """Whether the digest-wide cap cut stage ``index``'s output."""
+        return self._slots[index].name in self._total_cut
+
     def total_cut_notice(self) -> str | None:
         """The loud marker for the total cap, or None when nothing was cut by it."""
         if not self._total_cut:

@@ -32,7 +32,8 @@ class StageResult:
             never ran.
         seconds: wall time from spawn to end, in seconds.
         bytes: raw bytes the stage printed (before caps).
-        truncated: its output was cut by its ``max_output``.
+        truncated: its output was cut by its ``max_output``, or by the digest's (the total
+            cap cut it: the digest shows less than it printed).
         output: what the digest shows for it (after caps, U+FFFD for invalid UTF-8).
     """
 
@@ -63,6 +64,9 @@ class DigestResult:
         text: the whole digest as printed (notices, stages, banner).
         notices: the notices written after the stages, in order (output cut marker, deferred
             results, IN PROGRESS lines, the truncation banner), each ending in a newline.
+        cut: the digest-wide ``max_output`` cut the output (the loud cut marker was printed);
+            ``--format json`` then says ``truncated: true``, reason ``max_output`` when
+            nothing else ended it early.
     """
 
     stages: tuple[StageResult, ...]
@@ -72,6 +76,7 @@ class DigestResult:
     reason: str | None = None
     text: str = ""
     notices: tuple[str, ...] = ()
+    cut: bool = False
 
     @property
     def complete(self) -> bool:
@@ -81,8 +86,8 @@ class DigestResult:
     def to_json(self) -> str:
         """The ``--format json`` document (see docs/engine.md)."""
         return _jsontext.dumps({
-            "truncated": self.truncated,
-            "reason": self.reason,
+            "truncated": self.truncated or self.cut,
+            "reason": self.reason or ("max_output" if self.cut else None),
             "budget": self.budget,
             "seconds": round(self.seconds, 3),
             "stages": [

@@ -165,14 +165,16 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             # Every stage has flushed by now: take its output as the digest finally showed it
             # (a later stage's text may have been cut by the total cap after it ended).
             shown = out.stage_text(position[spec.name])
-            results.append(replace(found, output=shown) if shown != found.output else found)
+            cut = out.cut_by_total(position[spec.name]) and not found.truncated
+            results.append(replace(found, output=shown, truncated=found.truncated or cut)
+                           if shown != found.output or cut else found)
     reason = (run.abort_reason or ("stage" if run.abnormal else "budget")) if truncated else None
     if truncated and not transparent:
         out.write_notice(_banner.truncation_banner(
             config.budget, results, reason, rerun_hint, started, anyio.current_time(),
             abnormal=run.abnormal))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
-                        buffer.text(), tuple(out.notices))
+                        buffer.text(), tuple(out.notices), cut=notice is not None)
 
 
 def _deferred_result(name: str, delivery: _deferred.Delivery | None) -> StageResult:

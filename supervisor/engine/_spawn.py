@@ -134,14 +134,15 @@ def spawn(argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str,
             if stderr == "pipe":
                 err_r, err_w = os.pipe()
                 fds += (err_r, err_w)
-        pid = None
-        if vfork and _same_directory(cwd):
-            try:
-                pid = _posix_spawn(argv, env, out_w, err_w, capture, stderr)
-            except NotImplementedError:  # no POSIX_SPAWN_SETSID here (macOS < 10.15)
-                pid = None
-        if pid is None:
-            pid = _popen(argv, cwd, env, out_w, err_w, capture, stderr)
+        try:
+            pid = _start(argv, cwd, env, out_w, err_w, capture, stderr, vfork)
+        except OSError as err:
+            if err.errno != errno.ENOEXEC:
+                raise
+            # execvp's rule: a file the kernel cannot execute (a script without `#!`) is
+            # run by the shell
+            pid = _start(shell_fallback(_resolve(argv[0], env), argv), cwd, env, out_w,
+                         err_w, capture, stderr, vfork)
     except BaseException:
         for fd in fds:
             os.close(fd)
@@ -153,6 +154,28 @@ def spawn(argv: Sequence[str], *, cwd: str | os.PathLike[str], env: Mapping[str,
         if end is not None:
             os.set_blocking(end, False)
     return Child(pid, out_r, err_r)
+
+
+def _start(argv: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, str],
+           out_w: int | None, err_w: int | None, capture: bool, stderr: Stderr,
+           vfork: bool) -> int:
+    if vfork and _same_directory(cwd):
+        try:
+            return _posix_spawn(argv, env, out_w, err_w, capture, stderr)
+        except NotImplementedError:  # no POSIX_SPAWN_SETSID here (macOS < 10.15)
+            pass
+    return _popen(argv, cwd, env, out_w, err_w, capture, stderr)
+
+
+SHELL = "/bin/sh"
+"""The shell a file without a ``#!`` line is run with (execvp's ``ENOEXEC`` rule)."""
+
+
+def shell_fallback(path: str, argv: Sequence[str]) -> list[str]:
+    """The argv that runs ``path`` (the file ``argv[0]`` named, found) with :data:`SHELL`
+    when exec refused it with ``ENOEXEC`` (no ``#!`` line): ``[SHELL, path, *argv[1:]]``, as
+    glibc's ``execvp``, GNU ``timeout``, ``env`` and the shells do."""
+    return [SHELL, path, *argv[1:]]
 
 
 def may_vfork() -> bool:

@@ -40,6 +40,14 @@ KILL_MARGIN = 0.25
 DRAIN_RESERVE = 0.08
 """Seconds of :data:`KILL_MARGIN` kept after the kill sequence for the drain and the banner."""
 
+FD_RESERVE = 8
+"""Descriptors a stage's start leaves free for the watchdog and the event loop: a ``/proc``
+read that fails with ``EMFILE`` reads as "process gone", so the kill must never run out."""
+STAGE_FDS = 6
+"""Most descriptors one stage holds at its start (both ends of its stdout and stderr pipes,
+its pidfd, its stderr log)."""
+_ROOM_POLL = 0.02
+
 _STDERR: dict[str, _spawn.Stderr] = {"context": "stdout", "log": "pipe", "drop": "null"}
 _STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
 
@@ -77,6 +85,11 @@ class DigestRun:
     """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
     vfork: bool = True
     """Stages may be started with ``posix_spawn`` (:func:`supervisor.engine._spawn.may_vfork`)."""
+    ended: int = 0
+    """Stages whose descriptors were released so far (a stage waiting for a descriptor
+    retries after one more ended)."""
+    fd_limit: int | None = field(default_factory=lambda: descriptor_limit())
+    """The soft open-files limit when it is low enough to be counted against, else None."""
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     """Each stage's current wait (for its turn, or for its leader), cancelled by an abort or
     by a cap: one scope per stage instead of a task racing each wait."""
@@ -101,6 +114,61 @@ class DigestRun:
             self.results[name] = result
         if self.on_stage is not None:
             self.on_stage(name, result)
+
+
+def descriptor_limit() -> int | None:
+    """The soft ``RLIMIT_NOFILE`` when stages may reach it (below 65536), else None."""
+    import resource
+
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY or soft >= 65536 else int(soft)
+
+
+def _open_descriptors() -> int | None:
+    """How many descriptors this process has open (one listing), or None when it cannot
+    tell; at the limit the listing itself fails: then the limit."""
+    import errno
+
+    for folder in ("/proc/self/fd", "/dev/fd"):
+        try:
+            return len(os.listdir(folder)) - 1  # the listing's own descriptor
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                return 1 << 30
+    return None
+
+
+def _out_of_descriptors(err: BaseException) -> bool:
+    import errno
+
+    return isinstance(err, OSError) and err.errno in (errno.EMFILE, errno.ENFILE)
+
+
+async def _descriptor_room(run: DigestRun, name: str, ended: int | None = None) -> bool:
+    """Wait until a stage start fits under the open-files limit with :data:`FD_RESERVE` to
+    spare, or, after a start failed for want of one (``ended``: :attr:`DigestRun.ended` at
+    that failure), until another stage has released its descriptors. Returns False when no
+    other stage runs (nothing will free one: try, or fail, now) or the budget or an abort
+    ended the wait first; True to start."""
+    limit = run.fd_limit
+    if limit is None and ended is None:
+        return True
+    with run.interruptible(name, run.kill_at):
+        while True:
+            if ended is not None:
+                if run.ended != ended:
+                    return True
+            else:
+                used = _open_descriptors()
+                if limit is None or used is None or used + STAGE_FDS + FD_RESERVE <= limit:
+                    return True
+            if not run.running:
+                return ended is None
+            await anyio.sleep(_ROOM_POLL)
+    return False
 
 
 def stage_argv(spec: StagePlan) -> list[str]:
@@ -244,34 +312,50 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         run.report(spec.name, None)
         run.report(spec.name, StageResult(spec.name, "ok", 0, now() - started))
         return
-    cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
-              if run.cgroup_root is not None else None)
-    run.watch.spawning += 1
-    try:
-        argv = stage_argv(spec)
-        if cgroup is not None:
-            argv = _cgroup.wrap(cgroup, argv)
-        # `supervise run` (transparent): our environment as is, like GNU timeout, plus the
-        # token; a stage gets its curated environment (docs/stage-authors.md).
-        env = ({**os.environ, _tree.TOKEN_VAR: token} if run.transparent
-               else stage_env(spec, run.context, token, run.config))
-        # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's own;
-        # else stderr is merged into stdout ("context"), its own pipe for the log, or nowhere
-        proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context), env=env,
-                            capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
-                            vfork=run.vfork)
-    except (OSError, ValueError, ConfigError) as err:
-        run.watch.spawning -= 1
-        reason = getattr(err, "strerror", None) or str(err)
-        if isinstance(err, OSError) and err.filename is None and spec.run:
-            reason = f"{spec.run[0]}: {reason}"
-        elif isinstance(err, OSError) and err.filename is not None:
-            reason = f"{err.filename}: {reason}"
-        if cgroup is not None:
-            _cgroup.remove(cgroup)
-        out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
-        run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
-        return
+    # A low open-files limit (`ulimit -n 24`): wait for a slot rather than fail
+    ended: int | None = None
+    while True:
+        if not await _descriptor_room(run, spec.name, ended) and (
+                anyio.current_time() >= run.kill_at or run.abort.is_set()):
+            run.report(spec.name, StageResult(spec.name, "not_started"))
+            return
+        cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
+                  if run.cgroup_root is not None else None)
+        run.watch.spawning += 1
+        try:
+            argv = stage_argv(spec)
+            if cgroup is not None:
+                argv = _cgroup.wrap(cgroup, argv)
+            # `supervise run` (transparent): our environment as is, like GNU timeout, plus
+            # the token; a stage gets its curated environment (docs/stage-authors.md).
+            env = ({**os.environ, _tree.TOKEN_VAR: token} if run.transparent
+                   else stage_env(spec, run.context, token, run.config))
+            # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's
+            # own; else stderr is merged into stdout ("context"), its own pipe for the log,
+            # or nowhere
+            proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context), env=env,
+                                capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
+                                vfork=run.vfork)
+        except (OSError, ValueError, ConfigError) as err:
+            run.watch.spawning -= 1
+            if cgroup is not None:
+                _cgroup.remove(cgroup)
+            if _out_of_descriptors(err) and run.running:
+                ended = run.ended  # another stage holds descriptors: retry once it ends
+                continue
+            reason = getattr(err, "strerror", None) or str(err)
+            if isinstance(err, OSError) and err.filename is None and spec.run:
+                reason = f"{spec.run[0]}: {reason}"
+            elif isinstance(err, OSError) and err.filename is not None:
+                reason = f"{err.filename}: {reason}"
+            if _out_of_descriptors(err):
+                limit = descriptor_limit()
+                reason += (f" (the open-files limit{f', ulimit -n {limit},' if limit else ''} "
+                           "is reached and no other stage is running to free one)")
+            out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
+            run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
+            return
+        break
     deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
     waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
@@ -386,6 +470,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             proc.close()
         run.watch.discard(tree)
         run.running.pop(spec.name, None)
+        run.ended += 1
         run.leaders.discard(proc.pid)
     seconds = now() - started
     code = proc.returncode
