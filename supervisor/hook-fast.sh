@@ -1,8 +1,11 @@
-# supervise hook fast path (POSIX sh; run as: /bin/sh hook-fast.sh PYTHON [ARG...]).
+# supervise hook fast path (POSIX sh; run as: /bin/sh hook-fast.sh [--early-exit] PYTHON [ARG...]).
 #
 # PYTHON ARG... is the whole Python hook command (`PYTHON -I -m supervisor hook HARNESS
 # --event prompt|post-tool`), exactly as `supervise install` registers it behind this file
 # (registrations written before name `-P`: run the same way, isolated).
+# `--early-exit` before it is written by `install` from the harness table
+# (supervisor/_harnesses.py, `early_exit`) for a harness that tolerates an unread payload.
+# This file knows no harness by name.
 # For the per-event hooks (prompt, post-tool) this decides "nothing to do" without starting
 # Python, from the payload's first 4 KiB and a few stat calls; in every other case, and
 # whenever in doubt, it runs that command with the whole payload on its stdin.
@@ -11,11 +14,11 @@
 # - prints nothing itself (only Python prints envelopes) and always exits 0;
 # - needs no PATH (head, cat, du and find by absolute path) and quotes every path (spaces are fine);
 # - reads the payload to its end before leaving (a PostToolUse payload carries a whole file:
-#   the harness's write must never fail because the hook left early), except for the harnesses
-#   proved, with their real CLIs, to ignore a hook that leaves its payload unread (claude,
-#   codex, gemini: docs/session-protocol.md, "The per-event fast path"; tests/e2e/
-#   test_early_exit.py); a key repeated past the head changes nothing: Python too keeps a
-#   repeated key's first value;
+#   the harness's write must never fail because the hook left early), except when the
+#   registration says `--early-exit` (a harness proved, with its real CLI, to ignore a hook
+#   that leaves its payload unread: docs/session-protocol.md, "The per-event fast path";
+#   tests/e2e/test_early_exit.py; a registration written before the flag existed drains); a
+#   key repeated past the head changes nothing: Python too keeps a repeated key's first value;
 # - "nothing to do" is answered only when the Python path would print nothing:
 #   prompt:    no <state>/deferred/*/result-*.json (an undelivered deferred result) nor
 #              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
@@ -53,11 +56,11 @@ run_python() {
   exec "$@"
 }
 
-# The harness, from the registered command's own shape (PYTHON -I -m supervisor hook HARNESS
-# ..., or -P before); any other shape keeps the drain.
-harness=
-if [ "$#" -ge 6 ] && { [ "$2" = -I ] || [ "$2" = -P ]; } && [ "$3" = -m ] && [ "$4" = supervisor ] && [ "$5" = hook ]; then
-  harness=$6
+# `--early-exit` (written by install from the harness table): no drain; without it, the drain.
+early_exit=
+if [ "${1:-}" = --early-exit ]; then
+  early_exit=1
+  shift
 fi
 event=
 prev=
@@ -116,16 +119,15 @@ slow() {
 }
 
 nothing() {
-  # Claude Code 2.1.197, Codex 0.171.0 and Gemini CLI 0.61.0 were proved with their real CLIs
-  # to ignore the EPIPE of a payload the hook left unread (the hook's exit status and output
-  # stand): no drain there, which spares a third program (`cat`, about 0.7 ms) per event.
-  # Elsewhere (Qwen, Cursor, the bridges, an unknown shape) a payload longer than the head is
-  # read to its end (the harness's write never meets a closed pipe) and dropped: a key
-  # repeated past the head changes nothing, since Python, like this file, keeps a repeated
-  # key's FIRST value (supervisor/session/_payload.py).
+  # A registration with `--early-exit` is for a harness proved with its real CLI to ignore the
+  # EPIPE of a payload the hook left unread (the hook's exit status and output stand): no
+  # drain, which spares a third program (`cat`, about 0.7 ms) per event. Otherwise a payload
+  # longer than the head is read to its end (the harness's write never meets a closed pipe)
+  # and dropped: a key repeated past the head changes nothing, since Python, like this file,
+  # keeps a repeated key's FIRST value (supervisor/session/_payload.py).
   # Not `exec cat` (0.17 ms less): its status would be the hook's (a stdin the harness made
   # non-blocking fails with EAGAIN), and the hook exits 0 whatever happens.
-  case $harness in claude|codex|gemini) exit 0 ;; esac
+  if [ -n "$early_exit" ]; then exit 0; fi
   if [ "${#head}" -ge 3072 ]; then "$ct" >/dev/null 2>&1; fi
   exit 0
 }
@@ -265,11 +267,9 @@ find_state() {
 
 # The payload is JSON text starting with '{' (whitespace before it: leave it to Python).
 case $head in \{*) ;; *) slow "$@" ;; esac
-# Cursor's project is its workspace_roots[0], not cwd (supervisor/session/_payload.py):
-# Python decides
-if [ "$harness" = cursor ]; then
-  case $head in *\"workspace_roots\"*) slow "$@" ;; esac
-fi
+# A payload naming workspace_roots (Cursor's: its project is workspace_roots[0], not cwd,
+# supervisor/session/_payload.py): Python decides
+case $head in *\"workspace_roots\"*) slow "$@" ;; esac
 json_str cwd || slow "$@"
 cwd=$val
 case $cwd in /*) ;; *) slow "$@" ;; esac

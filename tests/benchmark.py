@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -279,7 +280,13 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
     (project / "nested" / "AGENTS.md").write_text("nested rules\n")
     env = {**NO_BYTECODE_ENV}
     env.pop("SUPERVISE_STATE_DIR", None)
-    hook = ["/bin/sh", str(FAST_PATH), sys.executable, "-P", "-m", "supervisor", "hook", "claude"]
+    # the per-event command as `supervise install claude` registers it (its `--early-exit`
+    # comes from the harness table), less its `--event`
+    from supervisor.adapters import ADAPTERS
+    from supervisor.commands.install import hook_command
+
+    hook = shlex.split(hook_command(ADAPTERS["claude"], "prompt", sys.executable))[:-2]
+    python_at = hook.index(sys.executable)
     prompt = _payload(project, "UserPromptSubmit", prompt="add a test")
     read = _payload(project, "PostToolUse", tool_name="Read",
                     tool_input={"file_path": str(project / "src" / "pkg" / "mod.py")},
@@ -356,7 +363,7 @@ def bench_event_hooks(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
                               (watched, "prompt", watched_prompt),
                               (project, "post-tool", injected_read)):
         marker.unlink(missing_ok=True)
-        timed(["/bin/sh", str(FAST_PATH), str(spy), *hook[3:], "--event", event], cwd=cwd,
+        timed([*hook[:python_at], str(spy), *hook[python_at + 1:], "--event", event], cwd=cwd,
               env=env, stdin=stdin)
         if marker.exists():  # the row would time the Python path, not the fast path
             raise SystemExit(f"benchmark setup: the {event} fast path in {cwd.name!r} started Python")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ import pytest
 
 from supervisor.commands.install import FAST_PATH, SHELL, hook_command
 from supervisor.adapters import ADAPTERS
+from supervisor._harnesses import BY_NAME
 
 HARNESSES = ("claude", "codex", "gemini", "qwen")
 
@@ -59,12 +61,21 @@ def env_without_path(**extra: str) -> dict[str, str]:
     return env
 
 
+def registered(wrapper: Path, harness: str, event: str) -> list[str]:
+    """The per-event command ``supervise install`` registers for ``harness`` (its flags from the
+    harness table), with ``wrapper`` as the interpreter; a bridge, which registers no hook
+    command, gets the fast path's plain form."""
+    if harness not in ADAPTERS:
+        return [SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor", "hook", harness,
+                "--event", event]
+    return shlex.split(hook_command(ADAPTERS[harness], event, str(wrapper)))
+
+
 def shim(interpreter: tuple[Path, Path], harness: str, event: str, payload: bytes,
          cwd: Path, **env: str) -> Answer:
     wrapper, record = interpreter
     record.unlink(missing_ok=True)
-    argv = [SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor", "hook", harness,
-            "--event", event]
+    argv = registered(wrapper, harness, event)
     proc = subprocess.run(argv, input=payload, capture_output=True, cwd=cwd,
                           env=env_without_path(**env), timeout=30)
     assert proc.returncode == 0, proc.stderr
@@ -475,14 +486,18 @@ UNREAD_CASES = [("claude", "post-tool"), ("claude", "prompt"), ("codex", "prompt
                 ("pi", "prompt")]
 
 
+@pytest.mark.parametrize("installed", [True, False], ids=["as-installed", "old-registration"])
 @pytest.mark.parametrize(("harness", "event"), UNREAD_CASES)
 def test_long_payload_is_left_unread_only_for_proved_harnesses(
-        interpreter: tuple[Path, Path], project: Path, harness: str, event: str) -> None:
-    """"Nothing to do" on a payload 10 times what a pipe holds: for Claude, Codex and Gemini
-    (proved with their real CLIs to ignore the EPIPE: tests/e2e/test_early_exit.py) the shim
-    leaves without reading past its head, so the writer meets a closed pipe; for every other
-    harness it reads the payload to its end. Either way it exits 0, prints nothing, starts no
-    Python, and Python would print nothing on the same inputs."""
+        interpreter: tuple[Path, Path], project: Path, harness: str, event: str,
+        installed: bool) -> None:
+    """"Nothing to do" on a payload 10 times what a pipe holds: registered as ``install``
+    writes it for a harness whose row says ``early_exit`` (Claude, Codex and Gemini, proved
+    with their real CLIs to ignore the EPIPE: tests/e2e/test_early_exit.py), the shim leaves
+    without reading past its head, so the writer meets a closed pipe; for every other harness,
+    and for a registration written before the flag existed, it reads the payload to its end.
+    Either way it exits 0, prints nothing, starts no Python, and Python would print nothing on
+    the same inputs."""
     if event == "post-tool":
         payload = read_payload(project, str(project / "src dir" / "deep" / "file.py"),
                                response=600_000)
@@ -490,7 +505,8 @@ def test_long_payload_is_left_unread_only_for_proved_harnesses(
         payload = prompt_payload(project, prompt="p" * 600_000)
     wrapper, record = interpreter
     record.unlink(missing_ok=True)
-    proc = subprocess.Popen([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor",
+    proc = subprocess.Popen(registered(wrapper, harness, event) if installed else
+                            [SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor",
                              "hook", harness, "--event", event], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=project,
                             env=env_without_path())
@@ -510,7 +526,7 @@ def test_long_payload_is_left_unread_only_for_proved_harnesses(
     proc.stderr.close()
     assert proc.wait(timeout=30) == 0, err
     assert (out, record.exists()) == (b"", False), err
-    assert written == (harness not in ("claude", "codex", "gemini")), harness
+    assert written == (not installed or not BY_NAME[harness].early_exit), harness
     assert python_path(harness, event, payload, project) == b""
 
 
@@ -1220,8 +1236,10 @@ def test_workspace_roots_follow_the_harness(interpreter: tuple[Path, Path], proj
     assert isinstance(parsed, HookPayload)
     assert session_place(parsed, {})[0] == os.path.realpath(project)
     assert isinstance(parse_payload(dict(data), "cursor"), CursorPayload)
-    # claude: the shim and Python both look at cwd's project (nothing pending there)
-    check(interpreter, "claude", "prompt", compact(data), project, expect_python=False)
+    # claude: Python looks at cwd's project (nothing pending there); the shim, which knows no
+    # harness by name, leaves any payload naming workspace_roots to Python
+    answer = check(interpreter, "claude", "prompt", compact(data), project, expect_python=True)
+    assert answer.stdout == b""
     # cursor: its project is workspace_roots[0]; the shim leaves that to Python, which delivers
     answer = check(interpreter, "cursor", "prompt", compact(data), project, expect_python=True)
     assert b"NETWORK-OK" in answer.stdout

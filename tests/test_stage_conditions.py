@@ -12,11 +12,10 @@ import pytest
 
 from fake_harness import FakeHarness
 from helpers import run_cli
-from supervisor.session._ancestry import HARNESSES
 from supervisor._errors import ConfigError
 from supervisor.config._schema import parse_config
 from supervisor.session._payload import SOURCES
-from supervisor.config._plan import WHEN_HARNESSES, WHEN_SOURCES, StagePlan, unmet
+from supervisor.config._plan import WHEN_SOURCES, StagePlan, unmet
 
 CONFIG = """\
 budget = 30
@@ -76,7 +75,6 @@ def harness(tmp_path: Path) -> Iterator[Callable[[str], FakeHarness]]:
 
 def test_the_value_lists_match_the_protocol() -> None:
     assert WHEN_SOURCES == SOURCES
-    assert set(WHEN_HARNESSES) == {*HARNESSES.values(), "terminal"}
 
 
 @pytest.mark.parametrize("when, message", [

@@ -265,19 +265,19 @@ def grok_loads(place: Place) -> list[Path]:
     return out + ([legacy] if is_regular(legacy) else [])
 
 
-#: harness -> (what it loads by itself, whether it expands @imports in those files itself)
-NATIVE = {
-    "claude": (claude_loads, True),
-    "codex": (codex_loads, False),
-    "opencode": (opencode_loads, False),
-    "pi": (pi_loads, False),
-    "gemini": (gemini_loads, True),
-    "qwen": (qwen_loads, True),
-    "cursor": (cursor_loads, False),
-    "grok": (grok_loads, False),
+LOADERS = {
+    "claude": claude_loads,
+    "codex": codex_loads,
+    "opencode": opencode_loads,
+    "pi": pi_loads,
+    "gemini": gemini_loads,
+    "qwen": qwen_loads,
+    "cursor": cursor_loads,
+    "grok": grok_loads,
 }
-"""Every harness of ``supervisor.adapters`` and the two bridges; a harness missing here is
-assumed to load nothing (the whole chain is supplied)."""
+"""The rules a harness table row names as ``loads`` (``supervisor._harnesses``): the files the
+harness loads by itself; whether it expands ``@imports`` in them is the row's ``imports``. A
+harness whose row names no rule loads nothing by itself (the whole chain is supplied)."""
 
 
 def agents_chain(place: Place) -> list[Path]:

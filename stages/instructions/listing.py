@@ -1,8 +1,9 @@
 """The nested listing's git call (``git ls-files --cached --others``), started before the
 stage's body is imported so that git walks the tree while Python loads the stage's modules.
 
-Imports only what ``_common`` imports (no ``pathlib``, no ``dataclasses``): the program
-(``__main__.py``) starts the listing first, then imports :mod:`instructions.stage`.
+Imports only what ``_common`` imports and the harness table (no ``pathlib``, no
+``dataclasses``): the program (``__main__.py``) starts the listing first, then imports
+:mod:`instructions.stage`.
 """
 
 from __future__ import annotations
@@ -13,14 +14,20 @@ from collections.abc import Mapping
 
 from _common import clean_git_env
 from _idle import default_options
+from supervisor._harnesses import BY_NAME
 
 ARGV = ("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 TIMEOUT = 5.0
 """Seconds the stage waits for git's listing once it asks for it (then git is killed and the
 listing is empty), as with the call made after the imports."""
-ON_DEMAND = frozenset({"claude", "opencode", "cursor"})
-"""Harnesses that get nested AGENTS.md on demand (a read hook or their own loader): the
-stage lists no nested files for them unless ``list_nested = true``."""
+
+
+def on_demand(harness: str) -> bool:
+    """True when ``harness`` gets nested AGENTS.md on demand (a read hook or its own loader:
+    the row's ``nested_on_demand`` in ``supervisor._harnesses``): the stage lists no nested
+    files for it unless ``list_nested = true``."""
+    row = BY_NAME.get(harness)
+    return row is not None and row.nested_on_demand
 
 
 class Listing:
@@ -75,7 +82,7 @@ class Listing:
 def wanted_by_default(env: Mapping[str, str]) -> bool:
     """True when the stage, run with ``env``, lists nested files with certainty: default
     options (no ``list_nested`` key) and a harness that does not load them on demand."""
-    return default_options(env) and env.get("SUPERVISE_HARNESS", "") not in ON_DEMAND
+    return default_options(env) and not on_demand(env.get("SUPERVISE_HARNESS", ""))
 
 
 def start_early(env: Mapping[str, str]) -> Listing | None:

@@ -12,27 +12,27 @@ from pathlib import Path
 
 from _common import expand_home, opt_bool, opt_int, opt_strings, stage_options, warn
 from instructions.files import Place, is_within, present, real
-from instructions.discover import NATIVE, globals_for, supply_chain
+from instructions.discover import LOADERS, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
-from instructions.listing import ON_DEMAND, Listing
+from instructions.listing import Listing, on_demand
 from instructions.rules import Rule, rules_for, write_index
 from supervisor.session._nested import listing_note, subtree_file
+from supervisor._harnesses import BY_NAME, label
 from supervisor._sanitize import one_line, removed_note
 
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
 MAX_NESTED_LISTED = 20
-LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
-          "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
 
 
 def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
     """``(top-level files the harness loads, real paths of everything it loads incl. imports)``."""
-    loads, expands = NATIVE.get(harness, (None, False))
-    if loads is None:
+    row = BY_NAME.get(harness)
+    loads = LOADERS.get(row.loads) if row else None
+    if row is None or loads is None:
         return [], set()
     tops = loads(place)
-    if not expands:
+    if not row.imports:
         return tops, {real(p) for p in tops}
     walk = Walk(known=set(), imports=True, max_depth=max_depth, allowed=lambda _r: True,
                 home=place.home)
@@ -109,10 +109,12 @@ def main(listing: Listing | None = None) -> int:
         return allow_outside or any(is_within(Path(target_real), Path(r))
                                     for r in (root_real, *allowed_roots))
 
+    row = BY_NAME.get(harness)
+    loads_self = row is not None and row.loads in LOADERS
     walk = Walk(known=known, imports=opt_bool(options, "imports", True), max_depth=max_depth,
                 allowed=allowed, home=place.home,
-                follow_known=not (harness in NATIVE and NATIVE[harness][1]))
-    if harness in NATIVE and not NATIVE[harness][1]:
+                follow_known=not (loads_self and row is not None and row.imports))
+    if loads_self and row is not None and not row.imports:
         for p in tops:  # the harness loads these but not their imports: we supply those
             walk.visit(p, emit=False)
     for p in globals_for(place) if opt_bool(options, "global", False) else []:
@@ -130,7 +132,7 @@ def main(listing: Listing | None = None) -> int:
         walk.visit(p, trusted=True)
 
     nested, unlisted = (nested_listing(place, listing)
-                        if opt_bool(options, "list_nested", harness not in ON_DEMAND) else ([], ""))
+                        if opt_bool(options, "list_nested", not on_demand(harness)) else ([], ""))
     text = render(place, harness, source, walk.entries, walk.skipped, max_bytes, nested, unlisted,
                   rules)
     if text:
@@ -206,7 +208,7 @@ def render(place: Place, harness: str, source: str, entries: list[Entry], skippe
                          for r in rules if r.kind == "broken"]
     if not (kept or left or skipped or nested or unlisted or scoped or requested):
         return ""
-    who = LABELS.get(harness, harness) if harness else ""
+    who = label(harness) if harness else ""
     lines = ["## Instructions"]
     if source == "compact":
         lines.append("Re-emitted after compaction: hook-delivered instructions do not survive it."

@@ -2,8 +2,8 @@
 
 Public door:
 
-- :data:`ADAPTERS`: ``{name: Adapter}`` for the hook-command harnesses (claude, codex, cursor,
-  gemini, qwen, grok).
+- :data:`ADAPTERS`: ``{name: Adapter}`` for the hook-command harnesses (the rows of kind
+  ``hook`` and ``nudge`` of the harness table, :mod:`supervisor._harnesses`).
 - :func:`render`: the exact stdout bytes for a harness (envelope, inline cap).
 - :func:`fit_inline`: cut a digest to an inline cap from the engine's per-stage results.
 - :func:`inline_cap`: a harness's cap, with the config's ``inline_cap`` table applied.
@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from importlib import import_module
 
+from .._harnesses import HOOKS
 from ._base import HOOK_MARKER, SHIM_MARKER, Adapter
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -30,9 +31,9 @@ if TYPE_CHECKING:
 __all__ = ("ADAPTERS", "Adapter", "HOOK_MARKER", "SHIM_MARKER", "fit_inline", "get",
            "inline_cap", "is_foreign", "render")
 
-NAMES = ("claude", "codex", "cursor", "gemini", "qwen", "grok")
-"""The hook-command harnesses, in registry order; ``supervisor/adapters/<name>.py`` holds each
-one's :class:`Adapter` as ``ADAPTER``."""
+NAMES = HOOKS
+"""The hook-command harnesses, in the harness table's order (:data:`supervisor._harnesses.HOOKS`);
+``supervisor/adapters/<name>.py`` holds each one's :class:`Adapter` as ``ADAPTER``."""
 
 
 class _Registry(Mapping[str, Adapter]):

@@ -2,8 +2,10 @@
 
 An :class:`Adapter` is pure data (a frozen :func:`~supervisor._record.record`, no I/O; not a
 dataclass nor a ``NamedTuple``, whose ``dataclasses`` and ``typing`` imports cost the hook's hot
-path several milliseconds). The facts each adapter records are the ones
-observed with the real CLIs offline, or documented, in the brief's ``harnesses.md``.
+path several milliseconds). What every part of the package knows of a harness (name, label,
+kind, registration files, events, timeout unit) is its row of the harness table
+(:mod:`supervisor._harnesses`); the adapter adds what only the hook and ``install`` need. The
+facts are the ones observed with the real CLIs offline, or documented (``docs/harnesses/``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from .._record import record
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from typing import Literal
+
+    from .._harnesses import Harness
 
     from pathlib import Path
 
@@ -56,26 +60,17 @@ itself returns by ``budget + 0.25 s``; the rest is interpreter start and slow ma
 
 @record
 class Adapter:
-    """One harness's hook contract.
+    """One hook-command harness's hook contract: its row of the harness table plus what only
+    the hook needs (shape, envelope, caps, caveats).
 
     Attributes:
-        name: our short name (``claude``, ``codex``, ...), as in ``supervise hook NAME``.
-        title: human name for messages.
-        project_settings: settings file relative to the project root, or None when the harness
-            reads project hooks from nowhere we can use (Grok).
-        user_settings: settings file relative to ``$HOME``.
-        local_settings: a per-user, uncommitted settings file relative to the project root
-            (``--scope local``: Claude's ``.claude/settings.local.json``), or None.
+        row: the harness's row of :data:`supervisor._harnesses.ROWS` (name, label, kind,
+            registration files, events, timeout unit); the properties below read it.
         shape: registration JSON shape (see :data:`Shape`).
-        session_event: the event name for session start in the settings file.
-        prompt_event: per-prompt event that can add model context, or None.
-        post_tool_event: event for after a tool ran (Claude ``PostToolUse``), or None.
-        post_tool_matcher: matcher for it (the tool name, ``Read``).
-        session_matcher: matcher written for ``session_event`` (None: key omitted = all sources).
-        timeout_scale: registered timeout units per second (1 = seconds, 1000 = milliseconds).
-        inline_cap: default inline cap in characters (``inline_cap`` in the config overrides).
         envelope: stdout envelope (see :data:`Envelope`).
-        tier: ``run`` or ``nudge`` (see :data:`Tier`).
+        inline_cap: default inline cap in characters (``inline_cap`` in the config overrides).
+        post_tool_matcher: matcher for the post-tool event (the tool names, ``Read|...``).
+        session_matcher: matcher written for the session event (None: key omitted = all sources).
         extra_args: arguments added to the registered command (Cursor: ``--source startup``,
             its payload has no source).
         project_dir_env: environment variable holding the project root, or None.
@@ -87,18 +82,10 @@ class Adapter:
             (None: not documented).
     """
 
-    name: str
-    title: str
-    project_settings: str | None
-    user_settings: str
+    row: Harness
     shape: Shape
-    session_event: str
-    prompt_event: str | None
     envelope: Envelope
-    tier: Tier
-    timeout_scale: int = 1
     inline_cap: int = 16_000
-    post_tool_event: str | None = None
     post_tool_matcher: str | None = None
     session_matcher: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -107,7 +94,56 @@ class Adapter:
     caveats: tuple[str, ...] = ()
     standdown_env: tuple[str, ...] = ()
     default_timeout: float | None = None
-    local_settings: str | None = None
+
+    @property
+    def name(self) -> str:
+        """Our short name (``claude``, ``codex``, ...), as in ``supervise hook NAME``."""
+        return self.row.name
+
+    @property
+    def title(self) -> str:
+        """The harness's label, for messages."""
+        return self.row.label
+
+    @property
+    def project_settings(self) -> str | None:
+        """The settings file relative to the project root, or None (Grok)."""
+        return self.row.project
+
+    @property
+    def user_settings(self) -> str:
+        """The user settings file relative to the home folder (the user folder's default)."""
+        return self.row.user_default
+
+    @property
+    def local_settings(self) -> str | None:
+        """The per-user, uncommitted settings file relative to the project root, or None."""
+        return self.row.local
+
+    @property
+    def session_event(self) -> str:
+        """The session-start event name in the settings file."""
+        return self.row.session_event
+
+    @property
+    def prompt_event(self) -> str | None:
+        """The per-prompt event that can add model context, or None."""
+        return self.row.prompt_event
+
+    @property
+    def post_tool_event(self) -> str | None:
+        """The event after a tool ran (Claude ``PostToolUse``), or None."""
+        return self.row.post_tool_event
+
+    @property
+    def timeout_scale(self) -> int:
+        """Registered timeout units per second (1 = seconds, 1000 = milliseconds)."""
+        return self.row.timeout_scale
+
+    @property
+    def tier(self) -> Tier:
+        """``run`` or ``nudge`` (see :data:`Tier`), from the row's kind."""
+        return "nudge" if self.row.kind == "nudge" else "run"
 
     @property
     def scopes(self) -> tuple[str, ...]:

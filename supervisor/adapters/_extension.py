@@ -9,6 +9,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._harnesses import Harness
 
 CORE = "core.mjs"
 """The shared extension logic (generations, cap, delivery), copied beside the entry."""
@@ -21,31 +25,44 @@ class Bridge:
     """Where one harness's bridge lives.
 
     Attributes:
-        name: ``pi`` or ``opencode``.
-        title: human name.
+        row: the harness's row of the harness table (:mod:`supervisor._harnesses`): name,
+            label, the entry files per scope and the user folder; the properties read it.
         package_entry: the entry file inside ``supervisor/bridges/`` (``pi/index.ts``).
-        project_entry: entry path relative to the project root.
-        user_entry: entry path relative to the user's harness config dir (:meth:`user_root`).
         core_dir: folder of ``core.mjs`` and ``watchkeeper.json``, relative to the entry's folder.
         next_steps: what the user must know beyond the files.
         caveats: known limits, for ``doctor``.
     """
 
-    name: str
-    title: str
+    row: Harness
     package_entry: str
-    project_entry: str
-    user_entry: str
     core_dir: str
-    user_env: str
-    user_default: str
     next_steps: tuple[str, ...] = ()
     caveats: tuple[str, ...] = ()
 
+    @property
+    def name(self) -> str:
+        """``pi`` or ``opencode``."""
+        return self.row.name
+
+    @property
+    def title(self) -> str:
+        """The harness's label."""
+        return self.row.label
+
+    @property
+    def project_entry(self) -> str:
+        """Entry path relative to the project root."""
+        return self.row.project or ""
+
+    @property
+    def user_entry(self) -> str:
+        """Entry path relative to the user's harness config dir (:meth:`user_root`)."""
+        return self.row.user
+
     def user_root(self, home: Path) -> Path:
         """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
-        raw = os.environ.get(self.user_env)
-        return Path(os.path.expanduser(raw)) if raw else home / self.user_default
+        raw = os.environ.get(self.row.user_dir_env) if self.row.user_dir_env else None
+        return Path(os.path.expanduser(raw)) if raw else home / self.row.user_dir
 
     def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
         """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""

@@ -57,14 +57,16 @@ def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
                   env: Mapping[str, str] | None = None) -> Path:
     """The settings file ``install`` edits for ``adapter`` at ``scope``.
 
-    Codex's user layer follows ``CODEX_HOME`` when it is set (``$CODEX_HOME/hooks.json``).
+    The user layer follows the row's ``user_dir_env`` when it is set (Codex:
+    ``$CODEX_HOME/hooks.json``).
 
     Raises:
         ValueError: the harness has no file for that scope.
     """
-    codex_home = (os.environ if env is None else env).get("CODEX_HOME")
-    if adapter.name == "codex" and scope == "user" and codex_home:
-        return Path(codex_home) / "hooks.json"
+    folder_env = adapter.row.user_dir_env
+    folder = (os.environ if env is None else env).get(folder_env) if folder_env else None
+    if scope == "user" and folder:
+        return Path(folder) / adapter.row.user
     return adapter.settings_path(scope, project_dir, home)
 
 

@@ -12,23 +12,15 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="claude",
-    title="Claude Code",
-    project_settings=".claude/settings.json",
-    user_settings=".claude/settings.json",
-    local_settings=".claude/settings.local.json",
+    row=BY_NAME["claude"],
     shape="groups",
-    session_event="SessionStart",
-    prompt_event="UserPromptSubmit",
-    post_tool_event="PostToolUse",
     post_tool_matcher="Read|Edit|MultiEdit|Write|NotebookEdit",
     envelope="hook-specific",
     default_timeout=600.0,
-    tier="run",
-    timeout_scale=1,
     inline_cap=9_000,
     project_dir_env="CLAUDE_PROJECT_DIR",
     next_steps=(

@@ -11,20 +11,14 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="codex",
-    title="Codex CLI",
-    project_settings=".codex/hooks.json",
-    user_settings=".codex/hooks.json",
+    row=BY_NAME["codex"],
     shape="groups",
-    session_event="SessionStart",
-    prompt_event="UserPromptSubmit",
     envelope="hook-specific",
     default_timeout=600.0,
-    tier="run",
-    timeout_scale=1,
     inline_cap=16_000,
     next_steps=(
         "Codex: hooks run only once trusted: start `codex` in this project and trust the "

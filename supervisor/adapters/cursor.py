@@ -11,19 +11,13 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="cursor",
-    title="Cursor",
-    project_settings=".cursor/hooks.json",
-    user_settings=".cursor/hooks.json",
+    row=BY_NAME["cursor"],
     shape="cursor",
-    session_event="sessionStart",
-    prompt_event=None,
     envelope="cursor",
-    tier="run",
-    timeout_scale=1,
     inline_cap=16_000,
     extra_args=("--source", "startup"),
     project_dir_env="CURSOR_PROJECT_DIR",

@@ -10,21 +10,15 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="gemini",
-    title="Gemini CLI",
-    project_settings=".gemini/settings.json",
-    user_settings=".gemini/settings.json",
+    row=BY_NAME["gemini"],
     shape="groups",
-    session_event="SessionStart",
-    prompt_event="BeforeAgent",
     session_matcher="",
     envelope="hook-specific",
     default_timeout=60.0,
-    tier="run",
-    timeout_scale=1000,
     inline_cap=16_000,
     project_dir_env="GEMINI_PROJECT_DIR",
     next_steps=(

@@ -10,20 +10,14 @@ has no hooks at all).
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="grok",
-    title="Grok CLI",
-    project_settings=None,
-    user_settings=".grok/user-settings.json",
+    row=BY_NAME["grok"],
     shape="groups",
-    session_event="SessionStart",
-    prompt_event=None,
     envelope="plain",
     default_timeout=30.0,
-    tier="nudge",
-    timeout_scale=1,
     inline_cap=2_000,
     project_dir_env="GROK_WORKSPACE_ROOT",
     next_steps=(

@@ -13,17 +13,13 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._extension import Bridge
 
 BRIDGE = Bridge(
-    name="opencode",
-    title="OpenCode",
+    row=BY_NAME["opencode"],
     package_entry="opencode/watchkeeper.ts",
-    project_entry=".opencode/plugins/watchkeeper.ts",
-    user_entry="opencode/plugins/watchkeeper.ts",
     core_dir="watchkeeper",
-    user_env="XDG_CONFIG_HOME",
-    user_default=".config",
     next_steps=(
         "OpenCode: nothing else to do; project plugins load at startup. The first model call "
         "of a session waits for the digest, at most the budget.",

@@ -13,17 +13,13 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._extension import Bridge
 
 BRIDGE = Bridge(
-    name="pi",
-    title="Pi",
+    row=BY_NAME["pi"],
     package_entry="pi/index.ts",
-    project_entry=".pi/extensions/watchkeeper/index.ts",
-    user_entry="extensions/watchkeeper/index.ts",
     core_dir=".",
-    user_env="PI_CODING_AGENT_DIR",
-    user_default=".pi/agent",
     next_steps=(
         "Pi: nothing else to do; project extensions load without a prompt. The digest reaches "
         "the model with your first prompt of each session.",

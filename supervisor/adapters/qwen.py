@@ -9,20 +9,14 @@
 
 from __future__ import annotations
 
+from .._harnesses import BY_NAME
 from ._base import Adapter
 
 ADAPTER = Adapter(
-    name="qwen",
-    title="Qwen Code",
-    project_settings=".qwen/settings.json",
-    user_settings=".qwen/settings.json",
+    row=BY_NAME["qwen"],
     shape="groups",
-    session_event="SessionStart",
-    prompt_event="UserPromptSubmit",
     envelope="hook-specific",
     default_timeout=60.0,
-    tier="run",
-    timeout_scale=1000,
     inline_cap=16_000,
     project_dir_env="QWEN_PROJECT_DIR",
     next_steps=(

@@ -23,6 +23,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+from .._harnesses import BRIDGES
 from ..state._fsutil import atomic_write
 from ..adapters._extension import CORE, Bridge
 
@@ -207,8 +208,9 @@ def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
 
 # ---------------------------------------------------------------- the verbs' door
 
-NAMES: tuple[str, ...] = ("pi", "opencode")
-"""Harness names served by a bridge (``supervise install pi``), not by a hook command."""
+NAMES: tuple[str, ...] = BRIDGES
+"""Harness names served by a bridge (``supervise install pi``), not by a hook command: the
+harness table's rows of kind ``bridge``."""
 
 
 def get(name: str) -> Bridge:

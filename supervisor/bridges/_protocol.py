@@ -28,6 +28,7 @@ from __future__ import annotations
 import os
 
 
+from .._harnesses import BRIDGES
 from .._record import asdict, record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -37,8 +38,9 @@ if TYPE_CHECKING:
 
     Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
 KINDS: tuple[str, ...] = ("ready", "empty", "failed", "ineligible", "cancelled")
-HARNESSES: tuple[str, ...] = ("pi", "opencode")
-"""The harnesses that reach us through this bridge (others use ``supervise hook``)."""
+HARNESSES: tuple[str, ...] = BRIDGES
+"""The harnesses that reach us through this bridge (others use ``supervise hook``): the harness
+table's rows of kind ``bridge``."""
 PROTOCOL = 1
 """Version of the JSON document; bumped only for an incompatible change."""
 

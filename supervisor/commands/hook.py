@@ -75,14 +75,15 @@ def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
     several milliseconds of imports per event). It never exits (:class:`TolerantParser`)."""
     import argparse
 
+    from .._harnesses import HOOKS
     from ._cli import TolerantParser
 
     p = TolerantParser(prog=f"supervise {verb}", add_help=False, allow_abbrev=False,
                        description=HOOK_DESCRIPTION if verb == "hook" else NUDGE_DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("harness", nargs="?", default="", metavar="HARNESS",
-                   help="the harness that calls us (claude, codex, cursor, gemini, qwen, grok, "
-                   "...): picks the output envelope")
+                   help=f"the harness that calls us ({', '.join(HOOKS)}): picks the output "
+                   "envelope")
     p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     if verb == "nudge":
         return p

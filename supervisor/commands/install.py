@@ -9,8 +9,8 @@ Registered commands never depend on ``PATH``: they run this interpreter by absol
 in the project nor the harness's ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP`` or user
 site-packages can shadow the package; supervisord's import name is ``supervisor`` too),
 quoted for the shell. The per-event hooks (prompt, post-tool) run it behind the POSIX ``sh``
-fast path, ``/bin/sh <package>/hook-fast.sh <python> -I -m supervisor hook HARNESS --event
-EVENT``, which answers "nothing to do" without starting Python
+fast path, ``/bin/sh <package>/hook-fast.sh [--early-exit] <python> -I -m supervisor hook
+HARNESS --event EVENT``, which answers "nothing to do" without starting Python
 (:data:`FAST_PATH`; docs/session-protocol.md). Timeouts exceed the digest budget by
 :data:`~supervisor.adapters._base.TIMEOUT_MARGIN` seconds, in the harness's unit.
 """
@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .._harnesses import names
 from ..state._project import add_git_exclude
 from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter
@@ -41,7 +42,7 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     """The shared argument parser of ``install`` and ``uninstall``."""
     p = VerbParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
-                   help=f"one or more of: {', '.join(ADAPTERS)}, pi, opencode, or 'all'")
+                   help=f"one or more of: {', '.join(names())}, or 'all'")
     p.add_argument("--scope", choices=("project", "user", "local"), default="project",
                    help="project: the project's settings file, usually committed (default); "
                    "user: your settings in $HOME, every project; local: your own uncommitted "
@@ -104,14 +105,17 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
     """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``).
 
     Session start runs Python directly; a per-event hook runs it behind :data:`FAST_PATH`,
-    which passes the whole payload on when there may be work and prints nothing otherwise.
+    which passes the whole payload on when there may be work and prints nothing otherwise;
+    ``--early-exit`` before the interpreter tells it the harness tolerates a hook that leaves
+    its payload unread (the harness table's ``early_exit``), so it skips the drain.
     ``timeout`` (seconds, session start only) is the hook timeout registered beside the
     command: it is recorded as ``--registered-timeout`` so the hook clamps its budget to it
     and ``doctor`` can tell when the settings file's timeout no longer matches.
     """
     argv = [python or sys.executable, ISOLATED, "-m", "supervisor", "hook", adapter.name]
     if event:
-        argv = [SHELL, str(FAST_PATH), *argv, "--event", event]
+        early = ["--early-exit"] if adapter.row.early_exit else []
+        argv = [SHELL, str(FAST_PATH), *early, *argv, "--event", event]
     else:
         argv += list(adapter.extra_args)
         if timeout is not None:

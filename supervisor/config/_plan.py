@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from .._errors import ConfigError
+from .._harnesses import names
 from .._record import asdict, field, fields, record, replace
 from ._limits import MAX_GRACE as MAX_GRACE
 from ._limits import MAX_SECONDS as MAX_SECONDS
@@ -67,9 +68,8 @@ class StagePlan:
 
 WHEN_SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
 """Values ``when.source`` takes (the routed sources of ``supervisor.session._payload.SOURCES``)."""
-WHEN_HARNESSES: tuple[str, ...] = ("claude", "codex", "cursor", "gemini", "qwen", "grok", "pi",
-                                   "opencode", "terminal")
-"""Values ``when.harness`` takes: the harness names, and ``terminal`` for no harness."""
+WHEN_HARNESSES: tuple[str, ...] = (*names(), "terminal")
+"""Values ``when.harness`` takes: the harness table's names, and ``terminal`` for no harness."""
 
 
 def unmet(stage: StagePlan, source: str, harness: str,

@@ -24,6 +24,8 @@ app named ``Claude``, or a ``claude`` that ran ``claude -p``) never becomes the 
 from __future__ import annotations
 
 import os
+
+from .._harnesses import ROWS
 from .._record import record
 
 from ._procinfo import ProcInfo, proc_info
@@ -37,29 +39,11 @@ NUDGE_HOPS = 8
 CREATE_TIME_TOLERANCE = 1.0
 """Seconds two ``create_time`` readings of one process may differ by."""
 
-HARNESSES: dict[str, str] = {
-    "claude": "claude",
-    "codex": "codex",
-    "cursor-agent": "cursor",
-    "pi": "pi",
-    "opencode": "opencode",
-    "gemini": "gemini",
-    "qwen": "qwen",
-    "grok": "grok",
-}
-"""Executable name -> harness name (``SUPERVISE_HARNESS``)."""
+HARNESSES: dict[str, str] = {process: row.name for row in ROWS for process in row.processes}
+"""Executable name -> harness name (``SUPERVISE_HARNESS``), from the harness table."""
 
-_PACKAGES: dict[str, str] = {
-    "@anthropic-ai/claude-code": "claude",
-    "@openai/codex": "codex",
-    "@mariozechner/pi-coding-agent": "pi",
-    "opencode-ai": "opencode",
-    "@google/gemini-cli": "gemini",
-    "@qwen-code/qwen-code": "qwen",
-    "@vibe-kit/grok-cli": "grok",
-    "grok-dev": "grok",
-}
-"""npm packages whose entry script a ``node``/``bun`` process runs."""
+_PACKAGES: dict[str, str] = {package: row.name for row in ROWS for package in row.packages}
+"""npm packages whose entry script a ``node``/``bun`` process runs, from the harness table."""
 
 _RUNTIMES = frozenset({"node", "nodejs", "bun", "deno"})
 

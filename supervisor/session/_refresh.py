@@ -52,9 +52,6 @@ TEXT_BUDGET = 512 * 1024
 """Bytes of baseline text one session keeps (line counts for the note); past it, hashes only."""
 BASELINE_CAP = TEXT_BUDGET * 2 + 256 * 1024
 """Bytes a baseline file may have when read back (bigger is not ours: set aside)."""
-LABELS = {"claude": "Claude Code", "codex": "Codex", "opencode": "OpenCode", "pi": "Pi",
-          "gemini": "Gemini CLI", "qwen": "Qwen Code", "cursor": "Cursor", "grok": "Grok CLI"}
-"""How a note names the harness that loaded a file itself."""
 KEEP_DAYS = 7.0
 """Baselines untouched for this many days are removed (sessions long gone)."""
 
@@ -301,10 +298,11 @@ def _commit_baseline(state_dir: StrPath, name: str, doc: dict[str, Any]) -> None
 
 
 def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str) -> str:
+    from .._harnesses import label
     from .._sanitize import clean, one_line, removed_note
 
     shown = one_line(str(entry["shown"]))  # a path in the tree is untrusted text (ESC, LF)
-    had = (f"{LABELS.get(harness, harness or 'the harness')} loaded at start"
+    had = (f"{label(harness, 'the harness')} loaded at start"
            if entry.get("how") == "harness" else "the session-start digest gave you")
     if found is None:
         return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was deleted or became unreadable "
