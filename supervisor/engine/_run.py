@@ -23,7 +23,7 @@ from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
 from ..state._project import ensure_state_dir
 from ..state._statedir import link_notice, take_notices
 from ._results import DigestResult, StageResult
-from ._stage import KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
+from ._stage import DRAIN_RESERVE, KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
 
 if TYPE_CHECKING:
     from ..config._schema import DigestConfig
@@ -138,6 +138,13 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         # wait for the stages, then stop the abort watcher
         async with anyio.create_task_group() as inner:
             inner.start_soon(_all_done, run, live)
+        if live and not transparent:
+            # What left every mark of its stage (env -i, setsid) dies with the digest
+            with anyio.CancelScope(shield=True):
+                now = anyio.current_time()
+                await run.watch.sweep_orphans(
+                    run.grace, min(now + run.grace + _tree.KILL_WAIT, run.end_at - DRAIN_RESERVE),
+                    spare=[s.builtin for s in live if s.builtin])
         tg.cancel_scope.cancel()
     truncated = any(run.results.get(s.name, StageResult(s.name, "not_started")).status
                     in ("killed", "not_started") for s in live)

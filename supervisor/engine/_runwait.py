@@ -400,7 +400,8 @@ class _Watchdog:
         _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
         self.leader = leader
         self.reaped = False
-        self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup)
+        self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup,
+                                    adopts_all=True)  # the one command: every orphan is its
         self.watch = _tree.Watch()
         self.watch.add(self.tree)
         self.next_scan = time.monotonic()

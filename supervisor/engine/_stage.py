@@ -360,7 +360,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
                            spec.max_tasks, spec.max_memory, on_cap=waiting.cancel,
-                           detach_mark=spec.name if spec.builtin is not None else None)
+                           detach_mark=spec.name if spec.builtin is not None else None,
+                           adopts_all=run.transparent)
     run.watch.add(tree)
     run.watch.spawning -= 1
     run.report(spec.name, None)

@@ -185,6 +185,12 @@ class StageTree:
     """For a built-in stage, its name: a child that left the stage's session and carries
     ``SUPERVISE_DETACHED_FROM=<name>`` (:data:`DETACH_VAR`) is not a member, nor are its
     descendants. None (configured commands): nothing detaches."""
+    adopts_all: bool = False
+    """``supervise run``'s one command (and a digest's end-of-run orphan sweep): every child
+    the subreaper adopted that is no other stage's leader, no excluded pid and no built-in's
+    detach is a member, with its descendants, token or not. An orphan that cleared its
+    environment (``env -i``) and left its session (``setsid``) carries nothing of its stage;
+    with one command it can only be that command's."""
 
 
 class _SharedListing:
@@ -302,6 +308,13 @@ class Watch:
             token = self._tokens[key]
             if token in known:
                 owner[pid] = token
+        # With one command (``adopts_all``), each adopted child is its (env -i + setsid).
+        sole = next((t.token for t in list(self.stages.values()) if t.adopts_all), None)
+        if sole is not None and subreaper_enabled():
+            for pid in children.get(self._me, ()):
+                if (pid not in owner and pid not in exclude and pid not in self.protected
+                        and not rows[pid].zombie):
+                    owner[pid] = sole
         # Descendants of a member are members (a child that cleared its environment).
         stack = list(owner)
         while stack:
@@ -649,7 +662,8 @@ class Watch:
         built-in detaches never do. A fresh listing on every call (the kill sequence's
         polls); :meth:`adopted_shared` shares one among the stages asking in the same tick.
         Bounded by the number of children; never raises."""
-        return [row for row, token in self._adoptees() if token == tree.token]
+        return [row for row, token in self._adoptees()
+                if token == tree.token or (token is None and tree.adopts_all)]
 
     async def adopted_shared(self, tree: StageTree) -> list[Row]:
         """:meth:`adopted`, with one listing of our children for every caller that asks in
@@ -675,7 +689,8 @@ class Watch:
         else:
             await shared.event.wait()
         rows = shared.rows if shared.rows is not None else self._adoptees()
-        return [row for row, token in rows if token == tree.token]
+        return [row for row, token in rows
+                if token == tree.token or (token is None and tree.adopts_all)]
 
     def _adoptees(self) -> list[tuple[Row, str | None]]:
         """Our live direct children that are neither stage leaders, excluded pids nor a
@@ -702,6 +717,39 @@ class Watch:
                 token = self._tokens[key]
             found.append((row, token))
         return found
+
+    async def sweep_orphans(self, grace: float, deadline: float,
+                            spare: Iterable[str] = ()) -> KillReport | None:
+        """At a digest's end (every stage ended): kill each adopted child no stage claimed,
+        with its descendants, by the kill sequence (``grace`` seconds, returning by
+        ``deadline``, anyio clock). These are the orphans that left every mark of their
+        stage (``env -i setsid -f sleep 30``: no token, a session of their own, re-parented to
+        us); nothing can tell which stage they came from, so they die with the digest. A
+        child whose :data:`DETACH_VAR` names one of ``spare`` (the digest's built-in stages:
+        the memory stage's consolidation wrapper) is a deliberate detach and lives on.
+        Returns the kill's report, None when there was nothing to kill (one listing of our
+        children; subreaper only)."""
+        if not subreaper_enabled():
+            return None
+        names = set(spare)
+        live = set(self.stages)
+        orphans: list[Row] = []
+        for row, token in self._adoptees():
+            if token is not None and token in live:
+                continue
+            if names and environ_value(row.pid, DETACH_VAR) in names:
+                self._detach[(row.pid, row.start)] = True
+                continue
+            orphans.append(row)
+        if not orphans:
+            return None
+        tree = StageTree(orphans[0].pid, lambda: False, os.urandom(16).hex(), adopts_all=True)
+        tree.members = {row.pid: row for row in orphans}
+        self.stages[tree.token] = tree
+        try:
+            return await self.kill_stage(tree, grace, deadline)
+        finally:
+            self.discard(tree)
 
     def _outside_group(self, tree: StageTree) -> list[Row]:
         return [r for r in tree.members.values() if r.pgid != tree.leader]

@@ -1,0 +1,94 @@
+"""An orphan that leaves every mark of its stage dies with it (issue 27, item 1):
+``sh -c 'env -i setsid -f sleep ...; echo done'`` leaves a daemon with no token, a session of its
+own and no parent but our child subreaper. Under ``supervise run`` (one command: every orphan
+adopted is its) it is swept when the command ends, and our caller's pipe is released; in a
+digest (several stages: nothing tells which one it left) it dies at the digest's end. Before,
+it outlived both, and under ``run`` it held the caller's pipe for its whole life."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import supervise_cmd
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="the child subreaper is Linux's")
+
+HOLD = 300
+"""Seconds the escapee would live: far past the test's timeout, so a held pipe fails it."""
+
+
+def _escapee_command(pidfile: Path) -> list[str]:
+    """A leader that starts, with an empty environment, a daemon in a new session (``setsid
+    -f`` forks it first), which writes its own pid and becomes ``sleep``; the leader waits for
+    the pid, prints and exits."""
+    daemon = pidfile.with_suffix(".sh")
+    daemon.write_text(f"echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
+                      f"exec sleep {HOLD}\n")
+    return ["sh", "-c", f"env -i setsid -f /bin/sh '{daemon}'; "
+            f"while [ ! -s '{pidfile}' ]; do sleep 0.01; done; echo done"]
+
+
+def _running_sleep(pid: int) -> bool:
+    """Whether ``pid`` is still the escapee (a live ``sleep``; not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read()
+    except OSError:
+        return False
+    return state not in (b"Z", b"X") and cmd.startswith(b"sleep\0")
+
+
+def _check_gone(pidfile: Path) -> None:
+    pid = int(pidfile.read_text()) if pidfile.exists() else 0
+    if not pid:
+        return
+    try:
+        end = time.monotonic() + 5.0  # a kill in flight: /proc may lag (a lower bound only)
+        while _running_sleep(pid) and time.monotonic() < end:
+            time.sleep(0.02)
+        assert not _running_sleep(pid), f"the env -i setsid escapee {pid} outlived its supervisor"
+    finally:
+        if _running_sleep(pid):  # the process this test started: end it by pid
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_run_sweeps_an_escapee_that_cleared_its_environment(tmp_path: Path) -> None:
+    """``supervise run`` piped: the caller's read ends when the command does (the escapee
+    held the pipe for its whole life) and the escapee is gone."""
+    pidfile = tmp_path / "daemon.pid"
+    try:
+        proc = subprocess.run(supervise_cmd("run", "--budget", "60", "--",
+                                            *_escapee_command(pidfile)),
+                              capture_output=True, stdin=subprocess.DEVNULL, timeout=40)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == b"done\n"
+    finally:
+        _check_gone(pidfile)
+
+
+def test_a_digest_kills_an_escapee_that_cleared_its_environment(tmp_path: Path) -> None:
+    """The same leader as a digest stage, beside another stage: the daemon dies by the
+    digest's end, and the digest returns."""
+    pidfile = tmp_path / "daemon.pid"
+    import json
+
+    (tmp_path / "supervise.toml").write_text(
+        f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile))}\n"
+        "[[stages]]\nname = \"other\"\nrun = [\"sleep\", \"0.3\"]\n")
+    try:
+        proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=40)
+        assert proc.returncode == 0, proc.stderr
+        assert b"done\n" in proc.stdout, proc.stdout
+    finally:
+        _check_gone(pidfile)
