@@ -18,7 +18,8 @@ from helpers import alive_and_ours
 from supervisor import DigestConfig, SessionContext, StageSpec, run_digest
 from supervisor.engine._results import DigestResult
 from supervisor.engine._output import BufferSink
-from supervisor.engine._tree import HARD_PHASE, group_is_ours
+from supervisor.engine._reaper import HARD_PHASE
+from supervisor.engine._tree import group_is_ours
 
 RES = Path(__file__).parent / "resources"
 HOSTILE = [sys.executable, str(RES / "hostile.py")]
@@ -328,7 +329,7 @@ def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path,
     """Adversarial report: a chain where each generation forks, setsids and exits outran two
     snapshots and survived. The hard phase freezes (SIGSTOP) every member found until a fresh
     snapshot finds nothing new, then kills them all."""
-    from supervisor.engine._tree import enable_subreaper
+    from supervisor.engine._reaper import enable_subreaper
 
     enable_subreaper()  # as the CLI does: orphans of the chain come to us
     # The leader exits only once the chain's first generation has written its pid (a chain

@@ -27,10 +27,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 PROBE = """
-from supervisor.engine import _cgroup, _proctable, _tree
+from supervisor.engine import _cgroup, _proctable, _reaper
 from supervisor.session import _procinfo
-assert _proctable.PORTABLE and not _proctable._LINUX and not _procinfo._LINUX
-assert _tree.enable_subreaper() is False
+assert _reaper.PORTABLE and not _proctable._LINUX and not _procinfo._LINUX
+assert _reaper.enable_subreaper() is False
 assert _cgroup.cgroup_root() is None
 print("portable")
 """
@@ -44,7 +44,7 @@ def test_the_switch_forces_every_portable_branch() -> None:
     proc = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
                           env=_env(), timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "portable", proc.stderr
-    off = subprocess.run([sys.executable, "-c", "from supervisor.engine import _proctable as p; "
+    off = subprocess.run([sys.executable, "-c", "from supervisor.engine import _reaper as p; "
                           "print(p.PORTABLE)"], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "SUPERVISE_PORTABLE": "0"})
     assert off.stdout.strip() == "False"
@@ -60,7 +60,7 @@ LEFT_OUT = ("not adopted_orphans_are_reaped and not share_one_children_listing"
 def test_hostile_trees_on_the_portable_path(tests: str) -> None:
     """Every hostile-tree test passes with the portable path forced (pytest in a fresh
     process; its own conftest still fails any test that leaves a process behind)."""
-    from supervisor.engine._tree import reap_zombie_children
+    from supervisor.engine._reaper import reap_zombie_children
 
     # The orphans of the inner run (a fork-and-exit chain's exited generations) are
     # re-parented to the nearest child subreaper above it: this pytest, once a test here has
@@ -136,7 +136,8 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
 
     import anyio
 
-    from supervisor.engine._tree import TOKEN_VAR, StageTree, Watch
+    from supervisor.engine._reaper import TOKEN_VAR
+    from supervisor.engine._tree import StageTree, Watch
 
     token = uuid.uuid4().hex
     proc = _sleeper({**os.environ, TOKEN_VAR: token}, new_session=True)

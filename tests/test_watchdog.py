@@ -85,7 +85,7 @@ HOSTILE = [sys.executable, str(RES / "hostile.py")]
 
 def digest(tmp_path: Path, stages: list[dict[str, Any]], *, budget: float = 10,
            grace: float = 0.3, subreaper: bool = True) -> DigestResult:
-    from supervisor.engine._tree import enable_subreaper
+    from supervisor.engine._reaper import enable_subreaper
 
     if subreaper:
         enable_subreaper()  # as the CLI does
@@ -455,7 +455,7 @@ def _leaders(tmp_path: Path, count: int, leave: set[int]) -> list[tuple[int, str
     """Start ``count`` stage leaders as the engine does (own session, a token each); the ones
     in ``leave`` leave an escapee. Each leader is waited for (reaped) before this returns:
     (leader pid, token, escapee pid file)."""
-    from supervisor.engine._tree import TOKEN_VAR
+    from supervisor.engine._reaper import TOKEN_VAR
 
     procs = []
     for i in range(count):
@@ -476,15 +476,15 @@ def test_leftover_checks_ending_together_share_one_children_listing(
     none of the others is, and the checks share their listings of our children (one per
     tick) instead of listing them once or twice each (quadratic in the stages: 500 stages
     listed 500 children 1,000 times). The escapees are then killed by the kill sequence."""
-    from supervisor.engine import _tree
+    from supervisor.engine import _reaper, _tree
 
-    assert _tree.enable_subreaper()
+    assert _reaper.enable_subreaper()
     count, leave = 40, set(range(0, 40, 2))
     leaders = _leaders(tmp_path, count, leave)
     listings = 0
     real = _tree.our_children
 
-    def counted() -> list[int]:
+    def counted() -> list[int] | None:
         nonlocal listings
         listings += 1
         return real()
@@ -525,7 +525,7 @@ def test_every_stage_ending_together_has_its_escapee_swept(tmp_path: Path, cpu_l
     (rule 8: leftovers die with their stage)."""
     stages = [{"name": f"s{i}", "run": ["sh", "-c", ESCAPEE, "sh", str(tmp_path / f"e{i}.pid")]}
               for i in range(30)]
-    from supervisor.engine._tree import enable_subreaper
+    from supervisor.engine._reaper import enable_subreaper
 
     enable_subreaper()  # as the CLI does
     config = DigestConfig(budget=60, max_parallel=0, stages=tuple(StageSpec(**s) for s in stages))
@@ -586,9 +586,9 @@ def test_a_leftover_check_takes_its_two_fresh_scans_in_one_thread_round(
     (issue 10), as before; the second now follows the first in the same worker thread instead
     of after a round trip through the event loop (tens of ms each on a loaded host: the last
     stage of a digest waited for them). Every thread round of the check scans at least twice."""
-    from supervisor.engine import _tree
+    from supervisor.engine import _reaper, _tree
 
-    _tree.enable_subreaper()  # as the CLI does (the portable path has none: the same holds)
+    _reaper.enable_subreaper()  # as the CLI does (the portable path has none: the same holds)
     [(leader, token, _)] = _leaders(tmp_path, 1, set())
     rounds, scans = [0], [0]
     real_round, real_scan = _tree.Watch._scan_settled, _tree.Watch._scan_sync
@@ -662,9 +662,9 @@ def test_the_freeze_of_an_empty_tree_ends_after_one_quiet_scan(
     for two complete quiet scans in a row (seconds on a loaded portable host) though there was
     nothing to stop. With no member, no token seen, an empty process group and no adopted
     child, the first complete scan without churn now ends it. Before: it always took two."""
-    from supervisor.engine import _tree
+    from supervisor.engine import _reaper, _tree
 
-    _tree.enable_subreaper()
+    _reaper.enable_subreaper()
     [(leader, token, _)] = _leaders(tmp_path, 1, set())
     seen: list[tuple[bool, int | None]] = []
     real = _tree.Watch._refresh

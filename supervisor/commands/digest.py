@@ -185,7 +185,7 @@ def main(argv: list[str]) -> int:
                   f"{limit:g}", file=sys.stderr)
             return EXIT_USAGE
 
-    from ..engine import _tree
+    from ..engine import _reaper
     from ..config._plan import as_plan
     from ..config._plancache import load_plan
     from ..config._context import SessionContext
@@ -245,7 +245,7 @@ def main(argv: list[str]) -> int:
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
         config = replace(config, **update)
-    _tree.enable_subreaper()
+    _reaper.enable_subreaper()
     sink = StreamSink(1) if args.format == "text" else BufferSink()
     if notice and args.format == "text":
         sink.write(notice.encode() + b"\n")
@@ -295,7 +295,7 @@ def main(argv: list[str]) -> int:
         # A preview reached no model: every reservation (the handoff count, a deferred
         # result's claim) is rolled back, as for an output that was not delivered.
         delivery.settle(whole and args.session_start)
-    _tree.reap_zombie_children()
+    _reaper.reap_zombie_children()
     if code == EXIT_OK and args.session_start:  # `supervise status` counts session starts
         from ..session._routing import record_digest
 

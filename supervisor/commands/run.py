@@ -188,13 +188,13 @@ def _finish(command: list[str], budget: float, capture: bool, status: str,
 def _run_with_engine(command: list[str], budget: float, grace: float, capture: bool) -> int:
     """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor.engine._runwait`
     cannot run (no ``posix_spawn`` with a new session)."""
-    from ..engine import _tree
+    from ..engine import _reaper
     from ..engine._run import run_command
     from ..engine._output import BufferSink
     from ..engine._results import StageResult
     from ..engine._signals import Aborter, run_with_signals
 
-    _tree.enable_subreaper()
+    _reaper.enable_subreaper()
     sink = BufferSink() if capture else None  # text: the command's own stdio
 
     async def body(aborter: Aborter) -> StageResult:
@@ -202,6 +202,6 @@ def _run_with_engine(command: list[str], budget: float, grace: float, capture: b
                                  abort=aborter.event)
 
     result, aborter = run_with_signals(body)
-    _tree.reap_zombie_children()
+    _reaper.reap_zombie_children()
     return _finish(command, budget, capture, result.status, result.exit_code, aborter.signum,
                    result.seconds, sink.getvalue() if sink is not None else b"")

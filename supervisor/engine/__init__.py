@@ -2,7 +2,8 @@
 
 Owns running a digest or a command (``_run``; ``supervise run``'s lean path ``_runwait``), one
 stage's life (``_stage``, ``_spawn``), the kill sequence and the process-tree watch (``_tree``,
-``_cgroup``, ``_proctable``), the one output choke point (``_output``), the truncation banner
+``_cgroup``, ``_proctable``), the timing table, subreaper, children listing and zombie reaper
+that the engine and ``_runwait`` share (``_reaper``, stdlib only), the one output choke point (``_output``), the truncation banner
 (``_banner``), results (``_results``), stage stderr logs (``_stagelog``), deferred stages and
 their detached runner (``_deferred``, ``_deferred_runner``) and signals turned into an abort
 (``_signals``).

@@ -16,7 +16,12 @@ subreaper + token sweep.
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from ._reaper import PORTABLE
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `supervise run`'s lean path imports this
+if TYPE_CHECKING:
+    from pathlib import Path
 
 ROOT_VAR = "SUPERVISE_CGROUP_ROOT"
 _WRAPPER = 'echo $$ > "$0/cgroup.procs" && exec "$@"'
@@ -24,11 +29,22 @@ _OFF = ("off", "none", "0", "no", "false")
 
 
 def _cgroup2_mount(mounts: str) -> Path | None:
+    from pathlib import Path
+
     for line in mounts.splitlines():
         fields = line.split()
         if len(fields) > 2 and fields[2] == "cgroup2":
             return Path(fields[1])
     return None
+
+
+def _own_cgroup(proc_cgroup: str) -> str | None:
+    """Our cgroup v2 path relative to the hierarchy (from ``/proc/self/cgroup``), or None when
+    there is none or it is the hierarchy's root (the whole machine's, never used implicitly)."""
+    rel = next((line[3:] for line in proc_cgroup.splitlines() if line.startswith("0::")), None)
+    if rel is None or rel.strip("/") == "" or ".." in rel.split("/"):
+        return None
+    return rel
 
 
 def delegated_root(proc_cgroup: str, mounts: str, uid: int) -> Path | None:
@@ -41,9 +57,9 @@ def delegated_root(proc_cgroup: str, mounts: str, uid: int) -> Path | None:
 
     The hierarchy's root (``0::/``) is the whole machine's and is never used implicitly.
     """
-    mount = _cgroup2_mount(mounts)
-    rel = next((line[3:] for line in proc_cgroup.splitlines() if line.startswith("0::")), None)
-    if mount is None or rel is None or rel.strip("/") == "" or ".." in rel.split("/"):
+    rel = _own_cgroup(proc_cgroup)
+    mount = None if rel is None else _cgroup2_mount(mounts)
+    if mount is None or rel is None:
         return None
     path = mount / rel.strip("/")
     try:
@@ -56,20 +72,24 @@ def delegated_root(proc_cgroup: str, mounts: str, uid: int) -> Path | None:
 
 
 def cgroup_root() -> Path | None:
-    """The cgroup v2 root stages' cgroups go under, or None for the sweep (never raises)."""
-    from ._proctable import PORTABLE
-
+    """The cgroup v2 root stages' cgroups go under, or None for the sweep (never raises).
+    Where none can exist (portable, ``SUPERVISE_CGROUP_ROOT=off``, our cgroup is the
+    hierarchy's root) it answers from ``/proc/self/cgroup`` alone, without ``pathlib``."""
     if PORTABLE:  # the portable path forced on Linux: no cgroup, as on macOS
         return None
     raw = os.environ.get(ROOT_VAR)
     if raw is not None and raw.strip().lower() in _OFF:
         return None
     if raw:
+        from pathlib import Path
+
         root = Path(raw)
     else:
         try:
             with open("/proc/self/cgroup") as f:
                 own = f.read()
+            if _own_cgroup(own) is None:
+                return None
             with open("/proc/mounts") as f:
                 mounts = f.read()
         except OSError:

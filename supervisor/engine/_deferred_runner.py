@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import signal
 
-    from . import _tree
+    from . import _reaper
     from .._interrupts import SIGNALS, leave_quietly_on_signals
     from ..config._context import SessionContext
     from ._run import run_digest
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(number, hold)
         except (OSError, ValueError):
             pass
-    _tree.enable_subreaper()
+    _reaper.enable_subreaper()
     # The whole stage (options, env, title, max_output) travels as JSON: the runner's own
     # environment already carries the stage env, and run_digest rebuilds it from the spec.
     spec = DigestPlan.from_mapping({"stages": [json.loads(args.spec)]}).stages[0]
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             return 1
         finally:
-            _tree.reap_zombie_children()
+            _reaper.reap_zombie_children()
         try:
             with directory.flock(".lock", timeout=10.0) as held:
                 if held and (_read(directory, "running.json") or {}).get("run_id") == args.run_id:

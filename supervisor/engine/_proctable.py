@@ -15,16 +15,12 @@ import sys
 import time
 from collections.abc import Callable
 from .._record import record
+from ._reaper import PORTABLE
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from typing import Any
 
-PORTABLE_VAR = "SUPERVISE_PORTABLE"
-"""Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
-no ``/proc`` (psutil rows), no child subreaper, no cgroup. Read once, at import."""
-PORTABLE = os.environ.get(PORTABLE_VAR, "").strip().lower() not in ("", "0", "no", "false", "off")
-"""Whether :data:`PORTABLE_VAR` forces the portable path in this process."""
 _LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and not PORTABLE
 PROCFS = _LINUX
 """Whether rows come from ``/proc`` (about 15 µs each) rather than psutil (the portable

@@ -23,7 +23,8 @@ from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
 from ..state._project import ensure_state_dir
 from ..state._statedir import link_notice, take_notices
 from ._results import DigestResult, StageResult
-from ._stage import DRAIN_RESERVE, KILL_MARGIN, DigestRun, run_stage, stage_argv, stage_env
+from ._reaper import DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT
+from ._stage import DigestRun, run_stage, stage_argv, stage_env
 
 if TYPE_CHECKING:
     from ..config._schema import DigestConfig
@@ -143,7 +144,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             with anyio.CancelScope(shield=True):
                 now = anyio.current_time()
                 await run.watch.sweep_orphans(
-                    run.grace, min(now + run.grace + _tree.KILL_WAIT, run.end_at - DRAIN_RESERVE),
+                    run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
                     spare=[s.builtin for s in live if s.builtin])
         tg.cancel_scope.cancel()
     truncated = any(run.results.get(s.name, StageResult(s.name, "not_started")).status

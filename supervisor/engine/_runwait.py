@@ -19,9 +19,12 @@ there is something to kill:
   :meth:`~supervisor.engine._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
   stage (systemd control-group semantics, design rule 8).
 
-No second kill sequence lives here. Imports at module level are stdlib only and cheap
-(``os``, ``select``, ``signal``, ``sys``, ``time``): the hot-path import guard in
-``tests/test_run_verb.py`` keeps anyio, asyncio, psutil, pydantic and dataclasses out.
+No second kill sequence lives here, and no second copy of the engine's numbers: the timing
+table, the portable switch, the subreaper, the children listing and the reaper come from
+:mod:`supervisor.engine._reaper`, the cgroup from :mod:`supervisor.engine._cgroup`, both
+stdlib only and cheap, like the rest of this module's imports (``os``, ``select``, ``signal``,
+``sys``, ``time``): the hot-path import guard in ``tests/test_run_verb.py`` keeps anyio,
+asyncio, psutil, pydantic, dataclasses and pathlib out.
 Without a child subreaper (macOS, ``SUPERVISE_PORTABLE``) :func:`available` is False and
 ``supervise run`` uses the engine, whose scans run from the start.
 """
@@ -34,24 +37,17 @@ import signal
 import sys
 import time
 
+from . import _cgroup
+from ._reaper import (DRAIN, DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT, MONITOR_MAX_PERIOD, PORTABLE,
+                      READ_SIZE, REAP_BATCH, TOKEN_VAR, enable_subreaper, our_children,
+                      reap_zombie_children)
+
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from pathlib import Path
 
-TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
-"""The watchdog's token variable (the same name as :data:`supervisor.engine._tree.TOKEN_VAR`)."""
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 """Signals to us that kill the command's whole tree (with grace) instead of killing us."""
-KILL_MARGIN = 0.25
-"""Seconds after budget + grace by which :func:`run` returns after a kill (as
-:data:`supervisor.engine._stage.KILL_MARGIN`)."""
-DRAIN_RESERVE = 0.08
-"""Seconds of :data:`KILL_MARGIN` kept for the drain (as :data:`supervisor.engine._stage.DRAIN_RESERVE`)."""
-DRAIN = 0.2
-"""Seconds the captured output is still read after the command's end (as
-:data:`supervisor.engine._stage.DRAIN`): never read to EOF, a leftover may hold the pipe (rule 6)."""
-READ_SIZE = 1 << 20
-"""Bytes asked for per read of the captured output."""
 PREFETCH = 3.0
 """Seconds before the deadline from which the watchdog is loaded and scans the process
 table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
@@ -62,10 +58,6 @@ WATCH_AFTER = 1.0
 """Seconds of the command's life after which the watchdog is loaded and scans anyway: a
 command that runs this long gets the engine's watch (a signal to us, or its exit, then finds
 a tree already known), and one that ends sooner never pays for it."""
-REAP_BATCH = 4096
-"""Most adopted orphans reaped per wakeup (the wakeup stays bounded)."""
-_PORTABLE_OFF = ("", "0", "no", "false", "off")
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class Outcome:
@@ -91,12 +83,6 @@ class Outcome:
         self.signum, self.output, self.swept = signum, output, swept
 
 
-def portable_forced() -> bool:
-    """Whether ``SUPERVISE_PORTABLE`` forces the portable path (the same reading as
-    :data:`supervisor.engine._proctable.PORTABLE`, without importing the process table)."""
-    return os.environ.get("SUPERVISE_PORTABLE", "").strip().lower() not in _PORTABLE_OFF
-
-
 def available() -> bool:
     """Whether this path runs here: Linux with ``/proc`` and ``posix_spawnp`` (its ``setsid``
     support is checked at the spawn: :class:`NotImplementedError` then), the portable path
@@ -104,79 +90,7 @@ def available() -> bool:
     the watchdog's scans, running from the start, find a ``setsid`` escapee in time, so
     ``supervise run`` uses the engine there (:func:`supervisor.run_command`)."""
     return (hasattr(os, "posix_spawnp") and sys.platform.startswith("linux")
-            and os.path.isdir("/proc/self") and not portable_forced())
-
-
-def _enable_subreaper() -> bool:
-    """Become a child subreaper (Linux), as :func:`supervisor.engine._tree.enable_subreaper` does
-    (which the kill path calls too, so the watchdog knows). False where unsupported."""
-    if not sys.platform.startswith("linux") or portable_forced():
-        return False
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
-
-
-def _cgroup_root() -> Path | None:
-    """The cgroup root the command's cgroup goes under (:func:`supervisor.engine._cgroup.cgroup_root`),
-    without importing it where none can exist: portable, ``SUPERVISE_CGROUP_ROOT=off``, or
-    our cgroup is the hierarchy's root (never used implicitly)."""
-    if portable_forced():
-        return None
-    raw = os.environ.get("SUPERVISE_CGROUP_ROOT")
-    if raw is None:
-        if not sys.platform.startswith("linux"):
-            return None
-        try:
-            with open("/proc/self/cgroup", "rb") as f:
-                own = f.read()
-        except OSError:
-            return None
-        if b"0::" not in own or any(line.strip() == b"0::/" for line in own.splitlines()):
-            return None
-    elif raw.strip().lower() in ("off", "none", "0", "no", "false"):
-        return None
-    from . import _cgroup
-
-    return _cgroup.cgroup_root()
-
-
-def _our_children() -> list[int] | None:
-    """Pids of our direct children from ``/proc/self/task/*/children``; None when unknown."""
-    pids: list[int] = []
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return None
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as f:
-                pids.extend(int(x) for x in f.read().split())
-        except FileNotFoundError:
-            continue  # a thread that ended
-        except (OSError, ValueError):
-            return None
-    return pids
-
-
-def _reap_adopted(leader: int) -> None:
-    """Reap zombie children other than ``leader`` (adopted orphans), at most
-    :data:`REAP_BATCH`. Never raises."""
-    for _ in range(REAP_BATCH):
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except (ChildProcessError, OSError):
-            return
-        if info is None or info.si_pid in (0, leader):
-            return
-        try:
-            os.waitpid(info.si_pid, os.WNOHANG)
-        except (ChildProcessError, OSError):
-            return
+            and os.path.isdir("/proc/self") and not PORTABLE)
 
 
 def _wait_readable(fds: list[int], seconds: float) -> list[int]:
@@ -226,13 +140,11 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
     token = os.urandom(16).hex()
     env = dict(os.environ)
     env[TOKEN_VAR] = token
-    subreaper = _enable_subreaper()
-    root = _cgroup_root()
+    subreaper = enable_subreaper()
+    root = _cgroup.cgroup_root()
     cgroup: Path | None = None
     spawn_argv = argv
     if root is not None:
-        from . import _cgroup
-
         cgroup = _cgroup.create(root)
         if cgroup is not None:
             spawn_argv = _cgroup.wrap(cgroup, argv)
@@ -266,8 +178,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                                   setsid=True, setsigdef=restore)
         except BaseException:
             if cgroup is not None:
-                from . import _cgroup
-
                 _cgroup.remove(cgroup)
             raise
         finally:
@@ -287,8 +197,8 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                 if done:
                     raw = wait_status
                     break
-                if subreaper:
-                    _reap_adopted(pid)
+                if subreaper:  # adopted orphans, never the command itself
+                    reap_zombie_children((pid,), REAP_BATCH)
                 if got:
                     reason = "signal"
                     break
@@ -338,13 +248,11 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     break
                 chunks.append(data)
         if cgroup is not None:
-            from . import _cgroup
-
             give_up = time.monotonic() + 1.0
             while not _cgroup.remove(cgroup) and time.monotonic() < give_up:
                 time.sleep(0.005)  # empties within ms of the kill
         if subreaper:
-            _reap_adopted(0)
+            reap_zombie_children(limit=REAP_BATCH)
         seconds = time.monotonic() - started
     finally:
         signal.set_wakeup_fd(old_wakeup)
@@ -369,8 +277,6 @@ def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bo
     Cheap and complete with the subreaper (its group, its cgroup, our children); without it
     only a scan of the process table can tell (True)."""
     if cgroup is not None:
-        from . import _cgroup
-
         if _cgroup.pids(cgroup):
             return True
     try:
@@ -380,8 +286,8 @@ def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bo
         pass
     if not subreaper:
         return True
-    _reap_adopted(0)
-    children = _our_children()
+    reap_zombie_children(limit=REAP_BATCH)
+    children = our_children()
     return children is None or bool(children)
 
 
@@ -397,7 +303,6 @@ class _Watchdog:
 
         from . import _tree
 
-        _tree.enable_subreaper()  # already on (idempotent): the watchdog must know
         self.leader = leader
         self.reaped = False
         self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup,
@@ -412,9 +317,7 @@ class _Watchdog:
         longest period); the next is due one period later."""
         import anyio
 
-        from . import _tree
-
-        period = _tree.MONITOR_MAX_PERIOD
+        period = MONITOR_MAX_PERIOD
 
         async def refresh() -> None:
             offset = anyio.current_time() - time.monotonic()
@@ -426,11 +329,9 @@ class _Watchdog:
     def kill(self, grace: float, end_at: float) -> int | None:
         """The kill sequence (``kill_stage`` with ``grace``; the leader is not yet reaped),
         then the leader reaped. Returns its raw wait status, None when it could not be
-        reaped within :data:`supervisor.engine._tree.KILL_WAIT`."""
-        from . import _tree
-
+        reaped within :data:`supervisor.engine._reaper.KILL_WAIT`."""
         self._run(grace, end_at, sweep=False)
-        give_up = time.monotonic() + _tree.KILL_WAIT
+        give_up = time.monotonic() + KILL_WAIT
         while True:
             try:
                 done, status = os.waitpid(self.leader, os.WNOHANG)
@@ -455,8 +356,6 @@ class _Watchdog:
         beside it, as in a digest."""
         import anyio
 
-        from . import _tree
-
         watch, tree = self.watch, self.tree
 
         async def body() -> None:
@@ -464,7 +363,7 @@ class _Watchdog:
             limit = end_at + offset - DRAIN_RESERVE
 
             def kill_deadline() -> float:
-                return min(anyio.current_time() + grace + _tree.KILL_WAIT, limit)
+                return min(anyio.current_time() + grace + KILL_WAIT, limit)
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(watch.reaper)
@@ -473,7 +372,7 @@ class _Watchdog:
                     if not sweep:
                         await watch.kill_stage(tree, grace, kill_deadline())
                     elif await watch.has_leftovers(
-                            tree, min(anyio.current_time() + _tree.KILL_WAIT, limit)):
+                            tree, min(anyio.current_time() + KILL_WAIT, limit)):
                         await watch.kill_stage(tree, grace, kill_deadline())
                 tg.cancel_scope.cancel()
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal
 import anyio
 
 from . import _cgroup, _spawn, _stagelog, _tree
+from ._reaper import DRAIN, DRAIN_RESERVE, HARD_PHASE, KILL_WAIT, READ_SIZE, TOKEN_VAR
 from ..config._builtins import builtin_argv, idle, may_idle
 from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
@@ -29,16 +30,6 @@ from ..state._statedir import usable_path
 
 if TYPE_CHECKING:
     from ._results import StageStatus
-
-DRAIN = 0.2
-"""Seconds we keep reading a stage's pipe after its end before closing our side (rule 6)."""
-READ_SIZE = 1 << 20
-"""Bytes asked for per read of a stage's pipe: whatever the transport has buffered (up to
-256 KiB per wakeup) comes in one piece, so a flood costs few loop iterations."""
-KILL_MARGIN = 0.25
-"""Seconds reserved, beyond the grace period, for SIGKILL, the drain and the banner."""
-DRAIN_RESERVE = 0.08
-"""Seconds of :data:`KILL_MARGIN` kept after the kill sequence for the drain and the banner."""
 
 FD_RESERVE = 8
 """Descriptors a stage's start leaves free for the watchdog and the event loop: a ``/proc``
@@ -199,7 +190,7 @@ def stage_env(spec: StagePlan, context: SessionContext, token: str,
     env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
     if digest is not None:
         env["SUPERVISE_DIGEST_BUILTINS"] = _digest_builtins(digest)
-    env[_tree.TOKEN_VAR] = token
+    env[TOKEN_VAR] = token
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -328,7 +319,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 argv = _cgroup.wrap(cgroup, argv)
             # `supervise run` (transparent): our environment as is, like GNU timeout, plus
             # the token; a stage gets its curated environment (docs/stage-authors.md).
-            env = ({**os.environ, _tree.TOKEN_VAR: token} if run.transparent
+            env = ({**os.environ, TOKEN_VAR: token} if run.transparent
                    else stage_env(spec, run.context, token, run.config))
             # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's
             # own; else stderr is merged into stdout ("context"), its own pipe for the log,
@@ -410,7 +401,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         # stage does; the drain and the banner get what is left of KILL_MARGIN.
         # Away from the digest's end (a stage's own timeout, leftovers) the hard phase may
         # take up to KILL_WAIT; it ends as soon as nothing is left.
-        return min(now() + run.grace + _tree.KILL_WAIT, run.end_at - DRAIN_RESERVE)
+        return min(now() + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE)
 
     status: StageStatus
     outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
@@ -438,7 +429,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 if outcome != "exited":
                     await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,
                                                kill_deadline())
-                elif await run.watch.has_leftovers(tree, min(now() + _tree.KILL_WAIT,
+                elif await run.watch.has_leftovers(tree, min(now() + KILL_WAIT,
                                                               run.end_at - DRAIN_RESERVE)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
                     await run.watch.kill_stage(tree, run.grace, kill_deadline())
@@ -451,13 +442,13 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
         with anyio.CancelScope(shield=True):
             await run.watch.kill_stage(tree, run.grace,
-                                       now() + run.grace + _tree.HARD_PHASE + DRAIN_RESERVE)
+                                       now() + run.grace + HARD_PHASE + DRAIN_RESERVE)
         raise
     finally:
         if run.scopes.get(spec.name) is waiting:
             del run.scopes[spec.name]
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_tree.KILL_WAIT):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_WAIT):
                 await drain.stop()  # counts what was drained past the cap
                 if proc.poll() is None:
                     try:

@@ -22,11 +22,9 @@ issue 10 ("the watchdog holds under stress"):
 
 from __future__ import annotations
 
-import ctypes
 import math
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -39,84 +37,25 @@ import anyio.abc
 import anyio.lowlevel
 
 from . import _cgroup, _proctable
-from ._proctable import PORTABLE, Gone, Row, environ_of, environ_value, scan, start_stamp, stat
+from ._proctable import Gone, Row, environ_of, environ_value, scan, start_stamp, stat
+from ._reaper import (HARD_PHASE, KILL_WAIT, MONITOR_MAX_PERIOD, POLL, REAP_BATCH, TOKEN_VAR,
+                      our_children, subreaper_enabled)
 
-TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
-"""Every process of a stage inherits this variable; the sweep finds escapees by it."""
 DETACH_VAR = "SUPERVISE_DETACHED_FROM"
 """Set to a built-in stage's name in a process that stage starts on purpose to outlive it (the
 memory stage's consolidation wrapper, ``stages/memory/consolidate.py``). Honoured only for
 built-in stages (:attr:`StageTree.detach_mark`) and only for a process that left the stage's
 session; a configured command cannot detach this way."""
 
-POLL = 0.02
-"""Seconds between liveness polls during the grace period, and between reaper ticks."""
-KILL_WAIT = 1.0
-"""Seconds a kill with no digest deadline (``supervise run``'s own tree) waits after SIGKILL."""
-HARD_PHASE = 0.12
-"""Seconds reserved after the grace period for freeze + SIGKILL + confirmation."""
 FULL_SCAN_PERIOD = 5.0
 """On the portable path (psutil rows), the watchdog's periodic scans are incremental (new
 pids, plus every stage's members for the caps) and read the whole table again at most
 this often, in seconds (a pid reused in between keeps its old row until then)."""
-MONITOR_MAX_PERIOD = 0.5
-"""Longest pause between two watchdog scans, in seconds (a starved host's slow scans would
-otherwise space them out past a short digest's whole life)."""
 LEFTOVER_SCANS = 6
 """Most rounds of scans that look for leftovers of a stage whose leader exited. Each round is
 two fresh scans in one worker thread, repeated there up to ``LEFTOVER_SCANS - 2`` more times
 while they see churn (:meth:`Watch.refresh`, ``again`` and ``settle``); without churn two
 fresh scans settle it."""
-REAP_BATCH = 4096
-"""Most zombies reaped per reaper tick (the tick stays bounded whatever the stages do)."""
-
-_PR_SET_CHILD_SUBREAPER = 36
-_subreaper: bool | None = None
-
-
-def enable_subreaper() -> bool:
-    """Make this process a child subreaper (Linux >= 3.4); idempotent.
-
-    Orphaned descendants of our stages (double forks, ``setsid`` daemons) are then re-parented
-    to us instead of init, so the sweep can find them and the reaper reaps them. Returns False
-    where unsupported (macOS, old kernels); the sweep then reads every process's token.
-    Call it only in a process that owns all of its children (the CLI, the deferred runner).
-    """
-    global _subreaper
-    if _subreaper is None:
-        _subreaper = False
-        if sys.platform.startswith("linux") and not PORTABLE:  # forced off: the macOS path
-            try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-            except (OSError, AttributeError):
-                _subreaper = False
-    return _subreaper
-
-
-def subreaper_enabled() -> bool:
-    """Whether :func:`enable_subreaper` succeeded in this process."""
-    return bool(_subreaper)
-
-
-def our_children() -> list[int]:
-    """Pids of this process's direct children, read from ``/proc/self/task/*/children``
-    (Linux with ``CONFIG_PROC_CHILDREN``); [] where unavailable. Cheap (one small read per
-    thread), unlike a scan of the whole process table. Never raises."""
-    if PORTABLE or not sys.platform.startswith("linux"):
-        return []
-    pids: list[int] = []
-    try:
-        tasks = os.listdir("/proc/self/task")
-    except OSError:
-        return []
-    for tid in tasks:
-        try:
-            with open(f"/proc/self/task/{tid}/children", "rb") as f:
-                pids.extend(int(x) for x in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return pids
 
 
 def _live(pid: int, start: float | None = None) -> bool:
@@ -701,7 +640,7 @@ class Watch:
             return []
         excluded = self.exclude()
         found: list[tuple[Row, str | None]] = []
-        for pid in our_children():
+        for pid in our_children() or ():
             if pid in self.protected or pid in excluded:
                 continue
             row = stat(pid)
@@ -974,26 +913,3 @@ class Watch:
         # bounded and cheap on an empty tree, settles it with its own scans.
         return (any(pid != tree.leader for pid in tree.members)
                 or tree.token in self._ever_tokens or not settled)
-
-
-def reap_zombie_children(keep: Iterable[int] = ()) -> int:
-    """Reap every zombie child of this process except ``keep``; return how many.
-
-    Only for a process that owns all of its children (the ``supervise`` CLI, the deferred
-    runner): an embedding program's own children must be left to it.
-    """
-    skip = set(keep)
-    count = 0
-    while True:
-        try:
-            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except (ChildProcessError, OSError):
-            break
-        if info is None or info.si_pid == 0 or info.si_pid in skip:
-            break
-        try:
-            os.waitpid(info.si_pid, os.WNOHANG)
-            count += 1
-        except (ChildProcessError, OSError):
-            break
-    return count

@@ -14,7 +14,7 @@ import sys
 from .._record import record
 from functools import cache
 
-from ..engine._proctable import PORTABLE  # noqa: E402 - SUPERVISE_PORTABLE: psutil, as off Linux
+from ..engine._reaper import PORTABLE  # SUPERVISE_PORTABLE: psutil, as off Linux
 
 _LINUX = sys.platform.startswith("linux") and os.path.isdir("/proc/self") and not PORTABLE
 

@@ -133,7 +133,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
         skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
         return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
-    from ..engine import _tree
+    from ..engine import _reaper
     from ..engine._run import run_digest
     from ..engine._output import BufferSink
     from ..engine._signals import Aborter, run_with_signals
@@ -155,14 +155,14 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
         return await run_digest(config, context, sink=sink, only=only, abort=aborter.event,
                                 abort_reason=aborter.reason, rerun_hint=hint)
 
-    _tree.enable_subreaper()
+    _reaper.enable_subreaper()
     from ..engine import _spawn
 
     _spawn.own_descriptors()  # stages never hold what the harness passed us
     try:
         result, _ = run_with_signals(body)
     finally:
-        _tree.reap_zombie_children()
+        _reaper.reap_zombie_children()
     return result, sink.getvalue().decode("utf-8", "replace")
 
 
