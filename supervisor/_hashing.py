@@ -1,9 +1,9 @@
 """SHA-256, BLAKE2b and a constant-time compare without ``hashlib``'s import cost.
 
-``import hashlib`` builds its table of OpenSSL constructors at import: about 3 ms of CPU per
-hook process on the 2-core benchmark host, a tenth of a post-tool hook's whole CPU budget
-(docs/benchmarks.md, 2026-11-30 21:05 UTC). CPython's built-in modules behind it (``_sha256``
-on 3.11, ``_sha2`` from 3.12; ``_blake2``) cost about 1 ms and compute the same digests; when
+``import hashlib`` builds its table of OpenSSL constructors at import, a noticeable share of a
+Python hook's CPU (docs/benchmarks.md, rows "post-tool hook injecting a nested AGENTS.md" and
+"SessionStart hook on an empty digest"). CPython's built-in modules behind it (``_sha256`` on
+3.11, ``_sha2`` from 3.12; ``_blake2``) cost a fraction of that and compute the same digests; when
 an interpreter lacks them (a build without them, a later rename) ``hashlib`` is used instead.
 Both return hash objects with the ``hashlib`` interface (``update``, ``digest``,
 ``hexdigest``).

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import signal
 else:
     try:  # CPython's `_signal`, which `signal` wraps: the same functions and numbers, without
-        import _signal as signal  # the three IntEnums `signal` builds at import (~1 ms a run)
+        import _signal as signal  # the three IntEnums `signal` builds at import, every run
     except ImportError:
         import signal
 

@@ -1,9 +1,9 @@
 """``json.loads`` and ``json.dumps`` without ``json``'s import cost on the hook paths.
 
 ``import json`` imports ``json.decoder``, ``json.scanner`` and ``json.encoder``, which compile
-regular expressions at import: ``re`` with ``enum`` and the ``sre`` compiler, about 8 ms of CPU
-per hook process on the 2-core benchmark host, a fifth of a post-tool hook's CPU
-(docs/benchmarks.md, 2026-11-30 23:47 UTC). The work itself is done by CPython's C
+regular expressions at import: ``re`` with ``enum`` and the ``sre`` compiler, a large share of
+a Python hook's CPU (docs/benchmarks.md, rows "post-tool hook injecting a nested AGENTS.md"
+and "SessionStart hook on an empty digest"). The work itself is done by CPython's C
 accelerator ``_json`` (its scanner and encoder, which ``json`` uses too), and ``_json`` needs
 none of that: this module drives it directly, so the result is ``json``'s own, byte for byte.
 

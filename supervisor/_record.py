@@ -7,13 +7,13 @@ between instances of the same class), a ``Name(field=value, ...)`` ``__repr__``,
 ``__setattr__``/``__delattr__`` that raise :class:`FrozenRecordError`. :func:`replace`,
 :func:`asdict` and :func:`fields` mirror their ``dataclasses`` namesakes.
 
-Why not ``dataclasses``: importing it pulls ``inspect``, ``ast``, ``dis`` and ``tokenize``
-(about 10 ms of CPU), and each frozen dataclass compiles its generated methods with ``exec``
-at import (the 22 on the session-start path cost about 8 ms more): together about a third of
-a hook's CPU (docs/benchmarks.md, 2026-11-30 21:05 UTC). The methods here are shared generic
+Why not ``dataclasses``: importing it pulls ``inspect``, ``ast``, ``dis`` and ``tokenize``,
+and each frozen dataclass compiles its generated methods with ``exec`` at import (22 of them
+on the session-start path): together about a third of a Python hook's CPU
+(docs/benchmarks.md, row "SessionStart hook on an empty digest"). The methods here are shared generic
 functions, so a record class costs what a plain class costs. Type checkers see the class as a
 frozen dataclass through PEP 681 ``dataclass_transform`` (under ``TYPE_CHECKING`` only: the
-``typing`` import is another 4 ms), so construction stays checked by ``mypy --strict``.
+``typing`` import would cost the hook too), so construction stays checked by ``mypy --strict``.
 
 Fields are the class's own annotations (``from __future__ import annotations``: strings), in
 order; a name annotated ``ClassVar[...]`` is not a field. Inheritance between records is not

@@ -40,7 +40,7 @@ of a concealed span stays: it becomes visible.
 :func:`clean` is for whole texts (files, stored results); :class:`StreamCleaner` for output
 that arrives in chunks (a sequence split across two reads is still removed whole). Cheap: one
 compiled ``re`` search when there is nothing to remove; stdlib only, imported by the stage
-programs too. ``re`` itself (with ``enum``, about 6 ms) is imported on the first text that
+programs too. ``re`` itself (with ``enum``) is imported on the first text that
 needs a regular expression: text without a character to remove never does (plain ASCII by a
 ``bytes.translate``, other text by its distinct characters), and the hook paths import neither.
 """
@@ -91,7 +91,7 @@ _PATTERNS = {
     "shown": f"[{_CHARS}\u2028\u2029]",
 }
 """The sanitiser's regular expressions, compiled on first use (:func:`_rx`): their large
-character classes cost about 2.5 ms to compile, which plain ASCII text (the common case, see
+character classes take a while to compile, which plain ASCII text (the common case, see
 :func:`_plain`) never needs; the hook paths that only may clean text skip it."""
 
 
@@ -124,7 +124,8 @@ def _has_hidden(text: str, *, shown: bool = False) -> bool:
     """Whether ``text`` holds a character of :data:`_CHARS` (what the ``any`` pattern finds;
     with ``shown``, of the ``shown`` pattern): its distinct characters against the class's
     ranges, so text with none (non-ASCII text without controls: accents, dashes, arrows)
-    needs no regular expression and ``re`` is not imported (about 6 ms of a hook's CPU)."""
+    needs no regular expression and ``re`` is not imported (kept off the hook paths by
+    ``tests/test_exports.py``)."""
     ranges = _ranges(shown)
     return any(lo <= code <= hi for code in map(ord, set(text)) for lo, hi in ranges)
 
@@ -213,7 +214,7 @@ def short(message: str, limit: int = MESSAGE_LIMIT) -> str:
 
 def _plain(text: str) -> bool:
     """True for ASCII text with no control but LF and TAB: a C-speed ``bytes.translate``, no
-    regex scan (the common case; docs/benchmarks.md)."""
+    regex scan (the common case; docs/benchmarks.md, row "`clean()` of 1 MiB plain ASCII")."""
     if not text.isascii():  # O(1) for str
         return False
     data = text.encode("ascii")

@@ -1,5 +1,5 @@
 """The package version, as a constant: ``supervise --version`` must not import anything else
-(``importlib.metadata`` alone costs ~25 ms). tests/test_new_user.py checks it against
+(``importlib.metadata`` alone costs more than the interpreter's start). tests/test_new_user.py checks it against
 ``pyproject.toml``."""
 
 VERSION = "0.1.0"

@@ -35,7 +35,7 @@
 
 if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
 # Byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise), and
-# exported: head, cat, du and find then load no locale files (about 0.2 ms each per event).
+# exported: head, cat, du and find then load no locale files (a cost per program per event).
 export LC_ALL=C
 
 restore_locale() {
@@ -121,11 +121,11 @@ slow() {
 nothing() {
   # A registration with `--early-exit` is for a harness proved with its real CLI to ignore the
   # EPIPE of a payload the hook left unread (the hook's exit status and output stand): no
-  # drain, which spares a third program (`cat`, about 0.7 ms) per event. Otherwise a payload
+  # drain, which spares a third program (`cat`) per event. Otherwise a payload
   # longer than the head is read to its end (the harness's write never meets a closed pipe)
   # and dropped: a key repeated past the head changes nothing, since Python, like this file,
   # keeps a repeated key's FIRST value (supervisor/session/_payload.py).
-  # Not `exec cat` (0.17 ms less): its status would be the hook's (a stdin the harness made
+  # Not `exec cat` (one fork less): its status would be the hook's (a stdin the harness made
   # non-blocking fails with EAGAIN), and the hook exits 0 whatever happens.
   if [ -n "$early_exit" ]; then exit 0; fi
   if [ "${#head}" -ge 3072 ]; then "$ct" >/dev/null 2>&1; fi
@@ -176,7 +176,7 @@ top_level() {
 # then one program compares the ctimes: every write, rename, chmod or utime sets a file's ctime
 # to now and no user tool can set it back, so it catches the edits that keep an old mtime
 # (`cp -p`, `mv backup AGENTS.md`, `tar x`, `rsync -a`, `touch -r`, `touch -d`, clock skew).
-# GNU du (libc alone: 0.3 ms less than find) prints each ctime in ns; where du cannot
+# GNU du (libc alone: cheaper to start than find) prints each ctime in ns; where du cannot
 # (BusyBox, BSD, macOS: it fails), find -newer/-cnewer LIST decides. Nothing is opened.
 watch_verdict() {
   verdict=changed

@@ -1,8 +1,8 @@
 """Benchmark: ratios measured side by side in one run. Usage: python tests/benchmark.py [--quick]
 
-Prints a Markdown table (docs/benchmarks.md keeps dated copies). Each figure is a median of
-repeated runs on this machine; ratios compare against baselines measured in the same run, so
-they travel between machines better than seconds do.
+Prints a Markdown table (docs/benchmarks.md holds the current one and how to reproduce it).
+Each figure is a median of repeated runs on this machine; ratios compare against baselines
+measured in the same run, so they travel between machines better than seconds do.
 """
 
 from __future__ import annotations
@@ -468,7 +468,7 @@ def bench_planted_state(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
         ("`supervise status` with a 3 GiB planted `exposure.jsonl` vs an empty state dir "
          "(target <= 1.5x)", f"{ms(got['status-3g'])} vs {ms(got['status-empty'])}",
          f"{got['status-3g'] / got['status-empty']:.2f}x"),
-        ("peak RSS of that prompt hook (was 6.3 GB)", f"{rss_planted / 2**20:.1f} MiB", "-"),
+        ("peak RSS of that prompt hook", f"{rss_planted / 2**20:.1f} MiB", "-"),
     ]
 
 

@@ -22,8 +22,8 @@ def test_every_public_name_resolves() -> None:
 
 
 PATHLIB = frozenset({"pathlib", "urllib", "urllib.parse", "ipaddress", "fnmatch", "ntpath"})
-"""``pathlib`` and what it brings (about 10 ms of a hook's CPU with ``re``): the hook paths
-pass paths as ``str`` (docs/benchmarks.md, 2026-11-30 23:47 UTC)."""
+"""``pathlib`` and what it brings (a large share of a hook's CPU, with ``re``): the hook paths
+pass paths as ``str`` (docs/benchmarks.md, row "SessionStart hook on an empty digest")."""
 
 HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "inspect",
                    "hashlib", "argparse", "signal", "shutil", "json", "json.decoder", "re",
@@ -31,11 +31,11 @@ HEAVY = frozenset({"pydantic", "anyio", "asyncio", "dataclasses", "typing", "ins
 """Modules a Python hook path must not import (beyond what the interpreter itself loads at
 start): pydantic, anyio and asyncio belong to config validation and the engine; psutil is for
 kill time (ancestry reads /proc on Linux); dataclasses (with inspect, ast, dis), typing and
-hashlib cost about a third of a hook's CPU (docs/benchmarks.md, 2026-11-30 21:05 UTC): the hot
+hashlib cost about a third of a hook's CPU (docs/benchmarks.md, the Python hook rows): the hot
 path's value classes are `supervisor._record` records, typing names live under TYPE_CHECKING,
 hashes come from `supervisor._hashing`; signal builds three IntEnums at import (the hook's
 handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a folder is removed;
-:data:`PATHLIB`, and ``json`` with ``re`` and ``enum`` (about 8 ms: JSON goes through
+:data:`PATHLIB`, and ``json`` with ``re`` and ``enum`` (JSON goes through
 ``supervisor._jsontext``, CPython's ``_json`` without ``json``'s regular expressions)."""
 
 

@@ -99,7 +99,7 @@ def codex_home(place: Place) -> Path:
 
 def codex_settings(place: Place) -> tuple[tuple[str, ...], int]:
     """``(project_doc_fallback_filenames, project_doc_max_bytes)`` from Codex's config.toml."""
-    import tomllib  # only for Codex: its regular expressions cost every other digest ~5 ms
+    import tomllib  # only for Codex: its regular expressions would cost every other digest
 
     try:
         with open(codex_home(place) / "config.toml", "rb") as fh:

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from supervisor._record import record  # not dataclasses: inspect, ast, dis cost ~8 ms a start
+from supervisor._record import record  # not dataclasses: inspect, ast, dis cost every start
 
 #: Largest instruction file read at all (bytes); bigger ones are named, never read.
 MAX_READ_BYTES = 4 * 1024 * 1024

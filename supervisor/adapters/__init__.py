@@ -38,8 +38,8 @@ NAMES = HOOKS
 
 class _Registry(Mapping[str, Adapter]):
     """``{name: Adapter}`` over :data:`NAMES`, each adapter's module imported when it is first
-    looked up: a hook needs its own harness's facts only, and the six modules together cost
-    about 0.6 ms of every hook's imports (docs/benchmarks.md, 2026-11-30 23:47 UTC). Iterating
+    looked up: a hook needs its own harness's facts only, and the modules together would add
+    to every hook's imports (docs/benchmarks.md, row "SessionStart hook on an empty digest"). Iterating
     or ``values()`` loads them all."""
 
     __slots__ = ("_loaded",)

@@ -47,8 +47,8 @@ def parse_args(argv: list[str]) -> BridgeArgs:
     """``argv`` parsed: the shape the Pi extension and the OpenCode plugin send (``--option
     VALUE`` pairs of the options below, each at most once, values neither empty nor starting
     with ``-``; ``--prerequisite`` once) without argparse, whose import (``re``, ``gettext``,
-    ``shutil`` with ``bz2`` and ``lzma``) and parser cost about 15 ms of CPU per bridge call
-    (docs/benchmarks.md, 2026-11-30 23:47 UTC); anything else (``-h``, ``--option=VALUE``, an
+    ``shutil`` with ``bz2`` and ``lzma``) and parser would cost every bridge call as much as
+    a Python hook's other imports ({S}); anything else (``-h``, ``--option=VALUE``, an
     abbreviation, a missing ``--harness``) by argparse, which gives the same result or the same
     usage error, as it always did.
 

@@ -48,9 +48,8 @@ _VALUED = {"--budget": "budget", "--grace": "grace", "--config": "config", "--fo
 
 def parse_args(argv: list[str]) -> DigestArgs:
     """``argv`` parsed: the usual shapes (``--option VALUE`` pairs of the digest's own options,
-    every value well-formed) without argparse, whose import and first parser cost 6.1 ms of
-    CPU at each session start (docs/benchmarks.md, "2026-11-30 23:05 to 23:45 UTC: issue 13,
-    the embedded default digest on 20,000 files");
+    every value well-formed) without argparse, whose import and first parser would cost every
+    session start (docs/benchmarks.md, row "embedded default digest, 20,000 tracked files");
     anything else (``-h``, ``--option=VALUE``, an abbreviation, a value starting with ``-`` or
     empty, a bad number, choice or directory) by argparse, which gives the same result or
     reports the error and exits 2, as it always did.

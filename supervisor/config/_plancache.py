@@ -1,7 +1,8 @@
 """The digest plan, cached: a hook run whose config did not change never imports pydantic.
 
-``supervise.toml`` is validated by the pydantic models of :mod:`supervisor.config._schema` (about
-80 ms of imports); the resulting :class:`~supervisor.config._plan.DigestPlan` is cached as JSON in the
+``supervise.toml`` is validated by the pydantic models of :mod:`supervisor.config._schema` (whose
+imports cost several times a whole hook: docs/benchmarks.md, row "SessionStart, two
+installations on one project"); the resulting :class:`~supervisor.config._plan.DigestPlan` is cached as JSON in the
 user's cache dir, keyed by the config file's identity (path, size, mtime, inode) and the
 package's own files (:data:`_CODE_FILES`), so a later run loads it with :mod:`json` alone.
 Environment overrides (``SUPERVISE_TIMEOUT``, ``SUPERVISE_GRACE``) are applied after the cache,
@@ -55,7 +56,7 @@ def _identity(path: StrPath | None) -> list[Any]:
 
 
 def _short_name(raw: bytes) -> str:
-    import zlib  # a short stable name, not a security hash; hashlib costs ~2.5 ms of imports
+    import zlib  # a short stable name, not a security hash (hashlib's import costs the hook)
 
     return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
 

@@ -3,7 +3,7 @@
 A deferred stage (``deferred = true``; network checks and other slow work) never holds up the
 digest. The digest spawns ``python -m supervisor.engine._deferred_runner`` in its own session with all stdio
 on ``/dev/null`` (an inherited stdout would make the harness's capture wait for it: brief,
-supervisor.md §2(d), 2.02 s vs 0.02 s), and never waits. The runner is its own child
+supervisor.md §2(d)), and never waits. The runner is its own child
 subreaper, applies the same kill rules under its own deadline and writes its result
 atomically to ``<state>/deferred/<stage>/result-<run id>.json``.
 

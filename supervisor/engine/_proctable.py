@@ -2,9 +2,9 @@
 
 The watchdog (:mod:`supervisor.engine._tree`) attributes processes to stages from one table per
 scan instead of asking psutil per process: on Linux one read of ``/proc/<pid>/stat`` gives
-the parent, process group, session, state, start time and resident set of a process (about
-15 µs), where psutil's recursive ``children()`` plus ``environ()`` took seconds over thousands
-of processes (issue 10, example 2). A scan takes a ``deadline`` and returns what it has read
+the parent, process group, session, state, start time and resident set of a process, where
+psutil's recursive ``children()`` plus ``environ()`` costs several calls per process (seconds
+over thousands of processes: docs/benchmarks.md, the stress rows). A scan takes a ``deadline`` and returns what it has read
 by then, so its cost is bounded by design; it is meant to run in a worker thread.
 """
 
@@ -23,8 +23,8 @@ if TYPE_CHECKING:
 
 _LINUX = (sys.platform.startswith("linux") and os.path.isdir("/proc/self")) and not PORTABLE
 PROCFS = _LINUX
-"""Whether rows come from ``/proc`` (about 15 µs each) rather than psutil (the portable
-path: several calls per process, milliseconds each on a starved host)."""
+"""Whether rows come from ``/proc`` (one read each) rather than psutil (the portable path:
+several calls per process)."""
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
@@ -79,8 +79,8 @@ def stat(pid: int) -> Row | None:
 def _threads(proc: Any) -> int:
     """Threads of a psutil process (inside ``oneshot()``: on macOS the same task-info call as
     its memory; on Linux, where this is the forced portable test mode, one more read of
-    ``/proc/<pid>/status``, within the noise of a psutil row: 19-26 ms per 100 rows with or
-    without it, 2026-11-30), so the portable run tests what a Mac counts."""
+    ``/proc/<pid>/status``, within the noise of a psutil row), so the portable run tests what
+    a Mac counts."""
     try:
         return max(int(proc.num_threads()), 1)
     except Exception:  # noqa: BLE001 - unknown: count the process once

@@ -51,9 +51,9 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PREFETCH = 3.0
 """Seconds before the deadline from which the watchdog is loaded and scans the process
 table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
-the deadline knowing the tree's members: the kill has only grace + 0.17 s, too short to find
-a ``setsid`` escapee from nothing on a starved host, and loading the watchdog (about 0.1 s of
-imports) took up to 1.8 s on a 2-core host at load average 30."""
+the deadline knowing the tree's members: the kill has only grace + ``HARD_PHASE`` + the drain
+reserve, too short to find a ``setsid`` escapee from nothing on a starved host, where loading
+the watchdog's imports alone can take seconds."""
 WATCH_AFTER = 1.0
 """Seconds of the command's life after which the watchdog is loaded and scans anyway: a
 command that runs this long gets the engine's watch (a signal to us, or its exit, then finds

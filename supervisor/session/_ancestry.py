@@ -50,8 +50,8 @@ _RUNTIMES = frozenset({"node", "nodejs", "bun", "deno"})
 
 def _versioned(argv0: str) -> str | None:
     """Claude's native installer runs ``.../claude/versions/2.1.197``: the process name is the
-    version, the harness is the folder two levels up. (String ops: ``re`` is ~8 ms of imports
-    on the hook's hot path.)"""
+    version, the harness is the folder two levels up. (String ops: ``re`` stays off the hook's
+    hot path, ``tests/test_exports.py``.)"""
     parts = argv0.rstrip("/").split("/")
     if len(parts) >= 3 and parts[-2] == "versions" and parts[-1] and parts[-3] in HARNESSES:
         return HARNESSES[parts[-3]]

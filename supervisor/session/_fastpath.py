@@ -257,7 +257,7 @@ def _prune(top: StateDir) -> None:
                 if aside != entry:
                     os.rename(entry, aside, src_dir_fd=top.fileno(), dst_dir_fd=top.fileno())
                 import shutil  # only once there is something to remove: its import (bz2, lzma)
-                # costs a post-tool hook about 4 ms of CPU
+                # would cost every post-tool hook
 
                 shutil.rmtree(aside, dir_fd=top.fileno(), ignore_errors=True)
                 os.unlink(aside, dir_fd=top.fileno())  # a file or link in the folder's place

@@ -247,7 +247,8 @@ def first_wins(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     (``supervisor/hook-fast.sh``) decides from the payload's first 4 KiB and drains the rest
     unread (or, for a harness proved to tolerate it, leaves it unread), so the first value is the one both can see: a key repeated after a long
     ``tool_response`` must not change the answer (a shim that scanned the rest for repeats
-    cost 3 ms per 100 KB of every Read)."""
+    would pay for every byte of every Read: docs/benchmarks.md, row "post-tool hook on a
+    200 KB Read, nothing to do")."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         out.setdefault(key, value)

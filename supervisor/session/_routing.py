@@ -89,7 +89,7 @@ def _structured(text: str, result: DigestResult, front: str, tail: str = "",
 
 
 def when(epoch: object) -> str:
-    """``2026-01-01 00:00:00 UTC`` for seconds since the epoch; ``-`` for anything else (an
+    """``YYYY-MM-DD HH:MM:SS UTC`` (``time.gmtime``) for seconds since the epoch; ``-`` for anything else (an
     absent or hand-edited record never crashes a caller)."""
     if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
         return "-"
@@ -100,7 +100,7 @@ def when(epoch: object) -> str:
 
 
 def owner_line(record: _lock.LockRecord) -> str:
-    """``claude pid 123 (session abc), since 2026-01-01 00:00:00 UTC``."""
+    """``claude pid 123 (session abc), since`` and :func:`when` of the record's acquisition."""
     sid = f" (session {record.session_id})" if record.session_id else ""
     return f"{record.harness or 'terminal'} pid {record.pid}{sid}, since {when(record.acquired_at)}"
 

@@ -11,8 +11,8 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
 
 # Paths here are strings (``os.path``), not ``pathlib.Path``: pathlib imports ``re``,
-# ``fnmatch``, ``urllib.parse`` and ``ipaddress``, about 10 ms of every hook's CPU
-# (docs/benchmarks.md, 2026-11-30 23:47 UTC). Every function accepts ``str`` or a path-like.
+# ``fnmatch``, ``urllib.parse`` and ``ipaddress``, a large share of every hook's CPU
+# (docs/benchmarks.md, row "SessionStart hook on an empty digest"). Every function accepts ``str`` or a path-like.
 
 
 def pure_path(path: StrPath) -> str:

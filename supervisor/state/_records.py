@@ -3,8 +3,8 @@
 The payload, the lock and completion records and the last-digest summary are read on every
 hook call. They need type checks and nothing else, so they are frozen records
 (:mod:`supervisor._record`) validated here rather than pydantic models: pydantic's import
-(about 80 ms) would be the hook's largest fixed cost, and ``typing.get_type_hints`` (with the
-``typing`` import, about 4 ms) is not needed either: the field types are read from the
+would be the hook's largest fixed cost, and ``typing.get_type_hints`` (with the ``typing``
+import) is not needed either: the field types are read from the
 annotation strings (``from __future__ import annotations``) by a small parser, once per class.
 The configuration, read rarely and cached, keeps pydantic (:mod:`supervisor.config._schema`).
 

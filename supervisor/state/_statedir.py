@@ -105,8 +105,8 @@ def name_matcher(pattern: str) -> Callable[[str], bool]:
 
     A pattern whose only wildcard is ``*`` (the state dir's ``*.json``, ``result-*.json``; the
     gate's ``*/.no-mistakes/repos/*.git``) is matched by its literal pieces in order:
-    ``fnmatch`` compiles a regular expression, and ``re`` with ``enum`` costs a hook about
-    6 ms of imports (docs/benchmarks.md, 2026-11-30 23:47 UTC). ``?`` and ``[...]`` go to
+    ``fnmatch`` compiles a regular expression, and ``re`` with ``enum`` is a large share of a
+    hook's imports (docs/benchmarks.md, row "SessionStart hook on an empty digest"). ``?`` and ``[...]`` go to
     ``fnmatch``."""
     if "[" in pattern or "?" in pattern:
         import fnmatch
