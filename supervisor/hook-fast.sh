@@ -31,7 +31,8 @@
 #              injected index: <state>/fastpath/nested/<session_id><absolute path of the file>,
 #              an empty file the Python path writes once it injected that file in the current
 #              compaction epoch (removed, whole, before the epoch advances). No link on the way
-#              (cwd included), none inside the index, and a plain session id, or Python decides.
+#              (cwd included), none inside the index, and a plain session id, or Python decides;
+#              and no index of path-scoped rules for the harness (<state>/rules/<harness>.json).
 
 if [ "${LC_ALL+set}" = set ]; then saved_lc=$LC_ALL; else saved_lc=; unset saved_lc; fi
 # Byte semantics for ${#var} and patterns (bash as /bin/sh counts characters otherwise), and
@@ -305,6 +306,18 @@ if [ "$event" = post-tool ]; then
   case $cwd in *//*|*/./*|*/../*|*/.|*/..) slow "$@" ;; esac
   case $file in "$base"/*) ;; *) slow "$@" ;; esac  # outside cwd (or via a link): Python decides
   rel=${file#"$base"/}
+  # path-scoped rules indexed for this harness (supervisor/session/_rules.py): Python
+  # matches the file against their globs
+  # (the harness is the registered command's argument: PYTHON -I|-P -m supervisor hook NAME;
+  # another shape leaves every read with an index to Python)
+  find_state || slow "$@"
+  rules=
+  if [ "$#" -ge 6 ] && [ "$3" = -m ] && [ "$4" = supervisor ] && [ "$5" = hook ]; then
+    rules=$6
+  fi
+  for found in "$state/rules/${rules:-*}.json"; do
+    if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
+  done
   dir=$base
   idx=
   linked=

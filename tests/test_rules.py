@@ -15,7 +15,7 @@ import pytest
 
 from supervisor.config._builtins import builtin_argv
 
-STAGE = Path(builtin_argv("instructions")[1])
+STAGE = Path(builtin_argv("instructions")[-1])
 
 
 @pytest.fixture
@@ -83,14 +83,14 @@ def test_the_terminal_and_pi_get_every_rule(project: Path) -> None:
 def test_scoped_rules_are_indexed_for_the_read_hooks(project: Path, tmp_path: Path) -> None:
     state = tmp_path / "state"
     run(project, "pi", state)
-    index = json.loads((state / "rules" / "index.json").read_text())
+    index = json.loads((state / "rules" / "pi.json").read_text())
     assert {r["path"]: r["globs"] for r in index["rules"]} == {
         str(project / ".claude/rules/lang/py.md"): ["src/**/*.py"],
         str(project / ".cursor/rules/ts.mdc"): ["src/**/*.ts", "web/*.tsx"]}
     for rel in (".claude/rules/lang/py.md", ".cursor/rules/ts.mdc"):
         (project / rel).unlink()
     run(project, "pi", state)
-    assert not (state / "rules" / "index.json").exists()
+    assert not (state / "rules" / "pi.json").exists()
 
 
 def test_a_rule_linked_out_of_the_project_is_refused(project: Path, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from helpers import run_cli
 from supervisor.config._builtins import builtin_argv
 from test_consolidation import command, wait_for, wait_lock_free
 
-STAGE = Path(builtin_argv("memory")[1])
+STAGE = Path(builtin_argv("memory")[-1])
 
 
 def git(cwd: Path, *args: str) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from instructions.files import FileText, Place, examine, is_regular, is_within, real
 from supervisor._record import record
+from supervisor.session._rules import INDEX_DIR, index_name, split_frontmatter
 
 CONVENTIONS = {"claude": (".claude/rules", (".md",)), "cursor": (".cursor/rules", (".mdc", ".md"))}
 """Convention -> (rules folder relative to a directory, file suffixes)."""
@@ -73,20 +74,6 @@ def rule_files(place: Place) -> list[tuple[str, Path]]:
             found = [p for p in base.rglob("*") if p.suffix in suffixes and is_regular(p)]
             out += [(convention, p) for p in sorted(found, key=lambda p: p.relative_to(base).as_posix())]
     return out
-
-
-def split_frontmatter(text: str) -> tuple[str | None, str]:
-    """``(frontmatter or None, body)``: a leading ``---`` line up to the next ``---`` line."""
-    if not text.startswith("---"):
-        return None, text
-    first, _, rest = text.partition("\n")
-    if first.strip() != "---":
-        return None, text
-    lines = rest.split("\n")
-    for i, line in enumerate(lines):
-        if line.strip() == "---":
-            return "\n".join(lines[:i]), "\n".join(lines[i + 1:]).lstrip("\n")
-    return None, text
 
 
 def _globs(value: object) -> tuple[str, ...]:
@@ -140,30 +127,29 @@ def rules_for(place: Place, loaded: set[str]) -> list[Rule]:
             if real(path) not in loaded]
 
 
-INDEX = "rules/index.json"
-"""The state dir's index of path-scoped rules (relative path): what the read hooks match."""
-
-
-def write_index(state_dir: str, place: Place, rules: list[Rule]) -> str | None:
-    """Record the path-scoped rules (absolute path, globs, convention) for the read hooks, so
-    a read is matched without parsing any frontmatter (``supervisor.session._rules``); the
-    index is removed when there are none. Returns a problem line, or None."""
+def write_index(state_dir: str, harness: str, place: Place, rules: list[Rule]) -> str | None:
+    """Record the path-scoped rules ``harness`` does not load (absolute path, globs,
+    convention) in ``<state>/rules/<harness>.json`` for its read hooks, so a read is matched
+    without parsing any frontmatter (:mod:`supervisor.session._rules`); the index is removed
+    when there are none. Returns a problem line, or None."""
     from supervisor._errors import StateError
     from supervisor._jsontext import dumps
     from supervisor.state._statedir import open_subpath
 
     scoped = [{"path": str(r.path), "globs": list(r.globs), "convention": r.convention}
               for r in rules if r.kind == "scoped"]
+    name = index_name(harness)
     try:
-        folder = open_subpath(state_dir, ("rules",), create=bool(scoped))
-        if folder is None:
-            return None
+        if not scoped and not os.path.lexists(os.path.join(state_dir, INDEX_DIR, name)):
+            return None  # nothing to record, nothing to remove: no folder made
+        folder = open_subpath(state_dir, (INDEX_DIR,), create=True)
+        assert folder is not None
         with folder:
             if scoped:
-                folder.write("index.json", dumps({"version": 1, "root": str(place.root),
-                                                  "rules": scoped}).encode("utf-8"))
+                folder.write(name, dumps({"version": 1, "root": str(place.root),
+                                          "rules": scoped}).encode("utf-8"))
             else:
-                folder.remove("index.json")
+                folder.remove(name)
     except (StateError, OSError) as err:
         return f"cannot record the path-scoped rules for the read hooks: {err}"
     return None

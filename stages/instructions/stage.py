@@ -141,7 +141,7 @@ def main(listing: Listing | None = None) -> int:
         sys.stdout.flush()
     state = os.environ.get("SUPERVISE_STATE_DIR", "")
     if state and os.environ.get("SUPERVISE_PREVIEW") != "1":
-        problem = write_index(state, place, rules)
+        problem = write_index(state, harness, place, rules)
         if problem:
             warn(problem)
     if opt_bool(options, "refresh", True):

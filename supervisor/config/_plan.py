@@ -102,43 +102,66 @@ def unmet(stage: StagePlan, source: str, harness: str,
 
 def path_matches(patterns: tuple[str, ...], where: str) -> bool:
     """True when the folder ``where`` (project-relative, POSIX, ``""`` = root) or one of its
-    ancestors matches one of ``patterns``: the matching folder or below it, like lefthook's
-    ``root`` and pre-commit's ``files`` for a stage. Glob syntax as in ``.gitignore`` paths:
-    ``*`` and ``?`` stay within one folder name, ``**`` spans any number of folders,
-    ``[abc]`` a class; a trailing ``/**`` or ``/`` is the folder itself and what is below it.
-    ``re`` is imported only for a stage with ``when.paths``."""
-    import re
-
+    ancestors matches one of ``patterns`` (:func:`glob_match`): the matching folder or below
+    it, like lefthook's ``root`` and pre-commit's ``files`` for a stage. A trailing ``/**``
+    or ``/`` is the folder itself and what is below it."""
     parts = where.split("/") if where else []
     folders = ["/".join(parts[:n]) for n in range(len(parts) + 1)]
     for pattern in patterns:
-        rx = re.compile(_glob_regex(pattern.strip("/").removesuffix("/**")))
-        if any(rx.fullmatch(folder) for folder in folders):
+        base = pattern.strip("/").removesuffix("/**")
+        if any(glob_match(base, folder) for folder in folders):
             return True
     return False
 
 
-def _glob_regex(pattern: str) -> str:
-    """A path glob (:func:`path_matches`) as a regular expression over a POSIX path."""
-    import re
+def glob_match(pattern: str, path: str) -> bool:
+    """True when the project-relative POSIX ``path`` matches the glob ``pattern`` as a
+    ``.gitignore`` path does: ``*`` and ``?`` stay within one name, ``[abc]``/``[!abc]`` is a
+    class, a ``**`` part spans any number of folders (none included). The one home of the
+    glob rule of ``when.paths`` and of path-scoped rules (``supervisor.session._rules``).
+    Without ``re`` (about 6 ms on a hook's path): name by name."""
+    return _parts_match(pattern.split("/") if pattern else [], path.split("/") if path else [])
 
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif pattern[i] == "*":
-            out, i = out + "[^/]*", i + 1
-        elif pattern[i] == "?":
-            out, i = out + "[^/]", i + 1
-        elif pattern[i] == "[" and "]" in pattern[i + 2:]:
-            end = pattern.index("]", i + 2)
-            body = pattern[i + 1:end]
-            out += "[" + ("^" + body[1:] if body[:1] == "!" else body) + "]"
-            i = end + 1
+
+def _parts_match(pat: list[str], names: list[str]) -> bool:
+    if not pat:
+        return not names
+    if pat[0] == "**":
+        return any(_parts_match(pat[1:], names[i:]) for i in range(len(names) + 1))
+    return bool(names) and _name_match(pat[0], names[0]) and _parts_match(pat[1:], names[1:])
+
+
+def _name_match(pat: str, name: str) -> bool:
+    """One name against one glob part (``*``, ``**`` inside a name as ``*``, ``?``, classes)."""
+    if not pat:
+        return not name
+    head = pat[0]
+    if head == "*":
+        rest = pat.lstrip("*")
+        return any(_name_match(rest, name[i:]) for i in range(len(name) + 1))
+    if not name:
+        return False
+    if head == "?":
+        return _name_match(pat[1:], name[1:])
+    if head == "[" and "]" in pat[2:]:
+        end = pat.index("]", 2)
+        body, negate = pat[1:end], False
+        if body[:1] == "!":
+            body, negate = body[1:], True
+        hit = any(a <= name[0] <= b for a, b in _ranges(body)) != negate
+        return hit and _name_match(pat[end + 1:], name[1:])
+    return head == name[0] and _name_match(pat[1:], name[1:])
+
+
+def _ranges(body: str) -> list[tuple[str, str]]:
+    out, i = [], 0
+    while i < len(body):
+        if i + 2 < len(body) and body[i + 1] == "-":
+            out.append((body[i], body[i + 2]))
+            i += 3
         else:
-            out, i = out + re.escape(pattern[i]), i + 1
+            out.append((body[i], body[i]))
+            i += 1
     return out
 
 

@@ -349,6 +349,11 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     if target is None:
         return None
     candidates = nested_files(*target, harness=context.harness or "claude")
+    from ._rules import matching
+
+    # path-scoped rules the harness does not load itself, covering the file read
+    scoped = matching(context.state_dir, context.harness or "claude", target[0])
+    candidates += [p for p in scoped if p not in candidates]
     if not candidates:
         return None
     session_id = _session_id(payload, context)
@@ -403,6 +408,14 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
             text, hidden = clean(text)
             note = f"{removed_note(hidden, shown)}\n" if hidden else ""
+            globs = scoped.get(os.fspath(path))
+            if globs is not None:  # a rule: its frontmatter is metadata, not instructions
+                from ._rules import split_frontmatter
+
+                text = split_frontmatter(text)[1]
+                blocks.append(f"Rule from: {shown} (for files matching "
+                              f"{one_line(', '.join(globs))}){flag}\n{note}{text.rstrip()}")
+                continue
             blocks.append(f"Instructions from: {shown}{flag}\n{note}{text.rstrip()}")
         from ..state._delivery import current
 

@@ -1,0 +1,106 @@
+"""Path-scoped rules (Claude ``paths:``, Cursor ``globs:``) injected on the read of a matching
+file, once per session and compaction epoch, only to harnesses that do not load them: the
+registered Claude command (the sh fast path first, then Python) and the Pi bridge's read hook
+(``supervise hook pi --event post-tool``). Real processes, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from supervisor.commands.install import FAST_PATH, SHELL
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "my project"
+    (root / "src" / "web").mkdir(parents=True)
+    (root / ".cursor" / "rules").mkdir(parents=True)
+    (root / ".claude" / "rules").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(root)], check=True, timeout=30)
+    (root / ".cursor" / "rules" / "ts.mdc").write_text(
+        "---\ndescription: TypeScript\nglobs: src/**/*.ts\nalwaysApply: false\n---\n"
+        "CURSOR-TS-RULE: prefer interfaces.\n")
+    (root / ".claude" / "rules" / "py.md").write_text(
+        '---\npaths:\n  - "src/**/*.py"\n---\nCLAUDE-PY-RULE\n')
+    (root / "src" / "web" / "app.ts").write_text("let x = 1\n")
+    (root / "src" / "a.py").write_text("x = 1\n")
+    (root / "README.md").write_text("readme\n")
+    return root
+
+
+def env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "SUPERVISE_STATE_DIR"}
+
+
+def start(project: Path, harness: str, source: str = "startup") -> None:
+    payload = {"session_id": "s1", "cwd": str(project), "source": source,
+               "hook_event_name": "SessionStart"}
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "hook", harness], cwd=project,
+                          input=json.dumps(payload).encode(), env=env(), capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+
+
+def read(project: Path, harness: str, rel: str, *, fast: bool = True) -> str:
+    payload = json.dumps({"session_id": "s1", "cwd": str(project),
+                          "hook_event_name": "PostToolUse", "tool_name": "Read",
+                          "tool_input": {"file_path": str(project / rel)}},
+                         separators=(",", ":")).encode()
+    argv = [sys.executable, "-P", "-m", "supervisor", "hook", harness, "--event", "post-tool"]
+    if fast:
+        argv = [SHELL, str(FAST_PATH), *argv]
+    proc = subprocess.run(argv, cwd=project, input=payload, env=env(), capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    if not proc.stdout.strip():
+        return ""
+    if harness != "claude":  # the bridges' hook prints the text itself
+        return proc.stdout.decode()
+    return str(json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"])
+
+
+def test_claude_gets_a_cursor_rule_once_on_a_matching_read(project: Path) -> None:
+    start(project, "claude")
+    assert read(project, "claude", "README.md") == ""  # no rule covers it
+    first = read(project, "claude", "src/web/app.ts")
+    assert "Rule from: .cursor/rules/ts.mdc" in first or "ts.mdc (for files matching src/**/*.ts)" in first
+    assert "CURSOR-TS-RULE: prefer interfaces." in first and "alwaysApply" not in first
+    assert read(project, "claude", "src/web/app.ts") == ""  # once per context
+    assert "CLAUDE-PY-RULE" not in read(project, "claude", "src/a.py")  # Claude loads its own
+    start(project, "claude", "compact")  # a new context: the rule is injected again
+    assert "CURSOR-TS-RULE" in read(project, "claude", "src/web/app.ts")
+
+
+def test_pi_gets_both_conventions_on_reads(project: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "bridge", "--harness", "pi",
+                           "--source", "startup", "--cwd", str(project), "--session-id", "s1"],
+                          cwd=project, env=env(), capture_output=True, timeout=60)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["kind"] == "ready", proc.stderr
+    assert (project / ".supervise" / "rules" / "pi.json").exists()
+    assert "CLAUDE-PY-RULE" in read(project, "pi", "src/a.py", fast=False)
+    assert "CURSOR-TS-RULE" in read(project, "pi", "src/web/app.ts", fast=False)
+    assert read(project, "pi", "src/a.py", fast=False) == ""
+
+
+def test_without_rules_the_fast_path_still_answers_alone(project: Path, tmp_path: Path) -> None:
+    """No index of path-scoped rules for the harness: a read costs no Python start."""
+    (project / ".cursor" / "rules" / "ts.mdc").unlink()
+    start(project, "claude")
+    assert not (project / ".supervise" / "rules" / "claude.json").exists()
+    record = tmp_path / "starts"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho started >> "{record}"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    payload = json.dumps({"session_id": "s1", "cwd": str(project), "tool_name": "Read",
+                          "tool_input": {"file_path": str(project / "src/web/app.ts")}},
+                         separators=(",", ":")).encode()  # as Claude Code sends it
+    proc = subprocess.run([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor", "hook",
+                           "claude", "--event", "post-tool"], cwd=project, input=payload,
+                          env=env(), capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == b"" and not record.exists()
