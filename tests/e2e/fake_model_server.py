@@ -24,7 +24,8 @@ Usage: python3 fake_model_server.py --port 0 --port-file port.txt --pid-file pid
 Replies: "<summary>FAKE-SUMMARY ...</summary>" when the tail of the conversation looks like a
 summarisation/compaction prompt, else --reply. Anthropic only: a user prompt containing
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
-that path, so tests can drive a harness's PostToolUse hook. Chat Completions only (streamed): a
+that path, so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
+`read` tool call with `{"path": ...}`, Pi's read tool). Chat Completions only (streamed): a
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
 `bash` tool call running that command, so a turn makes a second model request after it (a
 prompt OpenCode's `run` wrapped in quotes, as it does every argument holding a space, is
@@ -110,15 +111,22 @@ def wanted_read(body):
     return None
 
 
-def wanted_bash(body):
+def wanted_bash(body, marker="FAKE_BASH"):
     """The command of a `FAKE_BASH <command>` request (to the end of its line) in the last user
-    turn of a Chat Completions body, unless a tool result follows it (the command ran)."""
+    turn of a Chat Completions body, unless a tool result follows it (the command ran);
+    ``marker`` "FAKE_READ": the path of a read asked that way."""
     messages = body.get("messages") or []
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=None)
     if last_user is None or any(m.get("role") == "tool" for m in messages[last_user:]):
         return None
-    content = messages[last_user].get("content")
-    parts = content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
+    # the turn's user messages: Pi's extension appends its own after the prompt
+    first = last_user
+    while first > 0 and messages[first - 1].get("role") == "user":
+        first -= 1
+    parts = []
+    for message in messages[first:last_user + 1]:
+        content = message.get("content")
+        parts += content if isinstance(content, list) else [{"type": "text", "text": content or ""}]
     for part in parts:
         if isinstance(part, dict) and part.get("type") == "text":
             text = part.get("text") or ""
@@ -126,7 +134,7 @@ def wanted_bash(body):
             # the command must not end in that closing quote (`sleep 4"` fails at once)
             if len(text) >= 2 and text[0] == text[-1] == '"':
                 text = text[1:-1].replace('\\"', '"')
-            m = re.search(r"FAKE_BASH ([^\n]+)", text)
+            m = re.search(marker + r" ([^\n]+)", text)
             if m:
                 return m.group(1).strip()
     return None
@@ -243,10 +251,12 @@ class H(BaseHTTPRequestHandler):
         n_in = input_tokens()
         usage = {"prompt_tokens": n_in, "completion_tokens": 5, "total_tokens": n_in + 5}
         command = wanted_bash(body) if body.get("tools") else None
-        if command is not None and body.get("stream"):  # one bash tool call, then the result
-            call = {"index": 0, "id": f"call_fake{abs(hash(command)) % 10**8}", "type": "function",
-                    "function": {"name": "bash", "arguments": json.dumps(
-                        {"command": command, "description": "fake model's command"})}}
+        read = wanted_bash(body, "FAKE_READ") if body.get("tools") else None
+        if (command or read) is not None and body.get("stream"):  # one tool call, then its result
+            name, args = (("read", {"path": read}) if read is not None else
+                          ("bash", {"command": command, "description": "fake model's command"}))
+            call = {"index": 0, "id": f"call_fake{abs(hash(str(args))) % 10**8}", "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)}}
             self._sse_start()
             base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk",
                     "created": int(time.time()), "model": model}

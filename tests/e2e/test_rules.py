@@ -1,9 +1,11 @@
 """Rules files reach the harnesses that do not load them, with the real CLIs against the fake
-model server: Codex CLI receives a Claude Code rule (``.claude/rules``), whole and without its
-frontmatter, in the model request of its first turn."""
+model server: Codex CLI receives a Claude Code rule (``.claude/rules``) whole and without its
+frontmatter; Claude Code gets a path-scoped Cursor rule once on the Read of a matching file;
+Pi gets a path-scoped Claude rule on its read of a matching file."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -28,3 +30,57 @@ def test_codex_receives_a_claude_rule(project: Project, fake_model: FakeModel,
     assert not fake_model.seen(f"{project.mark}-META")  # the frontmatter is not context
     assert not fake_model.seen(f"SCOPED-{project.mark}")  # path-scoped: listed, not injected
     assert fake_model.seen(".claude/rules/py.md: src/**/*.py")
+
+
+def test_claude_gets_a_path_scoped_cursor_rule_once_on_a_matching_read(
+        project: Project, fake_model: FakeModel) -> None:
+    from conftest import harness_bin
+    from test_claude import claude
+
+    harness_bin("claude")
+    project.install("claude")
+    rules = project.path / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "ts.mdc").write_text(f"---\ndescription: TS {project.mark}-META\nglobs: src/**/*.ts\n"
+                                  f"alwaysApply: false\n---\nCURSORTS-{project.mark}: prefer types.\n")
+    (project.path / "src").mkdir()
+    target = project.path / "src" / "app.ts"
+    target.write_text("let fromTheFile = 1\n")
+    project.configure('[[stages]]\nname = "instructions"\nbuiltin = "instructions"\nreemit = true\n')
+    read = ("-p", f"FAKE_READ {target}", "--allowedTools", "Read")
+    sid = claude(project, fake_model, *read)["session_id"]
+    assert fake_model.seen("fromTheFile"), "the fake model never saw the Read result"
+    assert fake_model.seen(f"CURSORTS-{project.mark}: prefer types."), "the rule was not injected"
+    assert not fake_model.seen(f"{project.mark}-META")
+    since = fake_model.count()
+    claude(project, fake_model, "--resume", sid, *read)  # a second read: no second copy
+    assert fake_model.bodies(since)[-1].count(f"CURSORTS-{project.mark}") == 1
+
+
+def test_pi_gets_a_path_scoped_rule_on_a_matching_read(project: Project, fake_model: FakeModel,
+                                                       tmp_path: Path) -> None:
+    from conftest import clean_env, harness_bin
+    from test_pi import pi
+
+    harness_bin("pi")
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    project.install("pi")
+    env = clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1", PI_SKIP_VERSION_CHECK="1",
+                    PI_TELEMETRY="0")
+    rules = project.path / ".claude" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "py.md").write_text(f'---\npaths:\n  - "src/**/*.py"\n---\nPYRULE-{project.mark}\n')
+    (project.path / "src").mkdir()
+    target = project.path / "src" / "mod.py"
+    target.write_text("from_the_file = 1\n")
+    project.configure('[[stages]]\nname = "instructions"\nbuiltin = "instructions"\nreemit = true\n')
+    pi(project, env, "-p", f"FAKE_READ {target}")
+    assert fake_model.seen("from_the_file"), "the fake model never saw the read result"
+    hits = [b for b in fake_model.bodies() if f"PYRULE-{project.mark}" in b]
+    assert hits, "the path-scoped rule did not reach the model"
+    assert hits[-1].count(f"PYRULE-{project.mark}") == 1
