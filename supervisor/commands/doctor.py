@@ -329,7 +329,32 @@ def recorded_timeout(command: str) -> float | None:
     return None
 
 
-def _recorded_check(adapter: Adapter, handler: dict[str, Any]) -> Check:
+def _install_fix(adapter: Adapter, scope: str) -> str:
+    """The install command that rewrites a registration at ``scope``: a user-scope one is
+    fixed at user scope (``supervise install NAME`` would add a second, project registration)."""
+    return f"supervise install {adapter.name}" + (" --scope user" if scope == "user" else "")
+
+
+def _opt_in_check(adapter: Adapter, command: str, project: Path, start: Path | None) -> Check:
+    """Whether a user-scope registration serves this project (its ``--opt-in``)."""
+    from ..session._gates import OPT_IN_FLAG, opt_in_silence
+
+    if OPT_IN_FLAG not in command.split():
+        return Check("warn", adapter.name, "the user-scope registration runs in every repository "
+                     "you open (each gets a .supervise/ folder), not only in projects that opted in",
+                     f"supervise install {adapter.name} --scope user (adds --opt-in)")
+    why = opt_in_silence(adapter.name, project, start or project)
+    if not why:
+        return Check("ok", adapter.name, "the user-scope registration serves this project and "
+                     "every subdirectory session of it (it opted in)")
+    if why.startswith("the project's own"):
+        return Check("ok", adapter.name, f"the user-scope registration stays silent here: {why}")
+    return Check("warn", adapter.name, f"the user-scope registration stays silent here: {why}; "
+                 f"to opt in: `supervise config --default > {project / 'supervise.toml'}` (or add a "
+                 "[tool.supervise] table to pyproject.toml)")
+
+
+def _recorded_check(adapter: Adapter, handler: dict[str, Any], scope: str = "project") -> Check:
     """The timeout in the settings file against what ``install`` recorded in the command."""
     recorded = recorded_timeout(str(handler.get("command", "")))
     raw = handler.get("timeout")
@@ -342,11 +367,12 @@ def _recorded_check(adapter: Adapter, handler: dict[str, Any]) -> Check:
         shown = "the harness default" if raw is None else f"{seconds:g}s"
         return Check("FAIL", adapter.name, f"the registered timeout is {shown} but install recorded "
                      f"{recorded:g}s: the hook budgets for {recorded:g}s and the harness may kill "
-                     "it first", f"supervise install {adapter.name}")
+                     "it first", _install_fix(adapter, scope))
     return Check("ok", adapter.name, f"registered timeout {recorded:g}s matches what install recorded")
 
 
-def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> Check:
+def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float,
+                   scope: str = "project") -> Check:
     raw = handler.get("timeout")
     if isinstance(raw, (int, float)) and not isinstance(raw, bool):
         seconds: float | None = adapter.timeout_seconds(raw)
@@ -358,6 +384,12 @@ def _timeout_check(adapter: Adapter, handler: dict[str, Any], budget: float) -> 
     assert seconds is not None
     if seconds >= budget + MIN_HEADROOM:
         return Check("ok", adapter.name, f"{what} is above the budget {budget:g}s")
+    if scope == "user" and recorded_timeout(str(handler.get("command", ""))) is not None:
+        # one registration for many projects: the hook clamps this project's budget to it
+        return Check("warn", adapter.name, f"{what} (user scope) is not above this project's "
+                     f"budget {budget:g}s + {MIN_HEADROOM:g}s: the hook clamps the budget to fit",
+                     f"{_install_fix(adapter, scope)} run here (registers this budget + 60s), or "
+                     "lower 'budget'")
     return Check("FAIL", adapter.name, f"{what} is not above the budget {budget:g}s + {MIN_HEADROOM:g}s: "
                  "the harness kills the hook before the banner", f"supervise install {adapter.name} "
                  f"(registers budget + 60s), or lower 'budget'")
@@ -478,7 +510,8 @@ def _subdir_check(adapter: Adapter, project: Path, start: Path, scopes: list[str
     return [Check("warn", adapter.name, f"a session started in {rel}/ gets no digest: {who} reads "
                   f"project settings from {folder} in its working directory only, not from "
                   f"{project}; for sessions in subdirectories: supervise install {adapter.name} "
-                  "--scope user")]
+                  "--scope user (it serves every subdirectory session of a project that opted "
+                  "in, and this registration counts; it stays silent elsewhere)")]
 
 
 def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
@@ -527,14 +560,16 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             continue
         checks.append(Check("ok", adapter.name, f"{adapter.session_event} registered in {path}"))
         checks.append(_command_check(adapter, str(session[0].get("command", "")), project))
-        checks.append(_timeout_check(adapter, session[0], budget))
+        checks.append(_timeout_check(adapter, session[0], budget, scope_of[path]))
         if checks[-1].status != "FAIL":  # one fix (install) for one wrong timeout
-            checks.append(_recorded_check(adapter, session[0]))
+            checks.append(_recorded_check(adapter, session[0], scope_of[path]))
+        if scope_of[path] == "user":
+            checks.append(_opt_in_check(adapter, str(session[0].get("command", "")), project, start))
         for event, what in ((adapter.prompt_event, "per-prompt (deferred results)"),
                             (adapter.post_tool_event, "post-tool (nested instructions)")):
             if event and event not in regs:
                 checks.append(Check("FAIL", adapter.name, f"{what} hook {event} missing in {path}",
-                                    f"supervise install {adapter.name}"))
+                                    _install_fix(adapter, scope_of[path])))
             elif event:
                 checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
         if adapter.name == "codex":

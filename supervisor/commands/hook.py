@@ -52,6 +52,9 @@ class HookArgs:
     prerequisite: bool = False
     registered_timeout: float | None = None
     """Seconds: the hook timeout ``install`` registered with the harness (``--registered-timeout``)."""
+    opt_in: bool = False
+    """``--opt-in``: a user-scope registration, silent in projects that did not opt in
+    (:func:`supervisor.session._gates.opt_in_silence`)."""
     help: bool = False
     problems: tuple[str, ...] = ()
 
@@ -92,6 +95,11 @@ def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
     p.add_argument("--take-lock", action="store_true",
                    help="when no harness process is among our ancestors (a terminal), let the "
                    "calling shell take the session lock instead of running read-only")
+    p.add_argument("--opt-in", action="store_true",
+                   help="a user-scope registration (install writes it): silent in a project "
+                   "that did not opt in (no supervise.toml, no [tool.supervise], no "
+                   "project-scope registration), and where the project's own registration "
+                   "serves the session")
     p.add_argument("--prerequisite", action="store_true",
                    help="for bridges: print nothing, exit 3 when a gate or the scope says "
                    "stand down, else 0")
@@ -107,7 +115,7 @@ _VALUED_HELP = (
 )
 _VALUED = ("--source", "--event", "--registered-timeout")
 """The hook's options that take a value (``--opt VALUE`` or ``--opt=VALUE``)."""
-_FLAGS = ("--take-lock", "--prerequisite")
+_FLAGS = ("--take-lock", "--prerequisite", "--opt-in")
 
 
 def _is_option(arg: str) -> bool:
@@ -166,6 +174,8 @@ def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
                 problems.append(f"argument {name}: ignored explicit argument {_shown(value)}")
             elif name == "--take-lock":
                 args.take_lock = True
+            elif name == "--opt-in":
+                args.opt_in = True
             else:
                 args.prerequisite = True
         elif verb == "hook" and name in _VALUED:
@@ -292,6 +302,11 @@ def _run(args: HookArgs) -> int:
     else:
         if is_foreign(args.harness, data, os.environ):
             return EXIT_OK  # another harness runs this registration; its own one does the work
+    if args.opt_in:
+        from ..session._gates import opt_in_silence
+
+        if opt_in_silence(args.harness, project, session_cwd):
+            return EXIT_OK  # a user-scope registration in a project that did not opt in
 
     from ..config._context import SessionContext
     from .._errors import ConfigError

@@ -101,7 +101,7 @@ SHELL = "/bin/sh"
 
 
 def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None,
-                 timeout: float | None = None) -> str:
+                 timeout: float | None = None, opt_in: bool = False) -> str:
     """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``).
 
     Session start runs Python directly; a per-event hook runs it behind :data:`FAST_PATH`,
@@ -110,7 +110,9 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
     its payload unread (the harness table's ``early_exit``), so it skips the drain.
     ``timeout`` (seconds, session start only) is the hook timeout registered beside the
     command: it is recorded as ``--registered-timeout`` so the hook clamps its budget to it
-    and ``doctor`` can tell when the settings file's timeout no longer matches.
+    and ``doctor`` can tell when the settings file's timeout no longer matches. ``opt_in``
+    (a user-scope registration) adds ``--opt-in``: the hook then serves only projects that
+    opted in (:func:`supervisor.session._gates.opt_in_silence`).
     """
     argv = [python or sys.executable, ISOLATED, "-m", "supervisor", "hook", adapter.name]
     if event:
@@ -120,6 +122,8 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
         argv += list(adapter.extra_args)
         if timeout is not None:
             argv += ["--registered-timeout", f"{timeout:g}"]
+    if opt_in:
+        argv.append("--opt-in")
     return shlex.join(argv)
 
 
@@ -150,19 +154,28 @@ def session_timeout(budget: float) -> float:
     return float(math.ceil(budget) + TIMEOUT_MARGIN)
 
 
-def entries(adapter: Adapter, budget: float, python: str | None = None) -> list[Entry]:
-    """The handlers ``install`` registers for ``adapter`` (see :class:`_settings.Entry`)."""
+def entries(adapter: Adapter, budget: float, python: str | None = None,
+            scope: str = "project") -> list[Entry]:
+    """The handlers ``install`` registers for ``adapter`` (see :class:`_settings.Entry`) at
+    ``scope``. A user-scope registration serves many projects: it carries ``--opt-in`` and
+    its timeout fits at least the default budget (a project left at the default must not
+    outgrow a timeout sized for the project install ran in)."""
     from ..adapters._settings import Entry
+    from ..config._schema import DEFAULT_BUDGET
 
-    seconds = session_timeout(budget)
+    user = scope == "user"
+    seconds = session_timeout(max(budget, DEFAULT_BUDGET) if user else budget)
     out = [Entry(adapter.session_event, adapter.session_matcher,
-                 hook_command(adapter, python=python, timeout=seconds), adapter.timeout_value(seconds))]
+                 hook_command(adapter, python=python, timeout=seconds, opt_in=user),
+                 adapter.timeout_value(seconds))]
     if adapter.prompt_event:
-        out.append(Entry(adapter.prompt_event, None, hook_command(adapter, "prompt", python),
+        out.append(Entry(adapter.prompt_event, None,
+                         hook_command(adapter, "prompt", python, opt_in=user),
                          adapter.timeout_value(PROMPT_TIMEOUT)))
     if adapter.post_tool_event:
         out.append(Entry(adapter.post_tool_event, adapter.post_tool_matcher,
-                         hook_command(adapter, "post-tool", python), adapter.timeout_value(PROMPT_TIMEOUT)))
+                         hook_command(adapter, "post-tool", python, opt_in=user),
+                         adapter.timeout_value(PROMPT_TIMEOUT)))
     return out
 
 
@@ -257,12 +270,12 @@ def main(argv: list[str]) -> int:
         path = _settings.settings_path(adapter, scope, project_dir, home)
         try:
             data = _settings.read_settings(path)
-            new = _settings.merge(data or {}, adapter, entries(adapter, budget), path)
+            new = _settings.merge(data or {}, adapter, entries(adapter, budget, scope=scope), path)
             if new == data:
                 print(f"{adapter.name}: already installed in {_rel(path, project_dir)} (unchanged)")
             else:
                 _settings.write_settings(path, new)
-                events = ", ".join(dict.fromkeys(e.event for e in entries(adapter, budget)))
+                events = ", ".join(dict.fromkeys(e.event for e in entries(adapter, budget, scope=scope)))
                 print(f"{adapter.name}: registered {events} in {_rel(path, project_dir)}")
             if scope == "local":
                 add_git_exclude(project_dir, "/" + _rel(path, project_dir))

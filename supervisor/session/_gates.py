@@ -26,6 +26,51 @@ if TYPE_CHECKING:
     from ..config._plan import DigestPlan
 
 
+OPT_IN_FLAG = "--opt-in"
+"""The flag ``install --scope user`` adds to every command it registers: the registration then
+serves only projects that opted in (:func:`opt_in_silence`)."""
+
+
+def _registered_in(harness: str, folder: StrPath) -> bool:
+    """True when ``folder``'s project or local settings file of ``harness`` (the harness
+    table's ``project``/``local``) holds a registration of ours (``supervisor hook NAME``
+    without :data:`OPT_IN_FLAG`). Files read capped, never through a link or from a FIFO."""
+    from .._harnesses import BY_NAME
+    from ..state._project import read_small
+
+    row = BY_NAME.get(harness)
+    if row is None:
+        return False
+    needle = f"supervisor hook {harness}"
+    for rel in (row.project, row.local):
+        if rel:
+            text = read_small(os.path.join(folder, rel), 1 << 20)
+            if needle in text and OPT_IN_FLAG not in text:
+                return True
+    return False
+
+
+def opt_in_silence(harness: str, project_dir: StrPath, cwd: StrPath) -> str:
+    """Why a user-scope registration (:data:`OPT_IN_FLAG`) of ``harness`` stays silent for a
+    session of ``project_dir`` working in ``cwd`` (``""``: it serves the session).
+
+    It serves a project that opted in, by a config (``supervise.toml``, a ``[tool.supervise]``
+    table) or by a project-scope registration at its root, in every subdirectory (Claude Code
+    and Pi read project settings from the session's working directory only, so a root
+    registration gives a session started in ``packages/widget/`` nothing). It stays silent
+    where the harness loads a project registration of ours itself (the working directory's
+    settings: that one serves) and in a project that did not opt in (nothing is created
+    there: no state dir, no exclude line)."""
+    if _registered_in(harness, cwd):
+        return "the project's own registration serves this session"
+    from ..config._plan import find_config
+
+    if find_config(project_dir) is not None or _registered_in(harness, project_dir):
+        return ""
+    return ("this project did not opt in (no supervise.toml, no [tool.supervise] in "
+            "pyproject.toml, no project-scope registration)")
+
+
 PRIMARY_MARKER = ".supervise-primary"
 """A regular file at a linked worktree's top level that opts it into the session protocol."""
 
