@@ -78,6 +78,13 @@ def enable_subreaper() -> bool:
     return _subreaper
 
 
+def owns_children() -> bool:
+    """Whether this process declared it owns all of its children (:func:`enable_subreaper`
+    was called, whatever its answer): the CLI and the deferred runner. Only such a process
+    reaps adopted orphans and forks a guardian (:mod:`supervisor.engine._guardian`)."""
+    return _subreaper is not None
+
+
 def subreaper_enabled() -> bool:
     """Whether :func:`enable_subreaper` succeeded in this process."""
     return bool(_subreaper)

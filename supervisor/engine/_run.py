@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from .._record import replace
-from . import _banner, _cgroup, _deferred, _spawn, _tree
+from . import _banner, _cgroup, _deferred, _reaper, _spawn, _tree
 from ..config._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
@@ -100,13 +100,17 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     position = {s.name: i for i, s in enumerate(live)}
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
                         config.max_output, transparent=transparent, keep=keep_output)
+    guarded: set[int] = set()  # the guardian's pid, once the first stage starts it
+
+    def excluded() -> set[int]:
+        return _deferred.spawned_pids() | guarded
     run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
                anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
-               watch=_tree.Watch(exclude=_deferred.spawned_pids),
+               watch=_tree.Watch(exclude=excluded),
                end_at=kill_at + grace + KILL_MARGIN, transparent=transparent,
-               vfork=_spawn.may_vfork())
+               vfork=_spawn.may_vfork(), guard=_reaper.owns_children(), guarded=guarded)
     for spec in config.stages:
         if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
@@ -117,36 +121,40 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
         except OSError:
             pass  # stages report an unusable state dir themselves
     launched = [] if context.preview else _deferred.launch_all(deferred, context, config, run)
-    async with anyio.create_task_group() as tg:
-        if abort is not None:
-            async def watch_abort() -> None:
-                await abort.wait()
-                run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
-                run.abort_all()
-            tg.start_soon(watch_abort)
-        watchdog = anyio.CancelScope()
+    try:
+        async with anyio.create_task_group() as tg:
+            if abort is not None:
+                async def watch_abort() -> None:
+                    await abort.wait()
+                    run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
+                    run.abort_all()
+                tg.start_soon(watch_abort)
+            watchdog = anyio.CancelScope()
 
-        async def watchdog_tasks() -> None:
-            with watchdog:
-                async with anyio.create_task_group() as wg:
-                    wg.start_soon(run.watch.reaper)  # adopted orphans never pile up
-                    wg.start_soon(run.watch.monitor)  # caps; members for the kill
+            async def watchdog_tasks() -> None:
+                with watchdog:
+                    async with anyio.create_task_group() as wg:
+                        wg.start_soon(run.watch.reaper)  # adopted orphans never pile up
+                        wg.start_soon(run.watch.monitor)  # caps; members for the kill
 
-        if live:
-            tg.start_soon(watchdog_tasks)
-        for index, spec in enumerate(live):
-            tg.start_soon(run_stage, run, index, spec)
-        # wait for the stages, then stop the abort watcher
-        async with anyio.create_task_group() as inner:
-            inner.start_soon(_all_done, run, live)
-        if live and not transparent:
-            # What left every mark of its stage (env -i, setsid) dies with the digest
-            with anyio.CancelScope(shield=True):
-                now = anyio.current_time()
-                await run.watch.sweep_orphans(
-                    run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
-                    spare=[s.builtin for s in live if s.builtin])
-        tg.cancel_scope.cancel()
+            if live:
+                tg.start_soon(watchdog_tasks)
+            for index, spec in enumerate(live):
+                tg.start_soon(run_stage, run, index, spec)
+            # wait for the stages, then stop the abort watcher
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(_all_done, run, live)
+            if live and not transparent:
+                # What left every mark of its stage (env -i, setsid) dies with the digest
+                with anyio.CancelScope(shield=True):
+                    now = anyio.current_time()
+                    await run.watch.sweep_orphans(
+                        run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
+                        spare=[s.builtin for s in live if s.builtin])
+            tg.cancel_scope.cancel()
+    finally:
+        if run.guardian is not None:
+            run.guardian.close()  # the digest is over: nothing for it to kill
     truncated = any(run.results.get(s.name, StageResult(s.name, "not_started")).status
                     in ("killed", "not_started") for s in live)
     notice = out.total_cut_notice()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from . import _cgroup, _spawn, _stagelog, _tree
+from . import _cgroup, _proctable, _spawn, _stagelog, _tree
 from ._reaper import DRAIN, DRAIN_RESERVE, HARD_PHASE, KILL_WAIT, READ_SIZE, TOKEN_VAR
 from ..config._builtins import builtin_argv, idle, may_idle
 from ..config._context import SessionContext
@@ -29,6 +29,7 @@ from ._stagelog import StderrCapture
 from ..state._statedir import usable_path
 
 if TYPE_CHECKING:
+    from ._guardian import Guardian
     from ._results import StageStatus
 
 FD_RESERVE = 8
@@ -76,6 +77,14 @@ class DigestRun:
     """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
     vfork: bool = True
     """Stages may be started with ``posix_spawn`` (:func:`supervisor.engine._spawn.may_vfork`)."""
+    guard: bool = False
+    """Start a guardian (:mod:`supervisor.engine._guardian`) before the first stage spawns:
+    this process owns all of its children (the CLI, the deferred runner), not an embedder."""
+    guardian: Guardian | None = None
+    """The digest's guardian, told each stage's start and end; None before the first spawn,
+    for an embedding program, or where it could not fork."""
+    guarded: set[int] = field(default_factory=set)
+    """The guardian's pid, which the watchdog excludes (it is never a stage's member)."""
     ended: int = 0
     """Stages whose descriptors were released so far (a stage waiting for a descriptor
     retries after one more ended)."""
@@ -310,6 +319,14 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 anyio.current_time() >= run.kill_at or run.abort.is_set()):
             run.report(spec.name, StageResult(spec.name, "not_started"))
             return
+        if run.guard:  # the first stage to spawn: a SIGKILLed supervisor kills none itself
+            run.guard = False
+            from ._guardian import Guardian
+
+            run.guardian = Guardian.start()
+            if run.guardian is not None:
+                run.guarded.add(run.guardian.pid)
+                run.watch.protected.add(run.guardian.pid)  # ours to reap, at its close
         cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
                   if run.cgroup_root is not None else None)
         run.watch.spawning += 1
@@ -355,6 +372,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                            adopts_all=run.transparent)
     run.watch.add(tree)
     run.watch.spawning -= 1
+    if run.guardian is not None:
+        stamp = _proctable.start_stamp(proc.pid)
+        if stamp is not None:
+            run.guardian.watch(proc.pid, stamp, token, str(cgroup) if cgroup else None)
     run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
@@ -463,6 +484,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         run.watch.discard(tree)
         run.running.pop(spec.name, None)
         run.ended += 1
+        if run.guardian is not None:
+            run.guardian.forget(proc.pid)
         run.leaders.discard(proc.pid)
     seconds = now() - started
     code = proc.returncode

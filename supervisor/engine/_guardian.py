@@ -1,0 +1,244 @@
+"""The guardian: a stage never outlives a SIGKILLed supervisor by more than a moment.
+
+A supervisor that is killed outright (the harness ending the hook at its registered timeout,
+the OOM killer, ``kill -9``) runs no kill sequence: its stages live on for their natural life,
+and a deferred runner's stage loses its deadline. So the process that runs stages (the
+``supervise`` CLI, the deferred runner: :func:`supervisor.engine._reaper.enable_subreaper`
+marks it as owning all of its children) forks, per digest, one small guardian before the
+first stage starts. The guardian leaves the session (a kill of the hook's process group does
+not reach it), holds nothing of ours (stdio on ``/dev/null``, every other descriptor closed:
+no pipe of our caller, no lock) but the read end of one pipe, whose write end only the
+supervisor holds (close-on-exec, never passed to a stage).
+
+The supervisor writes one line per stage start (``+ PID START TOKEN [CGROUP]``) and end
+(``- PID``), and ``end`` when the digest is over. When the guardian reads end of file
+without ``end`` first, the supervisor is gone: it stops and kills, by SIGSTOP then SIGKILL,
+every process of each stage still registered (its process group while its leader, the same
+start stamp, lives; every process carrying its ``SUPERVISE_STAGE_TOKEN``; the descendants of
+those; its cgroup by ``cgroup.kill``), rescanning until a round finds nothing new, then exits.
+Linux reads ``/proc``; elsewhere psutil.
+
+A fork, not a new interpreter: it costs one ``fork`` (about a millisecond: the pages are
+shared copy-on-write) and no CPU while it waits; the child runs only this module's loop and
+``os._exit``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from ._proctable import environ_value, start_stamp, stat
+from ._reaper import TOKEN_VAR
+
+ROUNDS = 6
+"""Most scan rounds of the kill (each stops what it finds; done when one finds nothing new)."""
+_LINUX = sys.platform.startswith("linux")
+
+
+class Guardian:
+    """The supervisor's side: the pipe's write end and the guardian's pid.
+
+    :meth:`start` forks it (None where it cannot: no ``fork``, the pipe or the fork failed).
+    :meth:`watch` and :meth:`forget` register a stage's start and end, :meth:`close` ends it
+    (the digest is over: the guardian exits without killing anything). Writes never block
+    and never raise: a full pipe drops a line (a guardian that missed a stage start cannot
+    kill it; the supervisor's own kill sequence still does while it lives).
+    """
+
+    def __init__(self, pid: int, fd: int) -> None:
+        self.pid = pid
+        self._fd: int | None = fd
+
+    @classmethod
+    def start(cls) -> Guardian | None:
+        """Fork the guardian; its :class:`Guardian` handle, or None."""
+        if not hasattr(os, "fork"):
+            return None
+        try:
+            r, w = os.pipe()
+        except OSError:
+            return None
+        try:
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12)
+                pid = os.fork()
+        except OSError:
+            os.close(r)
+            os.close(w)
+            return None
+        if pid == 0:  # pragma: no cover - the child never returns
+            _child(r, w)
+        os.close(r)
+        os.set_blocking(w, False)
+        return cls(pid, w)
+
+    def _send(self, line: str) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.write(self._fd, line.encode("utf-8", "replace") + b"\n")
+        except OSError:  # full (a guardian that stopped reading) or gone
+            pass
+
+    def watch(self, pid: int, start: float, token: str, cgroup: str | None = None) -> None:
+        """Register a stage's leader ``pid`` (its start stamp ``start``), token and cgroup."""
+        self._send(f"+ {pid} {start!r} {token}" + (f" {cgroup}" if cgroup else ""))
+
+    def forget(self, pid: int) -> None:
+        """The stage led by ``pid`` ended and was swept: nothing of it to kill any more."""
+        self._send(f"- {pid}")
+
+    def close(self) -> None:
+        """The digest is over: the guardian exits without killing; reaped if already gone
+        (else the CLI's final reap, or init, takes it)."""
+        if self._fd is None:
+            return
+        self._send("end")
+        fd, self._fd = self._fd, None
+        os.close(fd)
+        try:
+            os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+def _child(r: int, w: int) -> None:  # pragma: no cover - runs in the forked child
+    """The guardian's life: never returns."""
+    try:
+        os.close(w)
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD,
+                    signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        keep = r
+        os.closerange(3, keep)
+        os.closerange(keep + 1, 1 << 20)
+        stages: dict[int, tuple[float, str, str | None]] = {}
+        buf = b""
+        while True:
+            try:
+                data = os.read(keep, 65536)
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            buf += data
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                parts = line.decode("utf-8", "replace").split(" ")
+                if parts[0] == "end":
+                    os._exit(0)
+                try:
+                    if parts[0] == "+" and len(parts) >= 4:
+                        stages[int(parts[1])] = (float(parts[2]), parts[3],
+                                                 parts[4] if len(parts) > 4 else None)
+                    elif parts[0] == "-" and len(parts) >= 2:
+                        stages.pop(int(parts[1]), None)
+                except ValueError:
+                    continue
+        if stages:
+            kill_all(stages)
+    except BaseException:  # noqa: BLE001 - the guardian never returns into our caller's code
+        pass
+    os._exit(0)
+
+
+def kill_all(stages: dict[int, tuple[float, str, str | None]]) -> int:
+    """Stop, then kill, every process of ``stages`` (leader pid -> (start stamp, token,
+    cgroup or None)): each round scans, SIGSTOPs what it finds (a stopped process cannot
+    fork) and the groups of the leaders still alive, until a round finds nothing new or
+    :data:`ROUNDS`; then SIGKILL to all of them and ``cgroup.kill``. Returns how many
+    processes it killed. Never raises."""
+    leaders = {pid for pid, (start, _, _) in stages.items() if start_stamp(pid) == start}
+    tokens = {token for _, token, _ in stages.values()}
+    found: dict[int, float] = {}
+    for _ in range(ROUNDS):
+        for pid in leaders:
+            _signal_group(pid, signal.SIGSTOP)
+        new = {pid: start for pid, start in _members(stages, leaders, tokens).items()
+               if found.get(pid) != start}
+        for pid in new:
+            _signal(pid, signal.SIGSTOP)
+        found.update(new)
+        if not new:
+            break
+    for pid in leaders:
+        _signal_group(pid, signal.SIGKILL)
+    for pid, start in found.items():
+        if start_stamp(pid) == start:
+            _signal(pid, signal.SIGKILL)
+    for _, _, cgroup in stages.values():
+        if cgroup:
+            try:
+                with open(os.path.join(cgroup, "cgroup.kill"), "w") as f:
+                    f.write("1")
+            except OSError:
+                pass
+    return len(found)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _members(stages: dict[int, tuple[float, str, str | None]], leaders: set[int],
+             tokens: set[str]) -> dict[int, float]:
+    """pid -> start stamp of every live process of ``stages``: in the session or group of a
+    live leader, carrying a token, or descending from one of those."""
+    me = os.getpid()
+    rows = {}
+    for pid in _pids():
+        if pid == me:
+            continue
+        row = stat(pid)
+        if row is not None and not row.zombie:
+            rows[pid] = row
+    owned: set[int] = set()
+    children: dict[int, list[int]] = {}
+    for row in rows.values():
+        children.setdefault(row.ppid, []).append(row.pid)
+        if row.sid in leaders or row.pgid in leaders or row.pid in leaders:
+            owned.add(row.pid)
+    for pid in rows:
+        if pid not in owned and environ_value(pid, TOKEN_VAR) in tokens:
+            owned.add(pid)
+    stack = list(owned)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in owned and child in rows:
+                owned.add(child)
+                stack.append(child)
+    return {pid: rows[pid].start for pid in owned}
+
+
+def _pids() -> list[int]:
+    if _LINUX:
+        try:
+            return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        except OSError:
+            return []
+    try:
+        import psutil
+
+        return list(psutil.pids())
+    except Exception:  # noqa: BLE001 - no listing: the groups alone are killed
+        return []

@@ -1,0 +1,114 @@
+"""No stage outlives a SIGKILLed supervisor (issue 27, item 2): a supervisor killed outright
+(the harness ending the hook at its timeout, the OOM killer, ``kill -9``) ran no kill
+sequence, so its stages lived their natural life, and a SIGKILLed deferred runner left its
+stage running without a deadline. The digest's guardian (``supervisor/engine/_guardian.py``)
+reads end of file on its pipe and kills every registered stage tree: its process group, the
+processes carrying its token (a ``setsid`` escapee) and their descendants."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import alive_and_ours, supervise_cmd
+
+HOLD = 300
+"""Seconds every process of the stages would live: far past the test's own bound."""
+
+
+def _stage(name: str, pids: Path, body: str) -> str:
+    return (f"[[stages]]\nname = \"{name}\"\nrun = {json.dumps(['sh', '-c', body])}\n"
+            f"timeout = {HOLD}\n")
+
+
+def _hostile(pids: Path, tag: str) -> str:
+    """A TERM-ignoring leader with a TERM-ignoring child in its group and a ``setsid``
+    grandchild (out of the group and session, carrying the stage's token), each writing its
+    pid into ``pids/<tag>-<role>``."""
+    note = f"echo $$ > '{pids}/{tag}-%s.tmp' && mv '{pids}/{tag}-%s.tmp' '{pids}/{tag}-%s'"
+    return (f"trap '' TERM; {note % (('leader',) * 3)}; "
+            f"(trap '' TERM; {note % (('child',) * 3)}; "
+            f"setsid sh -c \"{note % (('escapee',) * 3)}; exec sleep {HOLD}\" & "
+            f"exec sleep {HOLD}) & exec sleep {HOLD}")
+
+
+def _wait_for(paths: list[Path], bound: float = 30.0) -> list[int]:
+    end = time.monotonic() + bound
+    while not all(p.exists() for p in paths):
+        assert time.monotonic() < end, [p.name for p in paths if not p.exists()]
+        time.sleep(0.02)
+    return [int(p.read_text()) for p in paths]
+
+
+def _all_gone(pids: list[int], bound: float = 5.0) -> list[int]:
+    """The pids still alive (and ours) after waiting up to ``bound`` seconds for them to go
+    (a lower bound for a kill in flight on a loaded host, never a timing claim)."""
+    end = time.monotonic() + bound
+    while True:
+        alive = [pid for pid in pids if alive_and_ours(pid)]
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.02)
+
+
+def _end(pids: list[int]) -> None:
+    for pid in pids:  # processes this test started: end them by pid
+        if alive_and_ours(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+ROLES = ("leader", "child", "escapee")
+
+
+def test_a_sigkilled_digest_takes_its_stages_with_it(tmp_path: Path) -> None:
+    """Two running stages (TERM ignored, a child in the group, a ``setsid`` escapee): kill -9
+    of the digest, and every one of their processes is gone."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "supervise.toml").write_text(
+        f"budget = {HOLD}\n" + _stage("a", pids, _hostile(pids, "a"))
+        + _stage("b", pids, _hostile(pids, "b")))
+    digest = subprocess.Popen(supervise_cmd("digest"), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        started = _wait_for([pids / f"{tag}-{role}" for tag in "ab" for role in ROLES])
+        time.sleep(0.2)  # every start registered (a lower bound)
+        digest.kill()
+        digest.wait(timeout=30)
+        assert _all_gone(started) == [], "stage processes outlived the SIGKILLed digest"
+    finally:
+        if digest.poll() is None:
+            digest.kill()
+            digest.wait()
+        _end(started)
+
+
+def test_a_sigkilled_deferred_runner_takes_its_stage_with_it(tmp_path: Path) -> None:
+    """A deferred stage's runner killed with SIGKILL: its stage (and the stage's escapee)
+    are gone at once, not at the end of their natural life."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    (tmp_path / "supervise.toml").write_text(
+        _stage("late", pids, _hostile(pids, "d")) + "deferred = true\n")
+    proc = subprocess.run(supervise_cmd("digest", "--session-start"), cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    started: list[int] = []
+    runner = 0
+    try:
+        started = _wait_for([pids / f"d-{role}" for role in ROLES])
+        running = tmp_path / ".supervise" / "deferred" / "late" / "running.json"
+        runner = int(json.loads(running.read_text())["pid"])
+        assert alive_and_ours(runner)
+        time.sleep(0.2)  # the start registered (a lower bound)
+        os.kill(runner, signal.SIGKILL)
+        assert _all_gone(started) == [], "the deferred stage outlived its SIGKILLed runner"
+    finally:
+        _end([*started, runner] if runner else started)
