@@ -190,3 +190,22 @@ def test_abort_ends_running_and_waiting_stages(tmp_path: Path) -> None:
     long, after = result.stages
     assert long.status == "killed" and after.status == "not_started"
     assert result.truncated and result.reason == "SIGTERM"
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_run_runs_a_script_without_a_shebang_with_the_shell(tmp_path: Path, fmt: str) -> None:
+    """``supervise run`` follows execvp's ENOEXEC rule as GNU ``timeout`` does: it exited 126
+    ("Exec format error") for an executable script without ``#!``."""
+    import json
+    import subprocess
+
+    from helpers import supervise_cmd
+
+    script = tmp_path / "no shebang"
+    script.write_text('echo "ran with [$1]"\n')
+    script.chmod(0o755)
+    proc = subprocess.run(supervise_cmd("run", "--format", fmt, "--", str(script), "a b"),
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)["output"] if fmt == "json" else proc.stdout.decode()
+    assert out == "ran with [a b]\n"

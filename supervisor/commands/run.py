@@ -2,8 +2,10 @@
 
 Bounds any command tree like GNU timeout, but the whole tree dies (process group, setsid
 escapees, double-forked daemons). Exit status: CMD's own; 124 when the budget killed it; 125
-for our own usage errors; 126 when CMD cannot be executed; 127 when it is not found;
-128+n when the supervisor got signal n.
+for our own usage errors; 126 when CMD cannot be executed; 127 when it is not found.
+TERM, INT, HUP, QUIT and ALRM to the supervisor are forwarded to CMD (its handlers run): the
+status is then CMD's (128+n when the signal killed it), and if CMD is still running --grace
+seconds later its whole tree is killed: 128+n.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import sys
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage (and of ``supervise run``'s command) inherits this variable; the
@@ -137,3 +137,15 @@ def reap_zombie_children(keep: Iterable[int] = (), limit: int | None = None) -> 
         except (ChildProcessError, OSError):
             break
     return count
+
+
+SHELL = "/bin/sh"
+"""The shell a file without a ``#!`` line is run with (execvp's ``ENOEXEC`` rule)."""
+
+
+def shell_fallback(path: str, argv: Sequence[str]) -> list[str]:
+    """The argv that runs ``path`` (the file ``argv[0]`` named, found) with :data:`SHELL`
+    when exec refused it with ``ENOEXEC`` (no ``#!`` line): ``[SHELL, path, *argv[1:]]``, as
+    glibc's ``execvp``, GNU ``timeout``, ``env`` and the shells do; for ``supervise run`` and
+    for stages (:mod:`supervisor.engine._spawn`)."""
+    return [SHELL, path, *argv[1:]]

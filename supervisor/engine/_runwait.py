@@ -5,13 +5,15 @@ engine (asyncio with ``ssl``, the watchdog's dataclasses) before the command eve
 Here (Linux) the command starts with ``os.posix_spawnp`` (``setsid=True``: its own session
 and process group, like a stage; inherited stdio, or a pipe for ``--format json``) and this
 process, a child subreaper, waits in one ``poll`` on a self-pipe that ``SIGCHLD``,
-``SIGTERM``, ``SIGINT`` and ``SIGHUP`` write to (``signal.set_wakeup_fd``), reaping adopted
+the signals of :data:`FORWARDED` write to (``signal.set_wakeup_fd``), reaping adopted
 orphans at each wakeup. The watchdog (:mod:`supervisor.engine._tree`, anyio) is loaded only when
 the command has run :data:`WATCH_AFTER` seconds or is within :data:`PREFETCH` seconds of its
 deadline (it then scans, as the engine's monitor, so that a kill knows the tree), or when
 there is something to kill:
 
-- at the deadline, or on a signal to us: :meth:`supervisor.engine._tree.Watch.kill_stage` (TERM,
+- a signal to us is forwarded to the command's process group (GNU ``timeout``'s rule);
+  ``grace`` seconds later, if the command still runs, and at the deadline:
+  :meth:`supervisor.engine._tree.Watch.kill_stage` (TERM,
   grace, freeze, KILL, the whole tree: group, ``setsid`` escapees, double forks);
 - after a normal exit, when something may be left behind (the process group is not empty,
   the command's cgroup is not empty, or one of our children is alive: with the child
@@ -31,6 +33,7 @@ Without a child subreaper (macOS, ``SUPERVISE_PORTABLE``) :func:`available` is F
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -40,14 +43,21 @@ import time
 from . import _cgroup
 from ._reaper import (DRAIN, DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT, MONITOR_MAX_PERIOD, PORTABLE,
                       READ_SIZE, REAP_BATCH, TOKEN_VAR, enable_subreaper, our_children,
-                      reap_zombie_children)
+                      reap_zombie_children, shell_fallback)
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from pathlib import Path
 
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-"""Signals to us that kill the command's whole tree (with grace) instead of killing us."""
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
+"""Signals to us that we forward to the command's process group, as GNU ``timeout`` does
+(its own handlers run: a Python command's ``KeyboardInterrupt`` and ``finally``), instead of
+killing us; the whole tree is killed when the command has not ended ``grace`` seconds later."""
+SIGNAL_KILL = KILL_WAIT
+"""Seconds the kill after a forwarded signal's grace may take: the watchdog may still be
+loading when the grace ends (about 0.1 s of imports, seconds on a starved host), and the kill
+must then still find the tree."""
 PREFETCH = 3.0
 """Seconds before the deadline from which the watchdog is loaded and scans the process
 table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
@@ -65,8 +75,9 @@ class Outcome:
 
     Attributes:
         status: ``"ok"`` (exit status 0), ``"failed"`` (another status or a signal death the
-            supervisor did not cause), or ``"killed"`` (the budget ran out or a signal to us:
-            the whole tree was killed).
+            supervisor did not cause, a forwarded one included: the command's own answer to it), or
+            ``"killed"`` (the budget ran out, or the command outlived the grace after a
+            forwarded signal: the whole tree was killed).
         exit_code: the command's status; negative ``-n`` for a death by signal ``n``; None
             when it could not be reaped within the kill's bound.
         seconds: wall seconds from the spawn to the end of the sweep.
@@ -160,8 +171,7 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
     got: list[int] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        if not got:
-            got.append(signum)
+        got.append(signum)  # each one is forwarded, in order (the first names our status)
 
     before = {sig: signal.getsignal(sig) for sig in (*FORWARDED, signal.SIGCHLD)}
     old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
@@ -174,8 +184,16 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                                     getattr(signal, "SIGXFSZ", None)) if s is not None)
         started = time.monotonic()
         try:
-            pid = os.posix_spawnp(spawn_argv[0], spawn_argv, env, file_actions=actions,
-                                  setsid=True, setsigdef=restore)
+            try:
+                pid = os.posix_spawnp(spawn_argv[0], spawn_argv, env, file_actions=actions,
+                                      setsid=True, setsigdef=restore)
+            except OSError as err:
+                if err.errno != errno.ENOEXEC:
+                    raise
+                # execvp's rule: a file the kernel cannot execute (no `#!`) runs with the shell
+                sh = shell_fallback(_found(spawn_argv[0], env), spawn_argv)
+                pid = os.posix_spawn(sh[0], sh, env, file_actions=actions, setsid=True,
+                                     setsigdef=restore)
         except BaseException:
             if cgroup is not None:
                 _cgroup.remove(cgroup)
@@ -188,6 +206,8 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         raw: int | None = None
         reason = "exited"
         dog: _Watchdog | None = None
+        sent = 0  # signals of `got` forwarded so far
+        escalate_at = float("inf")
         try:
             while True:
                 try:
@@ -199,19 +219,30 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     break
                 if subreaper:  # adopted orphans, never the command itself
                     reap_zombie_children((pid,), REAP_BATCH)
-                if got:
+                if len(got) > sent:
+                    for signum in got[sent:]:
+                        _forward(pid, signum)
+                    if not sent:  # the first: the command gets grace seconds to end
+                        escalate_at = time.monotonic() + grace
+                        end_at = min(end_at, escalate_at + SIGNAL_KILL + KILL_MARGIN)
+                    sent = len(got)
+                    continue  # its exit may be there already
+                now = time.monotonic()
+                if now >= escalate_at:
                     reason = "signal"
                     break
-                left = kill_at - time.monotonic()
-                if left <= 0:
+                if now >= kill_at:
                     reason = "deadline"
                     break
+                left = min(kill_at, escalate_at) - now
                 watch_at = min(kill_at - PREFETCH, started + WATCH_AFTER)
+                if got:  # a forwarded signal: the watchdog is loaded to kill at escalate_at
+                    watch_at = min(watch_at, escalate_at - PREFETCH)
                 if time.monotonic() >= watch_at:
                     if dog is None:  # now, so that a kill starts on time, knowing the tree
                         dog = _Watchdog(pid, token, cgroup)
                     if time.monotonic() >= dog.next_scan:
-                        dog.scan(kill_at)  # who the kill must reach, as the monitor knows
+                        dog.scan(min(kill_at, escalate_at))  # who the kill must reach
                         continue
                     timeout = min(left, dog.next_scan - time.monotonic())
                 else:
@@ -234,7 +265,9 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         swept = False
         if reason != "exited":
             swept = True
-            raw = (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
+            # after a forwarded signal the command had its grace: the kill starts hard
+            raw = (dog or _Watchdog(pid, token, cgroup)).kill(0.0 if reason == "signal" else grace,
+                                                                end_at)
         elif _may_have_leftovers(pid, cgroup, subreaper):
             swept = True
             (dog or _Watchdog(pid, token, cgroup)).sweep(grace, end_at)
@@ -270,6 +303,29 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
     else:
         ended = "ok" if code == 0 else "failed"
     return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept)
+
+
+def _found(program: str, env: dict[str, str]) -> str:
+    """``program`` as the path ``posix_spawnp`` ran: itself with a ``/``, else the first
+    executable of that name on ``env``'s ``PATH``."""
+    if "/" in program:
+        return program
+    for folder in os.get_exec_path(env):
+        path = os.path.join(folder, program)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+
+
+def _forward(leader: int, sig: int) -> None:
+    """``sig``, then SIGCONT (a stopped job acts on it), to the command's process group (its
+    leader is unreaped: the group id is provably ours), as GNU ``timeout`` forwards a signal
+    it receives. Never raises."""
+    for each in (sig, signal.SIGCONT):
+        try:
+            os.killpg(leader, each)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bool:

@@ -27,6 +27,8 @@ from typing import Literal
 import anyio
 import anyio.to_thread
 
+from ._reaper import shell_fallback
+
 Stderr = Literal["stdout", "pipe", "null", "inherit"]
 
 PIDFD = hasattr(os, "pidfd_open")
@@ -165,17 +167,6 @@ def _start(argv: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, s
         except NotImplementedError:  # no POSIX_SPAWN_SETSID here (macOS < 10.15)
             pass
     return _popen(argv, cwd, env, out_w, err_w, capture, stderr)
-
-
-SHELL = "/bin/sh"
-"""The shell a file without a ``#!`` line is run with (execvp's ``ENOEXEC`` rule)."""
-
-
-def shell_fallback(path: str, argv: Sequence[str]) -> list[str]:
-    """The argv that runs ``path`` (the file ``argv[0]`` named, found) with :data:`SHELL`
-    when exec refused it with ``ENOEXEC`` (no ``#!`` line): ``[SHELL, path, *argv[1:]]``, as
-    glibc's ``execvp``, GNU ``timeout``, ``env`` and the shells do."""
-    return [SHELL, path, *argv[1:]]
 
 
 def may_vfork() -> bool:
