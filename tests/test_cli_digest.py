@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 from helpers import alive_and_ours, peak_rss_until_exit, run_cli, supervise_cmd
 
 RES = Path(__file__).parent / "resources"
-HOSTILE = f"{sys.executable} {RES / 'hostile.py'}"
+HOSTILE = shlex.join([sys.executable, str(RES / "hostile.py")])  # a clone's path may hold spaces
 
 
 def write_config(project: Path, body: str) -> None:
@@ -117,7 +118,7 @@ def test_string_run_is_split_like_a_shell_and_shell_is_opt_in(tmp_path: Path) ->
 def test_digest_into_head_exits_zero_without_traceback(tmp_path: Path) -> None:
     """Rule 13: our stdout closing (`| head -1`) is not an error."""
     write_config(tmp_path, stage("flood", f"{HOSTILE} flood 4") + stage("x", "echo after"))
-    cmd = " ".join(supervise_cmd("digest")) + " | head -1; echo \"rc=${PIPESTATUS[0]}\" >&2"
+    cmd = shlex.join(supervise_cmd("digest")) + " | head -1; echo \"rc=${PIPESTATUS[0]}\" >&2"
     proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=60)
     assert proc.stdout == b"y" * 1023 + b"\n"
     assert proc.stderr.decode().strip() == "rc=0"

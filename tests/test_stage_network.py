@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -57,7 +58,11 @@ def fake_gh(bin_dir: Path, body: str) -> str:
     """A ``gh`` executable on a PATH of its own (plus git's dir); returns that PATH."""
     bin_dir.mkdir(exist_ok=True)
     gh = bin_dir / "gh"
-    gh.write_text(f"#!{sys.executable}\nimport sys, time\n{body}\n")
+    # a sh wrapper, not `#!<python>`: a shebang cannot name a path with spaces (a clone in
+    # "my projects/...")
+    (bin_dir / "gh.py").write_text(f"import sys, time\n{body}\n")
+    gh.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} "
+                  f"{shlex.quote(str(bin_dir / 'gh.py'))} \"$@\"\n")
     gh.chmod(0o755)
     git_dir = os.path.dirname(subprocess.run(["which", "git"], capture_output=True, text=True).stdout.strip())
     return f"{bin_dir}{os.pathsep}{git_dir}"

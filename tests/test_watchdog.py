@@ -223,7 +223,7 @@ def test_deferred_runner_does_not_hold_the_callers_extra_descriptors(tmp_path: P
     whole timeout: the detached runner held fd 3, a copy of the pipe."""
     write_config(tmp_path, '[[stages]]\nname = "slow"\nrun = "sleep 8"\ndeferred = true\n'
                            'timeout = 10\n')
-    argv = " ".join(f"'{a}'" for a in supervise_cmd("digest"))
+    argv = shlex.join(supervise_cmd("digest", "--session-start"))
     proc = subprocess.Popen(["sh", "-c", f"exec 3>&1; exec {argv}"], cwd=tmp_path,
                             stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
     assert proc.stdout is not None
