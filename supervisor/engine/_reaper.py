@@ -139,13 +139,13 @@ def reap_zombie_children(keep: Iterable[int] = (), limit: int | None = None) -> 
     return count
 
 
-SHELL = "/bin/sh"
+ENOEXEC_SHELL = "/bin/sh"
 """The shell a file without a ``#!`` line is run with (execvp's ``ENOEXEC`` rule)."""
 
 
 def shell_fallback(path: str, argv: Sequence[str]) -> list[str]:
-    """The argv that runs ``path`` (the file ``argv[0]`` named, found) with :data:`SHELL`
-    when exec refused it with ``ENOEXEC`` (no ``#!`` line): ``[SHELL, path, *argv[1:]]``, as
-    glibc's ``execvp``, GNU ``timeout``, ``env`` and the shells do; for ``supervise run`` and
-    for stages (:mod:`supervisor.engine._spawn`)."""
-    return [SHELL, path, *argv[1:]]
+    """The argv that runs ``path`` (the file ``argv[0]`` named, found) with
+    :data:`ENOEXEC_SHELL` when exec refused it with ``ENOEXEC`` (no ``#!`` line):
+    ``[ENOEXEC_SHELL, path, *argv[1:]]``, as glibc's ``execvp``, GNU ``timeout``, ``env`` and
+    the shells do; for ``supervise run`` and for stages (:mod:`supervisor.engine._spawn`)."""
+    return [ENOEXEC_SHELL, path, *argv[1:]]

@@ -47,7 +47,6 @@ from ._reaper import (DRAIN, DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT, MONITOR_MAX_
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
-    from collections.abc import Sequence
     from pathlib import Path
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
