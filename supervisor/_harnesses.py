@@ -64,6 +64,9 @@ class Harness:
             without reading its payload (``tests/e2e/test_early_exit.py``): the fast path
             skips the drain.
         timeout_unit: the unit of a registered hook timeout, ``s`` or ``ms``.
+        plugin: our harness plugin as the harness names it, or None: Claude Code's
+            ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``);
+            :mod:`supervisor.commands._plugins`.
     """
 
     name: str
@@ -85,6 +88,7 @@ class Harness:
     nested_on_demand: bool = False
     early_exit: bool = False
     timeout_unit: Unit = "s"
+    plugin: str | None = None
 
     @property
     def timeout_scale(self) -> int:
@@ -102,7 +106,8 @@ ROWS: tuple[Harness, ...] = (
             packages=("@anthropic-ai/claude-code",), project=".claude/settings.json",
             user="settings.json", user_dir=".claude", local=".claude/settings.local.json",
             prompt_event="UserPromptSubmit", post_tool_event="PostToolUse", loads="claude",
-            imports=True, nested_on_demand=True, early_exit=True),
+            imports=True, nested_on_demand=True, early_exit=True,
+            plugin="watchkeeper@watchkeeper"),
     Harness("codex", "Codex CLI", "hook", processes=("codex",), packages=("@openai/codex",),
             project=".codex/hooks.json", user="hooks.json", user_dir=".codex",
             user_dir_env="CODEX_HOME", prompt_event="UserPromptSubmit", loads="codex",

@@ -1,5 +1,5 @@
 """The wheel carries everything a non-editable install needs (pipx, uv tool): the built-in
-stages, the embedded default digest, the bridge extensions, the typing marker."""
+stages, the embedded default digest, the bridge extensions, the typing marker, the plugins' entry script."""
 
 from __future__ import annotations
 
@@ -29,3 +29,10 @@ def test_wheel_ships_stages_default_and_bridges(tmp_path: Path) -> None:
                    "supervisor/bridges/pi/index.ts", "supervisor/bridges/opencode/watchkeeper.ts"):
         assert needed in names, needed
     assert not any(n.startswith(("tests/", "stages/")) for n in names)
+    # the plugins' entry, installed beside `supervise` (pipx and uv tool link it onto PATH too)
+    for needed in ("supervisor/_plugins/.claude-plugin/marketplace.json",
+                   "supervisor/_plugins/plugins/claude/.claude-plugin/plugin.json",
+                   "supervisor/_plugins/plugins/claude/hooks/hooks.json"):
+        assert needed in names, needed
+    [script] = [n for n in names if n.endswith(".data/scripts/supervise-hook")]
+    assert zipfile.ZipFile(wheel).getinfo(script).external_attr >> 16 & 0o111

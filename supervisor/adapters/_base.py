@@ -146,6 +146,11 @@ class Adapter:
         return "nudge" if self.row.kind == "nudge" else "run"
 
     @property
+    def plugin(self) -> str | None:
+        """Our harness plugin as the harness names it (the row's ``plugin``), or None."""
+        return self.row.plugin
+
+    @property
     def scopes(self) -> tuple[str, ...]:
         """The ``--scope`` values ``install`` accepts for this harness."""
         scopes = ("project", "user") if self.project_settings else ("user",)

@@ -8,6 +8,10 @@
   a 2 KB preview and a file path (LAB: 9,937 chars inlined, 10,137 not), hence the 9,000 cap.
 - ``UserPromptSubmit`` and ``PostToolUse`` take the same envelope with their own event name.
 - Grok and Cursor can load this file too; Grok sets ``GROK_HOOK_EVENT``.
+- Plugin (DOC https://code.claude.com/docs/en/plugins-reference): ``plugins/claude`` of this
+  repository, listed by its ``.claude-plugin/marketplace.json``; enabled per scope by
+  ``"enabledPlugins": {"watchkeeper@watchkeeper": true}``, loaded only once
+  ``claude plugin install`` put it in ``~/.claude/plugins/`` (LAB 2.1.197).
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter, _settings
+from . import _plugins
 
 MIN_HEADROOM = 5.0
 """Seconds a registered session-start timeout must exceed the digest budget by."""
@@ -514,11 +515,37 @@ def _subdir_check(adapter: Adapter, project: Path, start: Path, scopes: list[str
                   "in, and this registration counts; it stays silent elsewhere)")]
 
 
+def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], project: Path,
+                   home: Path) -> list[Check]:
+    """The checks of our harness plugin where a settings file enables it (``plugins``: the
+    file, its scope and the key): is it in the harness's cache (else it does not load), and is
+    ``supervise-hook``, which its hooks run, on ``PATH``."""
+    checks = []
+    for path, scope, key in plugins:
+        if _plugins.cached(adapter, home, project, scope):
+            checks.append(Check("ok", adapter.name, f"plugin {key} enabled in {path} and "
+                                f"installed in {adapter.title}'s cache"))
+        else:
+            checks.append(Check("FAIL", adapter.name, f"plugin {key} enabled in {path} but not "
+                                f"installed in {adapter.title}'s cache: it does not load",
+                                f"supervise install {adapter.name} --plugin --scope {scope}"))
+    if plugins:
+        found = shutil.which("supervise-hook")
+        if found:
+            checks.append(Check("ok", adapter.name, f"the plugin's hooks run {found}"))
+        else:
+            checks.append(Check("FAIL", adapter.name, "supervise-hook, which the plugin's hooks "
+                                "run, is not on PATH", "install watchkeeper with `pipx install` "
+                                "or `uv tool install` (they put supervise-hook on PATH)"))
+    return checks
+
+
 def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
                     start: Path | None = None) -> list[Check]:
     """The checks of one hook harness; ``start``: the folder doctor was asked about when it is
     a subdirectory of ``project`` (else None)."""
     found: list[tuple[Path, dict[str, list[dict[str, Any]]], dict[str, Any] | None]] = []
+    plugins: list[tuple[Path, str, str]] = []  # (settings file, scope, plugin key)
     scope_of: dict[Path, str] = {}
     checks: list[Check] = []
     from .._home import home_dir
@@ -543,15 +570,22 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
         if regs:
             found.append((path, regs, data))
             scope_of[path] = scope
+        plugins += [(path, scope, key) for key in _plugins.enabled(data, adapter)]
+    checks += _plugin_checks(adapter, plugins, project, Path(home or project))
+    if plugins and not found:
+        return checks
     if not found:
         if named or checks:
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
                                 f"supervise install {adapter.name}"))
         return checks
-    if len(found) > 1:  # e.g. .claude/settings.json and settings.local.json: keep one
-        checks.append(Check("warn", adapter.name, "registered in " + " and ".join(
-            str(p) for p, _, _ in found) + f"; keep one (`supervise uninstall {adapter.name} "
-            "--scope SCOPE` removes the other)"))
+    if len(found) + len(plugins) > 1:  # e.g. .claude/settings.json and settings.local.json,
+        # or a plugin beside settings hooks: each runs, so keep one
+        places = [str(p) for p, _, _ in found] + [f"the plugin {key} ({p})" for p, _, key in plugins]
+        checks.append(Check("warn", adapter.name, "registered in " + " and ".join(places) +
+                            f"; keep one (`supervise uninstall {adapter.name} --scope SCOPE` "
+                            f"removes the other; `supervise install {adapter.name} --plugin` "
+                            "keeps the plugin alone)"))
     for path, regs, data in found:
         session = regs.get(adapter.session_event, [])
         if not session:

@@ -31,11 +31,12 @@ from ..state._project import add_git_exclude
 from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter
 from ..adapters._base import PROMPT_TIMEOUT, TIMEOUT_MARGIN
+from . import _plugins
 
 if TYPE_CHECKING:
     from ..adapters._settings import Entry
 
-USAGE = "supervise install HARNESS... [--scope project|user] [--project DIR]"
+USAGE = "supervise install HARNESS... [--scope project|user] [--plugin] [--project DIR]"
 
 
 def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
@@ -47,6 +48,13 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
                    help="project: the project's settings file, usually committed (default); "
                    "user: your settings in $HOME, every project; local: your own uncommitted "
                    "project file (Claude's .claude/settings.local.json, git-ignored)")
+    if prog == "supervise install":
+        p.add_argument("--plugin", action="store_true",
+                       help="register the harness plugin instead of the settings hooks (Claude "
+                       "Code: enables watchkeeper@watchkeeper in the scope's settings file, "
+                       "which stays machine-independent, and puts the plugin in Claude's cache "
+                       "with `claude plugin install`); without it, a scope that has the "
+                       "plugin moves back to the settings hooks")
     add_directory(p)
     return p
 
@@ -236,6 +244,33 @@ def _is_folder(home: Path) -> bool:
         return False
 
 
+def _install_plugin(adapter: Adapter, scope: str, path: Path, data: dict[str, object] | None,
+                    project_dir: Path) -> bool:
+    """Move ``scope`` of ``adapter`` to its plugin: our settings hooks removed from ``path``,
+    the plugin enabled there, then put in the harness's cache by its CLI
+    (:func:`supervisor.commands._plugins.run_setup`). False (said on stderr) when that
+    failed: the settings file is written, the plugin not yet loaded."""
+    from ..adapters import _settings
+
+    where = _rel(path, project_dir)
+    new, removed = _settings.remove(dict(data or {}), adapter, path)
+    new = _plugins.enable(new, adapter)
+    if new != data:
+        _settings.write_settings(path, new)
+    moved = f", {removed} settings hook(s) of ours removed" if removed else ""
+    print(f"{adapter.name}: plugin {adapter.plugin} enabled in {where}{moved}")
+    if scope == "local":
+        add_git_exclude(project_dir, "/" + where)
+    problem = _plugins.run_setup(adapter, "local" if scope == "local" else scope, project_dir)
+    if problem:
+        print(f"supervise install: {adapter.name}: the plugin is enabled but not installed: "
+              f"{problem}", file=sys.stderr)
+        return False
+    print(f"{adapter.name}: plugin {adapter.plugin} installed in {adapter.title}'s cache "
+          "(it runs supervise-hook from PATH)")
+    return True
+
+
 def main(argv: list[str]) -> int:
     """Install each named harness; exit 1 if any settings file was refused (or is behind a
     symbolic link: then nothing is written), 2 on bad usage."""
@@ -268,9 +303,21 @@ def main(argv: list[str]) -> int:
             continue
         scope = args.scope
         path = _settings.settings_path(adapter, scope, project_dir, home)
+        if args.plugin and not adapter.plugin:
+            print(f"{adapter.name}: skipped: {adapter.title} has no watchkeeper plugin; run "
+                  f"`supervise install {adapter.name}` for its settings hooks", file=sys.stderr)
+            failed = True
+            continue
         try:
             data = _settings.read_settings(path)
+            if args.plugin:
+                failed |= not _install_plugin(adapter, scope, path, data, project_dir)
+                continue
             new = _settings.merge(data or {}, adapter, entries(adapter, budget, scope=scope), path)
+            new, moved = _plugins.disable(new, adapter)
+            if moved:
+                print(f"{adapter.name}: plugin {', '.join(moved)} no longer enabled in "
+                      f"{_rel(path, project_dir)} (the settings hooks replace it)")
             if new == data:
                 print(f"{adapter.name}: already installed in {_rel(path, project_dir)} (unchanged)")
             else:

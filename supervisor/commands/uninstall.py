@@ -1,8 +1,9 @@
 """``supervise uninstall HARNESS... [--scope project|user] [--project DIR]``.
 
 Removes only our handlers (recognised by the command, see
-:func:`supervisor.adapters._settings.is_ours`) from each harness's settings file; every other
-key and hook stays. A settings file left holding nothing is removed. Idempotent.
+:func:`supervisor.adapters._settings.is_ours`) and the key enabling our plugin
+(:mod:`supervisor.commands._plugins`) from each harness's settings file; every other key and
+hook stays. A settings file left holding nothing is removed. Idempotent.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from .._errors import ConfigError
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ..adapters import _settings
+from . import _plugins
 from .install import _rel, link_refusals, prepare
 
 
@@ -43,7 +45,11 @@ def main(argv: list[str]) -> int:
                 print(f"{adapter.name}: nothing to remove ({where} does not exist)")
                 continue
             new, removed = _settings.remove(data, adapter, path)
-            if not removed:
+            new, plugin = _plugins.disable(new, adapter)
+            if plugin:
+                print(f"{adapter.name}: plugin {', '.join(plugin)} no longer enabled in {where} "
+                      f"(`claude plugin uninstall {plugin[0]}` also drops it from the cache)")
+            if not removed and not plugin:
                 print(f"{adapter.name}: nothing to remove in {where}")
                 continue
             if new:
@@ -54,8 +60,9 @@ def main(argv: list[str]) -> int:
                     path.parent.rmdir()
                 except OSError:
                     pass
-            print(f"{adapter.name}: removed {removed} watchkeeper hook(s) from {where}"
-                  + ("" if new else " (the file held nothing else and was removed)"))
+            if removed:
+                print(f"{adapter.name}: removed {removed} watchkeeper hook(s) from {where}"
+                      + ("" if new else " (the file held nothing else and was removed)"))
         except ConfigError as err:
             print(f"supervise uninstall: {adapter.name}: {err}", file=sys.stderr)
             failed = True

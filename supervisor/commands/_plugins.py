@@ -1,0 +1,152 @@
+"""The harness plugin install: where the plugins are, and the settings key that enables one.
+
+A harness whose adapter names a ``plugin`` (Claude Code: ``watchkeeper@watchkeeper``, the
+plugin ``watchkeeper`` of the marketplace ``watchkeeper``, DOC
+https://code.claude.com/docs/en/plugins-reference) loads our hooks from the plugin's own
+``hooks/hooks.json`` instead of its settings file. Those hooks run ``supervise-hook`` found on
+``PATH`` (the wheel installs it beside ``supervise``), so a project's settings file holds
+only ``"enabledPlugins": {"watchkeeper@watchkeeper": true}``: nothing machine-specific,
+safe to commit. The plugin itself is put in the harness's cache once per machine by the
+harness's own CLI (``claude plugin marketplace add ROOT``, ``claude plugin install``).
+
+``install HARNESS --plugin`` moves a scope from the settings hooks to the plugin,
+``install HARNESS`` moves it back, ``uninstall`` removes either; ``doctor`` reports a plugin
+and a plugin beside settings hooks (the digest would arrive twice).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from ..adapters import Adapter
+
+PLUGIN_KEY = "enabledPlugins"
+"""The settings key mapping ``plugin@marketplace`` to true/false (Claude Code)."""
+
+CLI_TIMEOUT = 120.0
+"""Seconds one call of the harness's plugin CLI may take (a local marketplace: about 2 s)."""
+
+
+def marketplace_root() -> Path | None:
+    """The folder holding ``.claude-plugin/marketplace.json`` and ``plugins/``: inside the
+    installed package (``supervisor/_plugins/``, shipped in the wheel), else the checkout
+    this package runs from; None when neither has it."""
+    package = Path(__file__).resolve().parent.parent
+    for root in (package / "_plugins", package.parent):
+        if (root / ".claude-plugin" / "marketplace.json").is_file():
+            return root
+    return None
+
+
+def plugin_name(adapter: Adapter) -> str:
+    """The plugin's own name (``watchkeeper`` of ``watchkeeper@watchkeeper``)."""
+    return (adapter.plugin or "").partition("@")[0]
+
+
+def enabled(data: dict[str, Any] | None, adapter: Adapter) -> list[str]:
+    """The keys of ``data[enabledPlugins]`` that enable our plugin (any marketplace the user
+    added it from: ``watchkeeper@NAME``); empty when the harness has no plugin."""
+    table = (data or {}).get(PLUGIN_KEY)
+    if not adapter.plugin or not isinstance(table, dict):
+        return []
+    name = plugin_name(adapter)
+    return [key for key, on in table.items()
+            if isinstance(key, str) and key.partition("@")[0] == name and on is True]
+
+
+def enable(data: dict[str, Any], adapter: Adapter) -> dict[str, Any]:
+    """``data`` with our plugin enabled (a copy; every other key kept)."""
+    new = copy.deepcopy(data)
+    table = new.get(PLUGIN_KEY)
+    if not isinstance(table, dict):
+        table = new[PLUGIN_KEY] = {}
+    if not enabled(new, adapter):
+        table[adapter.plugin] = True
+    return new
+
+
+def disable(data: dict[str, Any], adapter: Adapter) -> tuple[dict[str, Any], list[str]]:
+    """``data`` without the keys that enable our plugin (an emptied table is dropped), and
+    those keys."""
+    keys = enabled(data, adapter)
+    if not keys:
+        return data, []
+    new = copy.deepcopy(data)
+    for key in keys:
+        del new[PLUGIN_KEY][key]
+    if not new[PLUGIN_KEY]:
+        del new[PLUGIN_KEY]
+    return new, keys
+
+
+def cached(adapter: Adapter, home: Path, project: Path, scope: str) -> bool:
+    """Whether the harness has the plugin in its cache for ``scope`` (Claude Code's
+    ``~/.claude/plugins/installed_plugins.json``: an entry of scope ``user``, or of the
+    project's scope with its ``projectPath``). A plugin enabled but not cached does not load
+    (observed with 2.1.197: ``claude plugin list`` shows nothing, no hook runs)."""
+    path = home / ".claude" / "plugins" / "installed_plugins.json"
+    try:
+        data = json.loads(path.read_bytes()[:4 << 20])
+    except (OSError, ValueError):
+        return False
+    plugins = data.get("plugins") if isinstance(data, dict) else None
+    if not isinstance(plugins, dict):
+        return False
+    name = plugin_name(adapter)
+    for key, installs in plugins.items():
+        if not (isinstance(key, str) and key.partition("@")[0] == name and isinstance(installs, list)):
+            continue
+        for item in installs:
+            if not isinstance(item, dict):
+                continue
+            if item.get("scope") == "user":
+                return True
+            where = item.get("projectPath")
+            if item.get("scope") == scope and isinstance(where, str) and (
+                    os.path.realpath(where) == os.path.realpath(project)):
+                return True
+    return False
+
+
+def setup_commands(adapter: Adapter, scope: str) -> list[list[str]]:
+    """The harness CLI calls that put the plugin in its cache for ``scope`` (empty when the
+    marketplace is not found)."""
+    root = marketplace_root()
+    if root is None or not adapter.plugin:
+        return []
+    return [["claude", "plugin", "marketplace", "add", str(root)],
+            ["claude", "plugin", "install", adapter.plugin, "--scope", scope]]
+
+
+def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
+    """Run :func:`setup_commands` with the harness's CLI found on ``PATH``, in ``project``.
+
+    Returns:
+        ``""`` when every call succeeded, else one line saying what failed (or that the CLI
+        is not on ``PATH``) and the commands to run by hand.
+    """
+    import shlex
+
+    commands = setup_commands(adapter, scope)
+    shown = " && ".join(shlex.join(c) for c in commands)
+    if not commands:
+        return "the plugin marketplace (.claude-plugin/marketplace.json) is not in this install"
+    cli = shutil.which(commands[0][0])
+    if cli is None:
+        return f"{commands[0][0]} is not on PATH; on this machine run: {shown}"
+    for command in commands:
+        try:
+            proc = subprocess.run([cli, *command[1:]], cwd=project, capture_output=True,
+                                  text=True, timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return f"{shlex.join(command)} failed ({err}); run by hand: {shown}"
+        if proc.returncode != 0:  # both calls succeed when it is already there
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+            return f"{shlex.join(command)} failed ({last[0][:200]}); run by hand: {shown}"
+    return ""

@@ -1,0 +1,83 @@
+"""The harness plugins of ``plugins/``, loaded by the real CLIs from a local path, against the
+fake model server (Claude Code 2.1.197: ``claude --plugin-dir DIR``).
+
+The plugin's hooks run ``supervise-hook`` found on ``PATH`` (the wheel installs it beside
+``supervise``: pipx, uv tool, a venv), so here ``PATH`` starts with this interpreter's bin
+folder and no settings file registers anything: what reaches the model came through the
+plugin.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, FakeModel, Project, harness_bin
+from test_claude import claude_env
+from conftest import run_harness
+
+pytestmark = pytest.mark.e2e
+
+CLAUDE_PLUGIN = ROOT / "plugins" / "claude"
+
+
+def on_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the folder of this interpreter's ``supervise-hook`` first on ``PATH``."""
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "supervise-hook").is_file(), (
+        "supervise-hook is not installed beside this interpreter: reinstall the package "
+        "(pip install -e .) so the wheel's shared script is placed")
+    return {**env, "PATH": f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"}
+
+
+def claude_plugin(project: Project, fake: FakeModel, *args: str) -> dict:
+    import json
+
+    proc = run_harness([harness_bin("claude"), "--plugin-dir", CLAUDE_PLUGIN, *args,
+                        "--output-format", "json"], project.path, on_path(claude_env(fake)))
+    assert proc.returncode == 0, f"claude {args} failed: {proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_claude_plugin_delivers_the_digest_and_the_reemit_after_compact(
+        project: Project, fake_model: FakeModel) -> None:
+    assert not (project.path / ".claude").exists()  # nothing registered in settings
+    sid = claude_plugin(project, fake_model, "-p", "turn 1")["session_id"]
+    assert fake_model.seen(f"{project.mark}-startup-full")
+    claude_plugin(project, fake_model, "--resume", sid, "-p", "turn 2")
+    for _ in range(3):
+        result = claude_plugin(project, fake_model, "--resume", sid, "-p", "/compact").get("result", "")
+        if not str(result).startswith("Not enough messages"):
+            break
+    since = fake_model.count()
+    claude_plugin(project, fake_model, "--resume", sid, "-p", "after compact")
+    assert fake_model.seen(f"{project.mark}-compact-reemit", since)
+
+
+def test_install_plugin_moves_a_settings_install_to_the_plugin(project: Project, fake_model: FakeModel,
+                                                               tmp_path: Path) -> None:
+    """``supervise install claude --plugin`` with the real CLI on PATH (its own HOME): the
+    settings hooks go, the plugin is enabled and cached, and the next session gets the digest
+    once, through the plugin."""
+    import json
+    import subprocess
+
+    claude_bin = harness_bin("claude")
+    home = tmp_path / "home"
+    home.mkdir()
+    env = on_path(claude_env(fake_model, HOME=str(home)))
+    env["PATH"] = f"{claude_bin.parent}{os.pathsep}{env['PATH']}"
+    project.install("claude")
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "claude", "--plugin"],
+                          cwd=project.path, env=env, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    settings = json.loads((project.path / ".claude" / "settings.json").read_text())
+    assert settings == {"enabledPlugins": {"watchkeeper@watchkeeper": True}}
+    run = run_harness([claude_bin, "-p", "turn 1", "--output-format", "json"], project.path, env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    bodies = fake_model.bodies()
+    assert sum(body.count(f"{project.mark}-startup-full") for body in bodies[-1:]) == 1

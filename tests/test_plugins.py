@@ -1,0 +1,224 @@
+"""The harness plugins of ``plugins/`` and the ``supervise-hook`` entry they run.
+
+A plugin's hooks find ``supervise-hook`` on ``PATH``: the wheel installs it (the checkout's
+``bin/supervise-hook``, one file) beside ``supervise`` in the environment pipx, uv tool or a
+venv made, and pipx and uv tool put a link to it on ``PATH``. Through that link it finds the
+environment's interpreter and the fast path inside the installed package, never a copy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIM = ROOT / "bin" / "supervise-hook"
+CLAUDE_PLUGIN = ROOT / "plugins" / "claude"
+
+
+def _plugin_commands(hooks_file: Path) -> dict[str, str]:
+    data = json.loads(hooks_file.read_text("utf-8"))
+    out = {}
+    for event, groups in data["hooks"].items():
+        [group] = groups
+        [handler] = group["hooks"]
+        assert handler["type"] == "command"
+        out[event] = handler["command"]
+    return out
+
+
+@pytest.fixture
+def installed(tmp_path: Path) -> tuple[Path, Path]:
+    """An environment laid out as pipx/uv tool make one (``<env>/pyvenv.cfg``, ``bin/``,
+    ``lib/pythonX.Y/site-packages/supervisor/``), its ``supervise-hook`` linked from a
+    ``PATH`` folder; the env's ``python`` records each start. Returns (PATH folder, record)."""
+    env = tmp_path / "tools env"
+    (env / "bin").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    site = env / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "supervisor").symlink_to(ROOT / "supervisor")  # the installed package
+    record = tmp_path / "starts"
+    python = env / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho started >> "{record}"\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    shim = env / "bin" / "supervise-hook"
+    shim.write_bytes(SHIM.read_bytes())
+    shim.chmod(0o755)
+    on_path = tmp_path / "local bin"
+    on_path.mkdir()
+    (on_path / "supervise-hook").symlink_to(shim)
+    return on_path, record
+
+
+def _git_project(tmp_path: Path, toml: str = "") -> Path:
+    project = tmp_path / "proj"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    if toml:
+        (project / "supervise.toml").write_text(toml)
+    return project
+
+
+def _run(command: str, project: Path, path: str, payload: dict[str, object]) -> subprocess.CompletedProcess[bytes]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERVISE_", "CLAUDE"))}
+    env.update(PATH=path, CLAUDE_PLUGIN_ROOT=str(CLAUDE_PLUGIN))
+    return subprocess.run(["/bin/sh", "-c", command], cwd=project, input=json.dumps(payload, separators=(",", ":")).encode(),
+                          capture_output=True, env=env, timeout=60)
+
+
+def test_claude_marketplace_names_the_plugin_folder() -> None:
+    market = json.loads((ROOT / ".claude-plugin" / "marketplace.json").read_text("utf-8"))
+    [entry] = market["plugins"]
+    folder = (ROOT / entry["source"]).resolve()
+    assert folder == CLAUDE_PLUGIN
+    manifest = json.loads((folder / ".claude-plugin" / "plugin.json").read_text("utf-8"))
+    assert manifest["name"] == entry["name"] == "watchkeeper"
+
+
+def test_claude_plugin_registers_each_event_through_the_shim() -> None:
+    from supervisor.adapters import ADAPTERS
+
+    claude = ADAPTERS["claude"]
+    commands = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")
+    assert set(commands) == {claude.session_event, claude.prompt_event, claude.post_tool_event}
+    assert "exec supervise-hook claude;" in commands[claude.session_event]
+    assert "exec supervise-hook claude --event prompt;" in commands[claude.prompt_event]
+    assert "exec supervise-hook claude --event post-tool;" in commands[claude.post_tool_event]
+
+
+def test_plugin_hook_runs_the_installed_package(installed: tuple[Path, Path], tmp_path: Path) -> None:
+    on_path, record = installed
+    project = _git_project(tmp_path, 'budget = 20\n[[stages]]\nname = "m"\nrun = ["/bin/echo", "PLUGIN-OK"]\n')
+    command = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")["SessionStart"]
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin",
+                {"session_id": "s", "cwd": str(project), "source": "startup",
+                 "hook_event_name": "SessionStart"})
+    assert proc.returncode == 0, proc.stderr
+    assert "PLUGIN-OK" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert record.exists()  # the environment's own interpreter, found through the link
+
+
+def test_plugin_prompt_hook_takes_the_installed_fast_path(installed: tuple[Path, Path],
+                                                           tmp_path: Path) -> None:
+    on_path, record = installed
+    project = _git_project(tmp_path)
+    command = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")["UserPromptSubmit"]
+    payload = {"session_id": "s-1", "transcript_path": "/nowhere/t.jsonl", "cwd": str(project),
+               "hook_event_name": "UserPromptSubmit", "prompt": "hello"}
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin", payload)
+    # nothing pending: the package's hook-fast.sh answered without starting Python
+    assert (proc.returncode, proc.stdout, proc.stderr, record.exists()) == (0, b"", b"", False)
+    from helpers import configure_deferred, write_result
+
+    configure_deferred(project, "network")
+    write_result(project / ".supervise" / "deferred" / "network", "1-abc",
+                 {"title": "network", "status": "ok", "exit_code": 0, "seconds": 0.1,
+                  "started": 1.0, "finished": 2.0, "output": "NETWORK-OK"})
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin", payload)
+    assert proc.returncode == 0 and record.exists() and b"NETWORK-OK" in proc.stdout
+
+
+def test_plugin_hook_without_supervise_says_one_line_and_exits_zero(tmp_path: Path) -> None:
+    project = _git_project(tmp_path)
+    for command in _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json").values():
+        proc = _run(command, project, "/usr/bin:/bin", {"session_id": "s", "cwd": str(project)})
+        assert proc.returncode == 0 and proc.stdout == b""
+        [line] = proc.stderr.decode().strip().splitlines()
+        assert "supervise-hook is not on PATH" in line
+
+
+def _supervise(args: list[str], project: Path, home: Path, path: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERVISE_", "CLAUDE"))}
+    env.update(HOME=str(home), PATH=path)
+    return subprocess.run([sys.executable, "-m", "supervisor", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture
+def fake_claude(tmp_path: Path) -> tuple[str, Path]:
+    """A ``claude`` on PATH that logs its arguments and, for ``plugin install``, records the
+    install in ``~/.claude/plugins/installed_plugins.json`` as the real CLI does (2.1.197)."""
+    folder = tmp_path / "cli bin"
+    folder.mkdir()
+    log = tmp_path / "claude-calls"
+    script = folder / "claude"
+    script.write_text(f"""#!{sys.executable}
+import json, os, sys
+open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1:3] == ["plugin", "install"]:
+    path = os.path.join(os.environ["HOME"], ".claude", "plugins", "installed_plugins.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    scope = sys.argv[sys.argv.index("--scope") + 1]
+    json.dump({{"version": 2, "plugins": {{sys.argv[3]: [{{"scope": scope, "projectPath": os.getcwd()}}]}}}},
+              open(path, "w"))
+""")
+    script.chmod(0o755)
+    return f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin", log
+
+
+def test_install_plugin_moves_the_project_to_the_plugin_and_back(tmp_path: Path,
+                                                                 fake_claude: tuple[str, Path]) -> None:
+    path, log = fake_claude
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    settings = project / ".claude" / "settings.json"
+    assert _supervise(["install", "claude"], project, home, path).returncode == 0
+    assert "hooks" in json.loads(settings.read_text())
+    moved = _supervise(["install", "claude", "--plugin"], project, home, path)
+    assert moved.returncode == 0, moved.stderr
+    data = json.loads(settings.read_text())
+    # the committed file names nothing of this machine: no hooks, the plugin enabled
+    assert data == {"enabledPlugins": {"watchkeeper@watchkeeper": True}}
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("plugin marketplace add ") and Path(calls[0].split(" ", 3)[3], ".claude-plugin").is_dir()
+    assert calls[1] == "plugin install watchkeeper@watchkeeper --scope project"
+    doctor = _supervise(["doctor", "claude"], project, home, path)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "plugin watchkeeper@watchkeeper enabled in" in doctor.stdout and "supervise-hook" in doctor.stdout
+    back = _supervise(["install", "claude"], project, home, path)
+    assert back.returncode == 0, back.stderr
+    data = json.loads(settings.read_text())
+    assert "enabledPlugins" not in data and "SessionStart" in data["hooks"]
+    gone = _supervise(["uninstall", "claude"], project, home, path)
+    assert gone.returncode == 0 and not settings.exists()
+
+
+def test_doctor_sees_the_plugin_beside_settings_hooks_and_a_plugin_not_installed(
+        tmp_path: Path, fake_claude: tuple[str, Path]) -> None:
+    path, _ = fake_claude
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    assert _supervise(["install", "claude"], project, home, path).returncode == 0
+    local = project / ".claude" / "settings.local.json"
+    local.write_text(json.dumps({"enabledPlugins": {"watchkeeper@my-fork": True}}))
+    doctor = _supervise(["doctor", "claude"], project, home, path)
+    lines = doctor.stdout.splitlines()
+    [twice] = [ln for ln in lines if "registered in" in ln and "the plugin watchkeeper@my-fork" in ln]
+    assert twice.startswith("warn")
+    [absent] = [ln for ln in lines if "not installed" in ln]
+    assert absent.startswith("FAIL") and "supervise install claude --plugin --scope local" in absent
+    assert doctor.returncode == 1
+    # uninstall takes both away, each file keeping what is not ours
+    assert _supervise(["uninstall", "claude", "--scope", "local"], project, home, path).returncode == 0
+    assert not local.exists()
+
+
+def test_install_plugin_without_the_cli_enables_it_and_says_how_to_finish(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    proc = _supervise(["install", "claude", "--plugin"], project, home,
+                      f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    assert proc.returncode == 1
+    assert json.loads((project / ".claude" / "settings.json").read_text()) == {
+        "enabledPlugins": {"watchkeeper@watchkeeper": True}}
+    [line] = proc.stderr.strip().splitlines()
+    assert "claude is not on PATH" in line and "claude plugin install watchkeeper@watchkeeper" in line
