@@ -40,6 +40,7 @@ VERBS: dict[str, str] = {
     "doctor": "check registrations, timeouts, state dir and config",
     "config": "print the effective or the embedded default configuration",
     "bridge": "machine interface for extension bridges (Pi, OpenCode): JSON result",
+    "mcp": "serve the digest over MCP (stdio) for MCP clients; needs watchkeeper[mcp]",
 }
 
 USAGE = "usage: supervise [-h] [-V] VERB [OPTIONS]  (supervise VERB --help for a verb's options)"

@@ -540,6 +540,58 @@ def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], proje
     return checks
 
 
+def _mcp_checks(project: Path, named: bool) -> list[Check]:
+    """The ``supervise mcp`` registrations of every MCP client (``install mcp --for CLIENT``):
+    each entry runs ``supervise mcp --for CLIENT``, ``supervise`` is on ``PATH`` and has the
+    SDK (``watchkeeper[mcp]``); where the client's harness has our hook too, the server's
+    instructions stand down (the digest arrives once). ``named``: ``doctor mcp``, so no
+    registration at all is a failure."""
+    import importlib.util
+
+    from . import _mcp_clients
+    from .mcp import standdown_reason
+
+    home = _home_path()
+    checks: list[Check] = []
+    found = False
+    for client in _mcp_clients.CLIENTS.values():
+        for scope, _ in client.files:
+            if scope == "user" and home is None:
+                continue
+            path = client.path(scope, project, home or project)
+            subject = f"mcp ({client.name})"
+            try:
+                data, _raw = _mcp_clients.read(client, path)
+            except Exception as err:  # ConfigError: one line
+                checks.append(Check("FAIL", subject, str(err), "fix the file (install refuses to edit it)"))
+                continue
+            entry = _mcp_clients.registered(client, data)
+            if entry is None:
+                continue
+            found = True
+            if not _mcp_clients.entry_ok(client, entry):
+                checks.append(Check("FAIL", subject, f"the {_mcp_clients.NAME} server in {path} does "
+                                    f"not run `supervise mcp --for {client.name}`",
+                                    f"supervise install mcp --for {client.name} --scope {scope}"))
+                continue
+            checks.append(Check("ok", subject, f"server registered in {path}"))
+            reason = standdown_reason(client.name, project)
+            if reason:
+                checks.append(Check("ok", subject, f"{reason} delivers the digest; the server's "
+                                    "instructions stand down to one line (the digest arrives once)"))
+    if not found:
+        return [Check("FAIL", "mcp", "no supervise mcp registration found",
+                      "supervise install mcp --for CLIENT")] if named else []
+    program = shutil.which(_mcp_clients.COMMAND)
+    if program is None:
+        checks.append(Check("FAIL", "mcp", f"{_mcp_clients.COMMAND}, which the clients run, is not "
+                            "on PATH", "pipx install 'watchkeeper[mcp]' (or uv tool install)"))
+    elif importlib.util.find_spec("mcp") is None:
+        checks.append(Check("FAIL", "mcp", "the MCP SDK is not installed",
+                            "pipx install 'watchkeeper[mcp]' (or: pip install 'watchkeeper[mcp]')"))
+    return checks
+
+
 def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
                     start: Path | None = None) -> list[Check]:
     """The checks of one hook harness; ``start``: the folder doctor was asked about when it is
@@ -622,12 +674,12 @@ def main(argv: list[str]) -> int:
     """Run every check and print one line each; exit 1 if any failed."""
     p = VerbParser(prog="supervise doctor", description="check registrations, timeouts, "
                                 "state dir and config")
-    p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])})")
+    p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])}, or mcp: the MCP server's registrations)")
     add_directory(p)
     args = p.parse_args(argv)
     from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
 
-    unknown = [h for h in args.harnesses if h not in ADAPTERS and h not in BRIDGES]
+    unknown = [h for h in args.harnesses if h not in ADAPTERS and h not in BRIDGES and h != "mcp"]
     if unknown:
         print(f"supervise doctor: unknown harness {unknown[0]!r} (known: "
               f"{', '.join([*ADAPTERS, *BRIDGES])})",
@@ -652,6 +704,8 @@ def main(argv: list[str]) -> int:
     harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
                        if name in BRIDGES for status, text, fix in
                        bridge_check(bridge(name), project, _home_path(), budget, bool(args.harnesses))]
+    if not args.harnesses or "mcp" in args.harnesses:
+        harness_checks += _mcp_checks(project, "mcp" in args.harnesses)
     if _home_path() is None:
         harness_checks.insert(0, Check("warn", "home", "user-scope registrations not checked: no "
                                        "home directory (HOME unset, empty or relative)",

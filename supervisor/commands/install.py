@@ -36,18 +36,25 @@ from . import _plugins
 if TYPE_CHECKING:
     from ..adapters._settings import Entry
 
-USAGE = "supervise install HARNESS... [--scope project|user] [--plugin] [--project DIR]"
+USAGE = ("supervise install HARNESS... [--scope project|user] [--plugin] [--project DIR] | "
+         "supervise install mcp --for CLIENT [--scope project|user]")
 
 
 def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     """The shared argument parser of ``install`` and ``uninstall``."""
     p = VerbParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
-                   help=f"one or more of: {', '.join(names())}, or 'all'")
+                   help=f"one or more of: {', '.join(names())}, or 'all'; "
+                   "or mcp (with --for CLIENT): the `supervise mcp` server")
     p.add_argument("--scope", choices=("project", "user", "local"), default="project",
                    help="project: the project's settings file, usually committed (default); "
                    "user: your settings in $HOME, every project; local: your own uncommitted "
                    "project file (Claude's .claude/settings.local.json, git-ignored)")
+    from ._mcp_clients import CLIENTS
+
+    p.add_argument("--for", dest="client", choices=list(CLIENTS), metavar="CLIENT",
+                   help=f"with HARNESS 'mcp': the MCP client whose configuration gets (or loses) "
+                   f"the `supervise mcp` server: {', '.join(CLIENTS)}")
     if prog == "supervise install":
         p.add_argument("--plugin", action="store_true",
                        help="register the harness plugin instead of the settings hooks (Claude "
@@ -75,8 +82,14 @@ def prepare(verb: str, verb_help: str, argv: list[str]) -> Request | int:
     from ..bridges._install import split
 
     args = parser(f"supervise {verb}", verb_help).parse_args(argv)
+    args.mcp = "mcp" in args.harnesses  # the MCP server: a client's configuration, not hooks
+    if args.mcp != bool(args.client):
+        print(f"supervise {verb}: 'mcp' and --for CLIENT go together (supervise {verb} mcp "
+              "--for CLIENT)", file=sys.stderr)
+        return EXIT_USAGE
+    args.harnesses = [h for h in args.harnesses if h != "mcp"]
     args.harnesses, bridged = split(args.harnesses)  # pi, opencode: extension files, not hooks
-    adapters = pick(args.harnesses)
+    adapters = pick(args.harnesses) if args.harnesses or not args.mcp else []
     if isinstance(adapters, str):
         print(f"supervise {verb}: {adapters}", file=sys.stderr)
         return EXIT_USAGE
@@ -226,6 +239,9 @@ def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
     if args.scope in ("project", "user"):
         for name in bridged:
             paths += bridge(name).files(args.scope, project_dir, home)
+    mcp_file = mcp_path(args, project_dir, home)
+    if isinstance(mcp_file, Path):
+        paths.append(mcp_file)
     if not _is_folder(home) and any(path.is_relative_to(home) for path in paths):
         # HOME unset-to-empty, relative or missing: a user-level file would land in the current
         # directory or create a home folder (HOME=/nonexistent made /nonexistent/.codex)
@@ -233,6 +249,63 @@ def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
         return [f"supervise {verb}: the home directory {shown!r} (HOME) is not "
                 "an existing folder given by an absolute path; set HOME; nothing written"]
     return [f"supervise {verb}: {line}" for line in _settings.refuse_links(paths, project_dir, home)]
+
+
+def mcp_path(args: argparse.Namespace, project_dir: Path, home: Path) -> Path | str | None:
+    """The MCP configuration file ``install``/``uninstall mcp --for CLIENT`` edits, an error
+    line when the client has no file for ``--scope``, or None without ``mcp``."""
+    if not getattr(args, "mcp", False):
+        return None
+    from ._mcp_clients import CLIENTS
+
+    client = CLIENTS[args.client]
+    scope = args.scope if args.scope != "local" else "project"
+    if all(s != scope for s, _ in client.files):
+        scope = client.files[0][0]  # goose: user only (said when it is used)
+    return client.path(scope, project_dir, home)
+
+
+def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path) -> bool:
+    """Add or remove the ``supervise mcp`` entry in ``--for CLIENT``'s configuration; one
+    line says what happened (errors on stderr). Returns True when it failed."""
+    from .._errors import ConfigError
+    from . import _mcp_clients
+
+    client = _mcp_clients.CLIENTS[args.client]
+    path = mcp_path(args, project_dir, home)
+    assert isinstance(path, Path)
+    where = _rel(path, project_dir)
+    try:
+        if verb == "install":
+            changed = _mcp_clients.install(client, path)
+        else:
+            changed = _mcp_clients.uninstall(client, path)
+    except (ConfigError, OSError) as err:
+        msg = str(err) if isinstance(err, ConfigError) else f"{path}: cannot write: {err.strerror or err}"
+        print(f"supervise {verb}: mcp ({client.title}): {msg}", file=sys.stderr)
+        return True
+    command = shlex.join([_mcp_clients.COMMAND, *_mcp_clients.entry_args(client)])
+    if verb == "install":
+        print(f"mcp: {client.title}: {'registered' if changed else 'already registered (unchanged)'} "
+              f"the server `{command}` in {where}")
+        import importlib.util
+        import shutil
+
+        if shutil.which(_mcp_clients.COMMAND) is None:
+            print(f"note: {_mcp_clients.COMMAND} is not on PATH here; {client.title} runs it "
+                  "from PATH: pipx install 'watchkeeper[mcp]'")
+        elif importlib.util.find_spec("mcp") is None:
+            print(f"note: {INSTALL_MCP}")
+        if client.note:
+            print(f"note: {client.note}")
+    else:
+        print(f"mcp: {client.title}: " + (f"removed the server from {where}" if changed
+                                          else f"nothing to remove in {where}"))
+    return False
+
+
+INSTALL_MCP = ("the MCP server needs the optional extra: pipx install 'watchkeeper[mcp]' "
+               "(or uv tool install 'watchkeeper[mcp]')")
 
 
 def _is_folder(home: Path) -> bool:
@@ -292,6 +365,8 @@ def main(argv: list[str]) -> int:
     if warning:
         print(warning, file=sys.stderr)
     failed = run_verb("install", bridged, args.scope, project_dir, budget)
+    if args.mcp:
+        failed |= mcp_verb("install", args, project_dir, home)
     steps: list[str] = []
     notes: list[str] = []
     for adapter in adapters:

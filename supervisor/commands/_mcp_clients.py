@@ -1,0 +1,256 @@
+"""Where each MCP client reads its servers, and our entry there (``install mcp --for CLIENT``).
+
+One row per client: its configuration file per scope and the file's format. Our entry runs
+``supervise mcp --for CLIENT`` found on ``PATH`` (pipx, uv tool), so a project file holds
+nothing machine-specific. ``install`` merges it (every other server and key kept),
+``uninstall`` removes it, ``doctor`` checks it; a file or folder that is a symbolic link is
+refused as for the hook settings (:func:`supervisor.adapters._settings.refuse_links`).
+
+Formats (DOC, each client's MCP page):
+
+- ``json``: ``{"mcpServers": {"watchkeeper": {"command": "supervise", "args": [...]}}}`` (Claude
+  Code ``.mcp.json`` and ``~/.claude.json``, Cursor ``.cursor/mcp.json``, Gemini CLI
+  ``settings.json``);
+- ``toml``: a ``[mcp_servers.watchkeeper]`` table with ``command`` and ``args`` (Codex
+  ``config.toml``), edited as text: our table alone is added or removed, every other byte
+  kept;
+- ``yaml``: ``extensions.watchkeeper`` with ``type: stdio``, ``cmd``, ``args``, ``enabled``
+  (goose ``~/.config/goose/config.yaml``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from .._record import record
+from ..adapters import _settings
+
+NAME = "watchkeeper"
+"""Our server's name in every client's configuration (``serverInfo.name`` too)."""
+
+COMMAND = "supervise"
+"""The program of our entry, found on ``PATH`` by the client."""
+
+
+@record
+class Client:
+    """One MCP client: ``name`` (``--for``), ``title``, ``files`` (scope to path; a project path
+    is relative to the project, a user path to the home folder), ``format`` (``json``,
+    ``toml``, ``yaml``), ``note`` (what the user does beyond the file, or ``""``)."""
+
+    name: str
+    title: str
+    files: tuple[tuple[str, str], ...]
+    format: str
+    note: str = ""
+
+    def path(self, scope: str, project: Path, home: Path) -> Path:
+        """The file for ``scope``.
+
+        Raises:
+            ValueError: the client has no file for that scope.
+        """
+        for name, rel in self.files:
+            if name == scope:
+                if self.name == "codex" and scope == "user" and os.environ.get("CODEX_HOME"):
+                    return Path(os.environ["CODEX_HOME"], "config.toml")
+                if self.name == "goose" and os.environ.get("XDG_CONFIG_HOME"):
+                    return Path(os.environ["XDG_CONFIG_HOME"], "goose", "config.yaml")
+                return (project if scope == "project" else home) / rel
+        raise ValueError(f"{self.title} has no {scope} MCP configuration "
+                         f"(scopes: {', '.join(s for s, _ in self.files)})")
+
+
+CLIENTS: dict[str, Client] = {c.name: c for c in (
+    Client("claude", "Claude Code", (("project", ".mcp.json"), ("user", ".claude.json")), "json",
+           "Claude Code asks once to approve a project's .mcp.json servers (or run it with "
+           "--mcp-config .mcp.json)."),
+    Client("cursor", "Cursor", (("project", ".cursor/mcp.json"), ("user", ".cursor/mcp.json")),
+           "json"),
+    Client("gemini", "Gemini CLI", (("project", ".gemini/settings.json"),
+                                    ("user", ".gemini/settings.json")), "json",
+           "Gemini CLI reads a project's settings only in a trusted folder."),
+    Client("codex", "Codex CLI", (("project", ".codex/config.toml"), ("user", ".codex/config.toml")),
+           "toml", "Codex reads a project's .codex/config.toml only in a trusted project."),
+    Client("goose", "goose", (("user", ".config/goose/config.yaml"),), "yaml"),
+)}
+
+
+def entry_args(client: Client) -> list[str]:
+    """The arguments of our entry: ``mcp --for CLIENT``."""
+    return ["mcp", "--for", client.name]
+
+
+_TOML_HEADER = re.compile(r"^\s*\[\s*mcp_servers\s*\.\s*(\"watchkeeper\"|watchkeeper)\s*\]\s*(#.*)?$")
+_TOML_ANY_HEADER = re.compile(r"^\s*\[")
+
+
+def _toml_block(client: Client) -> str:
+    args = ", ".join(f'"{a}"' for a in entry_args(client))
+    return f'[mcp_servers.{NAME}]\ncommand = "{COMMAND}"\nargs = [{args}]\n'
+
+
+def _toml_without(text: str) -> tuple[str, bool]:
+    """``text`` without our ``[mcp_servers.watchkeeper]`` table (and its sub-tables)."""
+    out: list[str] = []
+    skipping = found = False
+    for line in text.splitlines(keepends=True):
+        if _TOML_HEADER.match(line):
+            skipping = found = True
+            continue
+        if skipping and _TOML_ANY_HEADER.match(line) and not line.strip().startswith(
+                f"[mcp_servers.{NAME}."):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    return "".join(out), found
+
+
+def read(client: Client, path: Path) -> tuple[Any, bytes | None]:
+    """``(parsed document, raw bytes)`` of ``path``; ``(None, None)`` when it does not exist.
+
+    Raises:
+        ConfigError: unreadable or not valid for its format (one line; never touched).
+    """
+    from .._errors import ConfigError
+    from ..state._fsutil import read_small_file
+
+    if client.format == "json":
+        data = _settings.read_settings(path)
+        return data, None if data is None else b""
+    raw = read_small_file(path, 4 << 20, what="an MCP configuration file", missing_ok=True)
+    if raw is None:
+        return None, None
+    try:
+        text = raw.decode("utf-8")
+        if client.format == "toml":
+            import tomllib
+
+            return tomllib.loads(text), raw
+        import yaml
+
+        data = yaml.safe_load(text) or {}
+    except (UnicodeDecodeError, ValueError, Exception) as err:  # tomllib, yaml errors
+        raise ConfigError(f"{path}: cannot parse ({type(err).__name__}: "
+                          f"{str(err).splitlines()[0] if str(err) else ''}); left untouched") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level; left untouched")
+    return data, raw
+
+
+def registered(client: Client, data: Any) -> dict[str, Any] | None:
+    """Our entry in a parsed configuration, or None."""
+    if not isinstance(data, dict):
+        return None
+    table = data.get("extensions" if client.format == "yaml" else
+                     "mcp_servers" if client.format == "toml" else "mcpServers")
+    entry = table.get(NAME) if isinstance(table, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+def entry_ok(client: Client, entry: dict[str, Any]) -> bool:
+    """Whether ``entry`` runs ``supervise mcp --for CLIENT``."""
+    command = entry.get("cmd" if client.format == "yaml" else "command")
+    return command == COMMAND and entry.get("args") == entry_args(client)
+
+
+def install(client: Client, path: Path) -> bool:
+    """Merge our entry into ``path`` (created with its folder); False when it was there already.
+
+    Raises:
+        ConfigError: the file cannot be parsed or is a link; OSError: cannot be written.
+    """
+    from ..state._fsutil import atomic_write
+
+    data, raw = read(client, path)
+    current = registered(client, data)
+    if current is not None and entry_ok(client, current):
+        return False
+    if client.format == "json":
+        new = dict(data or {})
+        servers = new.get("mcpServers")
+        servers = dict(servers) if isinstance(servers, dict) else {}
+        servers[NAME] = {"command": COMMAND, "args": entry_args(client)}
+        new["mcpServers"] = servers
+        _settings.write_settings(path, new)
+        return True
+    _refuse_link(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if client.format == "toml":
+        text, _ = _toml_without((raw or b"").decode("utf-8"))
+        if text and not text.endswith("\n"):
+            text += "\n"
+        text += ("\n" if text.strip() else "") + _toml_block(client)
+    else:
+        import yaml
+
+        new = dict(data or {})
+        extensions = new.get("extensions")
+        extensions = dict(extensions) if isinstance(extensions, dict) else {}
+        extensions[NAME] = {"name": NAME, "type": "stdio", "cmd": COMMAND,
+                            "args": entry_args(client), "enabled": True, "timeout": 300}
+        new["extensions"] = extensions
+        text = yaml.safe_dump(new, sort_keys=False)
+    atomic_write(path, text.encode("utf-8"), mode=_mode(path))
+    return True
+
+
+def uninstall(client: Client, path: Path) -> bool:
+    """Remove our entry from ``path`` (a file left empty is removed); False when absent.
+
+    Raises:
+        ConfigError: the file cannot be parsed or is a link; OSError: cannot be written.
+    """
+    from ..state._fsutil import atomic_write
+
+    data, raw = read(client, path)
+    if registered(client, data) is None:
+        return False
+    if client.format == "json":
+        new = dict(data)
+        servers = dict(new["mcpServers"])
+        del servers[NAME]
+        if servers:
+            new["mcpServers"] = servers
+        else:
+            del new["mcpServers"]
+        if new:
+            _settings.write_settings(path, new)
+        else:
+            _refuse_link(path)
+            path.unlink()
+        return True
+    _refuse_link(path)
+    if client.format == "toml":
+        text, _ = _toml_without((raw or b"").decode("utf-8"))
+    else:
+        import yaml
+
+        new = dict(data)
+        extensions = dict(new["extensions"])
+        del extensions[NAME]
+        new["extensions"] = extensions
+        text = yaml.safe_dump(new, sort_keys=False)
+    if text.strip():
+        atomic_write(path, text.encode("utf-8"), mode=_mode(path))
+    else:
+        path.unlink()
+    return True
+
+
+def _refuse_link(path: Path) -> None:
+    from .._errors import ConfigError
+    from ..state._fsutil import link_refusal
+
+    if path.is_symlink():
+        raise ConfigError(link_refusal(path, os.readlink(path)))
+
+
+def _mode(path: Path) -> int | None:
+    try:
+        return path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,463 @@
+"""``supervise mcp [--for CLIENT] [-C DIR]``: the digest as a stdio MCP server.
+
+For agents reached only through MCP (goose, Zed, Windsurf, IDE surfaces) and any client that
+adds a server's ``InitializeResult.instructions`` to its system prompt (Claude Code, Cursor,
+goose, Gemini CLI). Built on the official ``mcp`` SDK, the optional extra
+``watchkeeper[mcp]``; without it, one line says how to install it (exit 1).
+
+- ``initialize`` answers with the digest as ``instructions``: the session protocol, engine,
+  sanitising and inline cutting of the hook (:func:`supervisor.session._routing.run_session`,
+  :func:`supervisor.adapters.fit_inline`), for the project of the working directory, under a
+  budget of its own (:data:`STARTUP_BUDGET`: a client gives a server about 10 s to start, Codex's
+  ``startup_timeout_sec`` default) and a cap of its own (:data:`INSTRUCTIONS_CAP`: Claude Code
+  cuts instructions at 2,048 characters). A cut digest says so and names the ``digest`` tool.
+- tools: ``digest`` (the current digest, or its re-emit with ``reemit: true``) and
+  ``deferred`` (each finished deferred result, once).
+- resources: the project's instruction files and memory store files (``watchkeeper://``),
+  read through the guarded small-file read and cleaned of hidden text.
+- A delivery is recorded only for what reached the client: the instructions' records commit
+  when the client sends ``notifications/initialized`` (or any request after ``initialize``),
+  a tool's when its result was written whole to stdout. Each tool call runs in a child
+  ``supervise mcp --once KIND`` (the engine wants the main thread and its signals) that prints
+  its text, then commits or rolls back as the server tells it on its stdin.
+- ``--for CLIENT`` names the client the registration is for (``supervise install mcp --for
+  CLIENT`` writes it). When that client's harness also has our hook (settings or plugin), the
+  hook is the channel: the instructions stand down to one line naming the tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from ..config._context import SessionContext
+    from ..config._plan import DigestPlan
+    from ..state._delivery import Delivery
+
+SERVER_NAME = "watchkeeper"
+"""The server's name in ``serverInfo`` and in every client's configuration."""
+
+STARTUP_BUDGET = 5.0
+"""Seconds the digest behind ``instructions`` may take (the config's budget when smaller):
+with the interpreter and the SDK's import (about 0.5 s) it fits Codex's 10 s default server
+start-up timeout, the shortest of the clients ``install mcp`` knows."""
+
+TOOL_BUDGET = 50.0
+"""Seconds the ``digest`` tool's run may take (the config's budget when smaller): inside the
+60 s tool-call timeout of Codex (``tool_timeout_sec``), the shortest default known."""
+
+INSTRUCTIONS_CAP = 2_000
+"""Characters of ``instructions``: Claude Code cuts a server's instructions at 2,048 (DOC
+https://code.claude.com/docs/en/mcp, "for MCP server authors")."""
+
+TOOL_CAP = 16_000
+"""Characters of one tool result (Claude Code warns above 10,000 tokens of MCP output)."""
+
+CHILD_WAIT = 30.0
+"""Seconds a ``--once`` child waits for the server's verdict after printing its text."""
+
+INSTALL_HINT = ("supervise mcp: the MCP server needs the optional extra: "
+                "pipx install 'watchkeeper[mcp]' (or: uv tool install 'watchkeeper[mcp]', "
+                "pip install 'watchkeeper[mcp]')")
+
+CLIENT_HARNESS = {"claude": "claude", "cursor": "cursor", "gemini": "gemini", "codex": "codex",
+                  "goose": ""}
+"""``--for`` values and the harness each one is for the digest (``SUPERVISE_HARNESS``, the
+files it loads itself) and the stand-down check; goose has no hook harness."""
+
+INSTRUCTION_FILES = ("AGENTS.override.md", "AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md",
+                     "CLAUDE.local.md", "GEMINI.md", "QWEN.md")
+"""Instruction files at the project root offered as resources (the names the harnesses read,
+docs/stages/instructions.md)."""
+
+RESOURCE_LIMIT = 256 * 1024
+"""Bytes of one resource file; a bigger one is refused with one line."""
+
+MEMORY_DIR = ".remember"
+"""The memory store (the ``memory`` stage's default ``dir``, docs/stages/memory.md)."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``mcp`` argument parser."""
+    from ._cli import VerbParser, add_directory
+
+    p = VerbParser(prog="supervise mcp", description="serve the digest over MCP (stdio): "
+                   "instructions at initialize, the digest and deferred results as tools, "
+                   "instruction and memory files as resources; needs watchkeeper[mcp]")
+    p.add_argument("--for", dest="client", choices=sorted(CLIENT_HARNESS), default="",
+                   help="the client this registration is for (install mcp --for writes it): "
+                   "the digest runs as for its harness, and stands down to one line when that "
+                   "harness has our hook too")
+    p.add_argument("--once", choices=("digest", "reemit", "deferred"), default="",
+                   help=argparse.SUPPRESS)  # the child a tool call runs (see the module doc)
+    add_directory(p)
+    return p
+
+
+# -- the texts ----------------------------------------------------------------------------
+
+def _context(project: Path, client: str, source: str) -> SessionContext:
+    from ..config._context import SessionContext
+
+    return SessionContext.for_project(project, source=source, harness=CLIENT_HARNESS.get(client, ""),
+                                      session_id="", cwd=project)
+
+
+def _plan(project: Path, budget: float) -> tuple[DigestPlan, str]:
+    """The project's plan with its budget at most ``budget``, and a config-error notice."""
+    from .._errors import ConfigError
+    from .._record import replace
+    from ..config._plan import as_plan
+    from ..config._plancache import load_plan
+
+    notice = ""
+    try:
+        plan = load_plan(project)
+    except ConfigError as err:
+        from ..config._schema import embedded_default
+
+        plan = as_plan(embedded_default())
+        notice = (f"[supervise] configuration error: {err}; the embedded default digest ran "
+                  "instead.\n")
+    if plan.budget > budget:
+        plan = replace(plan, budget=budget)
+    return plan, notice
+
+
+def digest_text(project: Path, client: str, source: str, budget: float, cap: int) -> tuple[str, str]:
+    """Run the session protocol for ``source`` (``startup``; ``compact`` for a re-emit) inside
+    the open delivery, as the hook does; return ``(text, kind)``: the text cut to ``cap``
+    characters at stage boundaries (the whole digest saved under the state dir, the cut
+    naming the ``digest`` tool), ``kind`` the outcome's (``digest``, ``reemit``, ``nudge``).
+
+    The lock's owner is the client process that started this server (``take_lock``). Never
+    raises for state problems (the digest runs read-only and says why)."""
+    from ..adapters import fit_inline
+    from ..session._routing import run_session
+
+    plan, notice = _plan(project, budget)
+    context = _context(project, client, source)
+    outcome = run_session(plan, context, take_lock=True)
+    text = notice + outcome.text
+    if outcome.parts is not None and len(text) > cap:
+        note = (f"[watchkeeper] This digest was cut to {cap:,} characters; call the `digest` "
+                f"tool of the {SERVER_NAME} MCP server for the whole digest.\n")
+        text = note + fit_inline(list(outcome.parts), cap - len(note), context.state_dir,
+                                 notice + outcome.notices)
+    elif len(text) > cap:
+        text = text[: cap - 1] + "\u2026"
+    return text, outcome.kind
+
+
+def deferred_text(project: Path) -> str:
+    """Every finished deferred result not yet delivered, claimed inside the open delivery
+    (:func:`supervisor.engine._deferred.take_undelivered`), or a line saying there is none."""
+    from ..engine._deferred import result_cap, take_undelivered
+
+    plan, _ = _plan(project, TOOL_BUDGET)
+    caps = {s.name: result_cap(s.max_output or plan.max_output) for s in plan.stages if s.deferred}
+    from ..config._context import state_dir_for
+
+    texts = take_undelivered(state_dir_for(project), caps)
+    return "".join(t if t.endswith("\n") else t + "\n" for t in texts) or (
+        "No deferred result is waiting.\n")
+
+
+def standdown_reason(client: str, project: Path) -> str:
+    """Where ``client``'s harness has our hook for ``project`` (a settings registration or
+    the plugin enabled, project, local or user scope), or ``""``: then the hook delivers the
+    digest and the instructions stand down."""
+    harness = CLIENT_HARNESS.get(client, "")
+    if not harness:
+        return ""
+    from ..adapters import ADAPTERS, _settings
+    from .._home import home_dir
+    from . import _plugins
+
+    adapter = ADAPTERS.get(harness)
+    if adapter is None:
+        return ""
+    home = home_dir()
+    for scope in adapter.scopes:
+        if scope == "user" and home is None:
+            continue
+        path = _settings.settings_path(adapter, scope, project, Path(home or project))
+        try:
+            data = _settings.read_settings(path)
+        except Exception:  # noqa: BLE001 - unreadable settings: not a registration we can see
+            continue
+        if _settings.registered(data, adapter).get(adapter.session_event):
+            return f"the {adapter.title} hook registered in {path}"
+        for key in _plugins.enabled(data, adapter):
+            return f"the {adapter.title} plugin {key} enabled in {path}"
+    return ""
+
+
+def standdown_text(reason: str) -> str:
+    """The one-line instructions of a server whose client gets the digest from our hook."""
+    return (f"watchkeeper: this project's session-start digest comes from {reason}, not from "
+            f"this server. Call the `digest` tool of the {SERVER_NAME} MCP server to fetch it "
+            "again (after a compaction), and `deferred` for finished background results.\n")
+
+
+# -- the child of a tool call -------------------------------------------------------------
+
+def _child(kind: str, project: Path, client: str) -> int:
+    """``--once KIND``: print ``{"text": ...}`` on stdout, then read the server's verdict
+    (``delivered`` or anything else) from stdin and settle the delivery by it."""
+    from ..state._delivery import open_delivery
+    from ..config._context import state_dir_for
+
+    with open_delivery(state_dir_for(project)) as delivery:
+        if kind == "deferred":
+            text = deferred_text(project)
+        else:
+            text, _ = digest_text(project, client, "compact" if kind == "reemit" else "startup",
+                                  TOOL_BUDGET, TOOL_CAP)
+        sys.stdout.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        import select
+
+        ready, _, _ = select.select([sys.stdin], [], [], CHILD_WAIT)
+        verdict = sys.stdin.readline().strip() if ready else ""
+        for failure in delivery.settle(verdict == "delivered"):
+            print(f"supervise mcp: delivered, but not recorded: {failure}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- the server ---------------------------------------------------------------------------
+
+class _Wire:
+    """The server's stdout as the SDK's transport writes it (``write`` a JSON-RPC line, then
+    ``flush``), telling :class:`_Deliveries` which response ids were written whole."""
+
+    def __init__(self, fd: int, deliveries: _Deliveries) -> None:
+        import anyio
+
+        self._file = anyio.wrap_file(open(fd, "w", encoding="utf-8", closefd=False))
+        self._deliveries = deliveries
+        self._line = ""
+
+    async def write(self, text: str) -> int:
+        self._line = text
+        return int(await self._file.write(text))
+
+    async def flush(self) -> None:
+        await self._file.flush()
+        try:
+            ident = json.loads(self._line).get("id")
+        except ValueError:
+            return
+        if ident is not None:
+            self._deliveries.written(ident)
+
+
+class _Deliveries:
+    """What waits for proof that the client got it: the instructions' delivery (settled at
+    ``notifications/initialized`` or the first request after ``initialize``) and each tool
+    call's child (told ``delivered`` once the response with that id was flushed)."""
+
+    def __init__(self, startup: Delivery | None) -> None:
+        self.startup = startup
+        self._waiting: dict[Any, Any] = {}
+
+    def client_spoke(self) -> None:
+        if self.startup is not None:
+            for failure in self.startup.settle(True):
+                print(f"supervise mcp: delivered, but not recorded: {failure}", file=sys.stderr)
+            self.startup = None
+
+    def wait_for(self, ident: Any, child: Any) -> None:
+        self._waiting[ident] = child
+
+    def written(self, ident: Any) -> None:
+        child = self._waiting.pop(ident, None)
+        if child is not None:
+            _verdict(child, True)
+
+    def abandon(self) -> None:
+        for child in self._waiting.values():
+            _verdict(child, False)
+        self._waiting.clear()
+
+
+def _verdict(child: Any, delivered: bool) -> None:
+    """Tell a ``--once`` child whether its text reached the client, then reap it."""
+    try:
+        child.stdin.write(b"delivered\n" if delivered else b"lost\n")
+        child.stdin.close()
+    except OSError:
+        pass
+    try:
+        child.wait(timeout=CHILD_WAIT)
+    except Exception:  # noqa: BLE001 - subprocess.TimeoutExpired: it ends on its own wait
+        child.kill()
+        child.wait()
+
+
+def _spawn_child(kind: str, project: Path, client: str) -> tuple[Any, str]:
+    """Start ``supervise mcp --once KIND`` and read its text; ``(process, text)``."""
+    import subprocess
+
+    argv = [sys.executable, "-P", "-m", "supervisor", "mcp", "--once", kind, "-C", str(project)]
+    if client:
+        argv += ["--for", client]
+    child = subprocess.Popen(argv, cwd=project, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL)
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    child.stdout.close()
+    try:
+        text = str(json.loads(line)["text"])
+    except (ValueError, KeyError, TypeError):
+        text = (f"watchkeeper: the {kind} run ended without a result; run `supervise digest` "
+                "in a terminal and report it.\n")
+    return child, text
+
+
+def _resources(project: Path) -> list[tuple[str, Path]]:
+    """``(uri, path)`` of each instruction and memory file present (regular files only)."""
+    import stat
+
+    found: list[tuple[str, Path]] = []
+    for name in INSTRUCTION_FILES:
+        found.append((f"watchkeeper://instructions/{name}", project / name))
+    store = project / MEMORY_DIR
+    try:
+        names = sorted(os.listdir(store)) if stat.S_ISDIR(os.lstat(store).st_mode) else []
+    except OSError:
+        names = []
+    for name in names:
+        if name.endswith(".md") and "\n" not in name:
+            found.append((f"watchkeeper://memory/{name}", store / name))
+    out = []
+    for uri, path in found:
+        try:
+            if stat.S_ISREG(os.lstat(path).st_mode):
+                out.append((uri, path))
+        except OSError:
+            continue
+    return out
+
+
+def read_resource_text(project: Path, uri: str) -> str:
+    """The cleaned text of resource ``uri`` (a file :func:`_resources` lists), read through
+    the guarded small-file read (regular file, at most :data:`RESOURCE_LIMIT` bytes, never a
+    FIFO); hidden text removed and counted (:func:`supervisor._sanitize.clean`).
+
+    Raises:
+        ValueError: ``uri`` is not one of the listed resources.
+        ConfigError: the file cannot be read (one line: too large, not a regular file).
+    """
+    from .._sanitize import clean, removed_note
+    from ..state._fsutil import read_small_file
+
+    paths = dict(_resources(project))
+    if uri not in paths:
+        raise ValueError(f"unknown resource {uri!r}")
+    data = read_small_file(paths[uri], RESOURCE_LIMIT, what="an instruction or memory file")
+    text, removed = clean((data or b"").decode("utf-8", "replace"))
+    return text + (removed_note(removed, uri) if removed else "")
+
+
+def serve(project: Path, client: str) -> int:
+    """Compute the instructions, then serve MCP on stdio until the client closes it."""
+    try:
+        import anyio
+        from mcp import types
+        from mcp.server import Server
+        from mcp.server.stdio import stdio_server
+    except ImportError:
+        print(INSTALL_HINT, file=sys.stderr)
+        return EXIT_FAILURE
+    from .._version import VERSION
+    from ..state._delivery import open_delivery
+    from ..config._context import state_dir_for
+
+    with open_delivery(state_dir_for(project)) as startup:
+        reason = standdown_reason(client, project)
+        if reason:
+            instructions = standdown_text(reason)
+        else:
+            instructions, _ = digest_text(project, client, "startup", STARTUP_BUDGET,
+                                          INSTRUCTIONS_CAP)
+        deliveries = _Deliveries(startup)
+
+        async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+            deliveries.client_spoke()
+            return types.ListToolsResult(tools=[
+                types.Tool(name="digest", description=(
+                    "The watchkeeper session-start digest of this project (instructions, "
+                    "memory, repository state), whole; reemit=true gives its re-emit after a "
+                    "compaction."), input_schema={
+                        "type": "object", "properties": {"reemit": {"type": "boolean"}}}),
+                types.Tool(name="deferred", description=(
+                    "Finished background (deferred) stage results of this project, each "
+                    "delivered once."), input_schema={"type": "object", "properties": {}})])
+
+        async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+            deliveries.client_spoke()
+            if params.name not in ("digest", "deferred"):
+                return types.CallToolResult(content=[types.TextContent(
+                    type="text", text=f"unknown tool {params.name!r}")], is_error=True)
+            kind = params.name
+            if kind == "digest" and (params.arguments or {}).get("reemit") is True:
+                kind = "reemit"
+            child, text = await anyio.to_thread.run_sync(_spawn_child, kind, project, client)
+            deliveries.wait_for(ctx.request_id, child)
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)])
+
+        async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+            deliveries.client_spoke()
+            return types.ListResourcesResult(resources=[
+                types.Resource(uri=uri, name=uri.split("://", 1)[1], mime_type="text/markdown")
+                for uri, _ in _resources(project)])
+
+        async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+            deliveries.client_spoke()
+            text = read_resource_text(project, str(params.uri))
+            return types.ReadResourceResult(contents=[types.TextResourceContents(
+                uri=str(params.uri), mime_type="text/markdown", text=text)])
+
+        async def initialized(ctx: Any, params: Any) -> None:
+            deliveries.client_spoke()
+
+        server: Server[Any] = Server(SERVER_NAME, version=VERSION, instructions=instructions,
+                                     on_list_tools=list_tools, on_call_tool=call_tool,
+                                     on_list_resources=list_resources,
+                                     on_read_resource=read_resource)
+        server.add_notification_handler("notifications/initialized", types.NotificationParams,
+                                        initialized)
+        wire_fd = os.dup(1)
+        os.dup2(2, 1)  # a stray print never reaches the wire
+
+        async def main() -> None:
+            async with stdio_server(stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
+                await server.run(read, write, server.create_initialization_options())
+
+        try:
+            anyio.run(main)
+        finally:
+            deliveries.abandon()
+    return EXIT_OK
+
+
+def main(argv: list[str]) -> int:
+    """Serve (or, with ``--once``, run one tool call's child); exit 0, 1 without the extra,
+    2 on bad usage."""
+    args = build_parser().parse_args(argv)
+    from ..state._project import find_project_root
+
+    project = Path(find_project_root(args.directory or Path.cwd()))
+    if args.once:
+        return _child(args.once, project, args.client)
+    if args.client not in CLIENT_HARNESS and args.client:
+        return EXIT_USAGE
+    return serve(project, args.client)

@@ -1,0 +1,151 @@
+"""``supervise mcp``: the stdio MCP server, driven by the official SDK's own client.
+
+Every test starts the real server (``python -m supervisor mcp``) in a real git repo and talks
+to it with ``mcp.ClientSession`` over ``mcp.client.stdio``: ``initialize`` (the digest as
+``instructions``), ``tools/list``, ``tools/call``, ``resources/list`` and ``resources/read``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP SDK is in the test extra: pip install -e '.[test]'")
+
+import anyio  # noqa: E402
+from mcp import ClientSession, StdioServerParameters  # noqa: E402
+from mcp.client.stdio import stdio_client  # noqa: E402
+
+from supervisor.commands import mcp as server  # noqa: E402
+
+MARK_TOML = 'budget = 20\n[[stages]]\nname = "m"\nrun = ["/bin/echo", "MCP-MARK"]\n'
+
+
+def _session(project: Path, body: Callable[[ClientSession, Any], Awaitable[None]],
+             *args: str) -> None:
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "supervisor", "mcp", *args], cwd=str(project),
+                                   env=dict(os.environ))
+
+    async def run() -> None:
+        with open(os.devnull, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await body(session, await session.initialize())
+
+    anyio.run(run)
+
+
+@pytest.fixture
+def project(git_repo: Path) -> Path:
+    (git_repo / "supervise.toml").write_text(MARK_TOML)
+    return git_repo
+
+
+def test_sdk_client_gets_instructions_tools_and_resources(project: Path) -> None:
+    (project / "AGENTS.md").write_text("rule ONE\u200b\u202ehidden\n")  # hidden text is cleaned
+    (project / ".remember").mkdir()
+    (project / ".remember" / "core.md").write_text("remember THIS\n")
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession, init: Any) -> None:
+        seen["instructions"] = init.instructions
+        seen["tools"] = {t.name: t for t in (await session.list_tools()).tools}
+        seen["digest"] = (await session.call_tool("digest", {})).content[0].text
+        listed = (await session.list_resources()).resources
+        seen["resources"] = {str(r.uri): r for r in listed}
+        seen["agents"] = (await session.read_resource("watchkeeper://instructions/AGENTS.md")).contents[0].text
+        seen["memory"] = (await session.read_resource("watchkeeper://memory/core.md")).contents[0].text
+
+    _session(project, body)
+    assert "MCP-MARK" in seen["instructions"]
+    assert set(seen["tools"]) == {"digest", "deferred"}
+    assert "MCP-MARK" in seen["digest"]
+    assert set(seen["resources"]) == {"watchkeeper://instructions/AGENTS.md", "watchkeeper://memory/core.md"}
+    assert seen["agents"].startswith("rule ONE") and "\u202e" not in seen["agents"] and "\u200b" not in seen["agents"]
+    assert seen["memory"] == "remember THIS\n"
+    # the instructions reached the client: the start is recorded as delivered
+    assert (project / ".supervise" / "complete.json").exists()
+
+
+def test_a_digest_over_the_instructions_cap_says_so_and_names_the_tool(project: Path) -> None:
+    (project / "supervise.toml").write_text(
+        MARK_TOML + '[[stages]]\nname = "big"\nrun = ["python3", "-c", "print(\'BIG-END\' + \'y\' * 5000)"]\n')
+    seen: dict[str, str] = {}
+
+    async def body(session: ClientSession, init: Any) -> None:
+        seen["instructions"] = init.instructions
+        seen["whole"] = (await session.call_tool("digest", {})).content[0].text
+
+    _session(project, body)
+    text = seen["instructions"]
+    assert len(text) <= server.INSTRUCTIONS_CAP
+    assert "call the `digest` tool" in text.splitlines()[0] and "MCP-MARK" in text
+    assert "BIG-END" not in text and "BIG-END" in seen["whole"]
+
+
+def test_deferred_tool_delivers_a_result_once(project: Path) -> None:
+    from helpers import write_result
+
+    with (project / "supervise.toml").open("a") as toml:  # never run by these sessions
+        toml.write('[[stages]]\nname = "net"\nrun = ["true"]\ndeferred = true\n'
+                   'when = { source = ["clear"] }\n')
+    write_result(project / ".supervise" / "deferred" / "net", "1-abc",
+                 {"title": "net", "status": "ok", "exit_code": 0, "seconds": 0.1,
+                  "started": 1.0, "finished": 2.0, "output": "NET-RESULT"})
+    seen: list[str] = []
+
+    async def body(session: ClientSession, init: Any) -> None:
+        for _ in range(2):
+            seen.append((await session.call_tool("deferred", {})).content[0].text)
+
+    _session(project, body)
+    assert "NET-RESULT" in seen[0]
+    assert "NET-RESULT" not in seen[1] and "No deferred result" in seen[1]
+
+
+def test_instructions_not_acknowledged_record_no_delivery(project: Path) -> None:
+    """A client that read the initialize result but never sent ``initialized`` (nor any
+    request) did not prove it got it: the completion record stays unwritten."""
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
+                          input=request.encode(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "MCP-MARK" in json.loads(proc.stdout)["result"]["instructions"]
+    assert not (project / ".supervise" / "complete.json").exists()
+
+
+def test_the_hook_registered_too_makes_the_instructions_stand_down(project: Path) -> None:
+    assert subprocess.run([sys.executable, "-m", "supervisor", "install", "claude"], cwd=project,
+                          capture_output=True, timeout=60).returncode == 0
+    seen: dict[str, str] = {}
+
+    async def body(session: ClientSession, init: Any) -> None:
+        seen["instructions"] = init.instructions
+        seen["digest"] = (await session.call_tool("digest", {})).content[0].text
+
+    _session(project, body, "--for", "claude")
+    assert "MCP-MARK" not in seen["instructions"]
+    assert "Claude Code hook registered in" in seen["instructions"] and "`digest` tool" in seen["instructions"]
+    assert "MCP-MARK" in seen["digest"]  # the tool still fetches it
+
+
+def test_without_the_extra_one_line_says_how_to_install_it(project: Path, tmp_path: Path) -> None:
+    shadow = tmp_path / "no-mcp"
+    (shadow / "mcp").mkdir(parents=True)
+    (shadow / "mcp" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
+                          env={**os.environ, "PYTHONPATH": str(shadow)}, capture_output=True,
+                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 1 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert "watchkeeper[mcp]" in line
