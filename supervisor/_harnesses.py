@@ -65,8 +65,8 @@ class Harness:
             skips the drain.
         timeout_unit: the unit of a registered hook timeout, ``s`` or ``ms``.
         plugin: our harness plugin as the harness names it, or None: Claude Code's
-            ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``);
-            :mod:`supervisor.commands._plugins`.
+            ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``), Gemini CLI's
+            extension folder name (``plugins/gemini``); :mod:`supervisor.commands._plugins`.
     """
 
     name: str
@@ -118,7 +118,8 @@ ROWS: tuple[Harness, ...] = (
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
-            loads="gemini", imports=True, early_exit=True, timeout_unit="ms"),
+            loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
+            plugin="watchkeeper"),
     Harness("qwen", "Qwen Code", "hook", processes=("qwen",), packages=("@qwen-code/qwen-code",),
             project=".qwen/settings.json", user="settings.json", user_dir=".qwen",
             prompt_event="UserPromptSubmit", loads="qwen", imports=True, timeout_unit="ms"),

@@ -222,3 +222,81 @@ def test_install_plugin_without_the_cli_enables_it_and_says_how_to_finish(tmp_pa
         "enabledPlugins": {"watchkeeper@watchkeeper": True}}
     [line] = proc.stderr.strip().splitlines()
     assert "claude is not on PATH" in line and "claude plugin install watchkeeper@watchkeeper" in line
+
+
+GEMINI_EXTENSION = ROOT / "plugins" / "gemini"
+
+
+def test_gemini_extension_registers_its_events_through_the_shim() -> None:
+    from supervisor.adapters import ADAPTERS
+    from supervisor.commands.doctor import _timeout_check
+    from supervisor.config._schema import DEFAULT_BUDGET
+
+    gemini = ADAPTERS["gemini"]
+    manifest = json.loads((GEMINI_EXTENSION / "gemini-extension.json").read_text("utf-8"))
+    assert manifest["name"] == "watchkeeper" and manifest["version"]
+    data = json.loads((GEMINI_EXTENSION / "hooks" / "hooks.json").read_text("utf-8"))
+    commands = _plugin_commands(GEMINI_EXTENSION / "hooks" / "hooks.json")
+    assert set(commands) == {gemini.session_event, gemini.prompt_event}
+    assert "exec supervise-hook gemini --registered-timeout" in commands[gemini.session_event]
+    assert "exec supervise-hook gemini --event prompt;" in commands[gemini.prompt_event]
+    # Gemini's own default (60 s) is below the budget: the extension registers one that fits,
+    # as doctor judges a settings registration
+    [handler] = data["hooks"][gemini.session_event][0]["hooks"]
+    assert _timeout_check(gemini, handler, DEFAULT_BUDGET).status == "ok"
+    import re
+
+    recorded = re.search(r"--registered-timeout (\d+);", handler["command"])
+    assert recorded and float(recorded.group(1)) == gemini.timeout_seconds(handler["timeout"])
+
+
+def test_gemini_extension_hook_runs_the_installed_package(installed: tuple[Path, Path],
+                                                          tmp_path: Path) -> None:
+    on_path, record = installed
+    project = _git_project(tmp_path, 'budget = 20\n[[stages]]\nname = "m"\nrun = ["/bin/echo", "EXT-OK"]\n')
+    command = _plugin_commands(GEMINI_EXTENSION / "hooks" / "hooks.json")["SessionStart"]
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin",
+                {"session_id": "s", "cwd": str(project), "source": "startup",
+                 "hook_event_name": "SessionStart"})
+    assert proc.returncode == 0, proc.stderr
+    assert "EXT-OK" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_install_gemini_plugin_links_the_extension_and_doctor_sees_it(tmp_path: Path) -> None:
+    """A recording ``gemini`` on PATH that links as the real CLI does (0.61.0:
+    ``~/.gemini/extensions/watchkeeper/.gemini-extension-install.json``)."""
+    folder = tmp_path / "cli bin"
+    folder.mkdir()
+    log = tmp_path / "gemini-calls"
+    script = folder / "gemini"
+    script.write_text(f"""#!{sys.executable}
+import json, os, sys
+open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+folder = os.path.join(os.environ["HOME"], ".gemini", "extensions", "watchkeeper")
+os.makedirs(folder, exist_ok=True)
+json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, ".gemini-extension-install.json"), "w"))
+""")
+    script.chmod(0o755)
+    path = f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    assert _supervise(["install", "gemini"], project, home, path).returncode == 0
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    assert "extension watchkeeper" not in doctor.stdout
+    moved = _supervise(["install", "gemini", "--plugin"], project, home, path)
+    assert moved.returncode == 0, moved.stderr
+    [call] = log.read_text().splitlines()
+    assert call.startswith("extensions link ") and call.endswith(" --consent")
+    assert Path(call.split(" ")[2], "gemini-extension.json").is_file()
+    assert not (project / ".gemini" / "settings.json").exists()  # it held only our hooks
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "extension watchkeeper installed in" in doctor.stdout
+    # the settings install again beside the extension: both would run, doctor says so
+    assert _supervise(["install", "gemini"], project, home, path).returncode == 0
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    [twice] = [ln for ln in doctor.stdout.splitlines() if "the plugin extension watchkeeper" in ln]
+    assert twice.startswith("warn")
+    again = _supervise(["install", "gemini", "--plugin"], project, home, path)
+    assert again.returncode == 0 and len(log.read_text().splitlines()) == 1  # linked already

@@ -6,6 +6,9 @@
 - Output: ``hookSpecificOutput.additionalContext`` JSON only on stdout; non-interactive it is
   prepended to the prompt as ``<hook_context>``. ``BeforeAgent`` (per prompt) takes the same.
 - Sources startup, resume, clear; no compact source (``PreCompress`` only observes).
+- Extension: ``plugins/gemini`` (``gemini-extension.json``, ``hooks/hooks.json``), linked at user
+  level with ``gemini extensions link DIR --consent`` into ``~/.gemini/extensions/watchkeeper/``
+  (LAB 0.61.0: its SessionStart hook's context reaches the model).
 """
 
 from __future__ import annotations

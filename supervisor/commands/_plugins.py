@@ -2,8 +2,10 @@
 
 A harness whose adapter names a ``plugin`` (Claude Code: ``watchkeeper@watchkeeper``, the
 plugin ``watchkeeper`` of the marketplace ``watchkeeper``, DOC
-https://code.claude.com/docs/en/plugins-reference) loads our hooks from the plugin's own
-``hooks/hooks.json`` instead of its settings file. Those hooks run ``supervise-hook`` found on
+https://code.claude.com/docs/en/plugins-reference; Gemini CLI: the extension ``watchkeeper``
+of ``plugins/gemini``, DOC google-gemini/gemini-cli ``docs/extensions/``) loads our hooks from
+the plugin's own ``hooks/hooks.json`` instead of its settings file. Gemini's extension is
+user level (``gemini extensions link``): it is enabled by being there, not by a settings key. Those hooks run ``supervise-hook`` found on
 ``PATH`` (the wheel installs it beside ``supervise``), so a project's settings file holds
 only ``"enabledPlugins": {"watchkeeper@watchkeeper": true}``: nothing machine-specific,
 safe to commit. The plugin itself is put in the harness's cache once per machine by the
@@ -44,6 +46,25 @@ def marketplace_root() -> Path | None:
     return None
 
 
+def extension_dir(adapter: Adapter, home: Path) -> Path | None:
+    """Gemini CLI: the folder of our extension when it is installed or linked
+    (``~/.gemini/extensions/watchkeeper/``, which ``gemini extensions link DIR`` makes holding
+    ``.gemini-extension-install.json``; 0.61.0), else None; None for other harnesses."""
+    if adapter.name != "gemini" or not adapter.plugin:
+        return None
+    folder = home / ".gemini" / "extensions" / plugin_name(adapter)
+    for name in (".gemini-extension-install.json", "gemini-extension.json"):
+        if (folder / name).is_file():
+            return folder
+    return None
+
+
+def in_settings(adapter: Adapter) -> bool:
+    """Whether the settings file enables our plugin (Claude's ``plugin@marketplace`` key);
+    Gemini's extension is enabled by being installed (user level)."""
+    return bool(adapter.plugin) and "@" in (adapter.plugin or "")
+
+
 def plugin_name(adapter: Adapter) -> str:
     """The plugin's own name (``watchkeeper`` of ``watchkeeper@watchkeeper``)."""
     return (adapter.plugin or "").partition("@")[0]
@@ -53,7 +74,7 @@ def enabled(data: dict[str, Any] | None, adapter: Adapter) -> list[str]:
     """The keys of ``data[enabledPlugins]`` that enable our plugin (any marketplace the user
     added it from: ``watchkeeper@NAME``); empty when the harness has no plugin."""
     table = (data or {}).get(PLUGIN_KEY)
-    if not adapter.plugin or not isinstance(table, dict):
+    if not in_settings(adapter) or not isinstance(table, dict):
         return []
     name = plugin_name(adapter)
     return [key for key, on in table.items()
@@ -61,8 +82,11 @@ def enabled(data: dict[str, Any] | None, adapter: Adapter) -> list[str]:
 
 
 def enable(data: dict[str, Any], adapter: Adapter) -> dict[str, Any]:
-    """``data`` with our plugin enabled (a copy; every other key kept)."""
+    """``data`` with our plugin enabled (a copy; every other key kept); unchanged for a
+    harness whose plugin is not enabled by a settings key."""
     new = copy.deepcopy(data)
+    if not in_settings(adapter):
+        return new
     table = new.get(PLUGIN_KEY)
     if not isinstance(table, dict):
         table = new[PLUGIN_KEY] = {}
@@ -89,7 +113,10 @@ def cached(adapter: Adapter, home: Path, project: Path, scope: str) -> bool:
     """Whether the harness has the plugin in its cache for ``scope`` (Claude Code's
     ``~/.claude/plugins/installed_plugins.json``: an entry of scope ``user``, or of the
     project's scope with its ``projectPath``). A plugin enabled but not cached does not load
-    (observed with 2.1.197: ``claude plugin list`` shows nothing, no hook runs)."""
+    (observed with 2.1.197: ``claude plugin list`` shows nothing, no hook runs). Gemini:
+    :func:`extension_dir`."""
+    if adapter.name == "gemini":
+        return extension_dir(adapter, home) is not None
     path = home / ".claude" / "plugins" / "installed_plugins.json"
     try:
         data = json.loads(path.read_bytes()[:4 << 20])
@@ -120,6 +147,8 @@ def setup_commands(adapter: Adapter, scope: str) -> list[list[str]]:
     root = marketplace_root()
     if root is None or not adapter.plugin:
         return []
+    if adapter.name == "gemini":  # user level: every project; linked, so it follows upgrades
+        return [["gemini", "extensions", "link", str(root / "plugins" / "gemini"), "--consent"]]
     return [["claude", "plugin", "marketplace", "add", str(root)],
             ["claude", "plugin", "install", adapter.plugin, "--scope", scope]]
 
@@ -133,6 +162,11 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
     """
     import shlex
 
+    from .._home import home_dir
+
+    home = home_dir()
+    if home is not None and extension_dir(adapter, Path(home)) is not None:
+        return ""  # linked already (a second link is refused)
     commands = setup_commands(adapter, scope)
     shown = " && ".join(shlex.join(c) for c in commands)
     if not commands:

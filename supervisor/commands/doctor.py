@@ -522,7 +522,10 @@ def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], proje
     ``supervise-hook``, which its hooks run, on ``PATH``."""
     checks = []
     for path, scope, key in plugins:
-        if _plugins.cached(adapter, home, project, scope):
+        if key.startswith("extension "):
+            checks.append(Check("ok", adapter.name, f"{key} installed in {path} (user level: "
+                                "every project)"))
+        elif _plugins.cached(adapter, home, project, scope):
             checks.append(Check("ok", adapter.name, f"plugin {key} enabled in {path} and "
                                 f"installed in {adapter.title}'s cache"))
         else:
@@ -623,6 +626,9 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             found.append((path, regs, data))
             scope_of[path] = scope
         plugins += [(path, scope, key) for key in _plugins.enabled(data, adapter)]
+    extension = _plugins.extension_dir(adapter, Path(home)) if home else None
+    if extension is not None:  # Gemini: the extension runs in every project
+        plugins.append((extension, "user", f"extension {_plugins.plugin_name(adapter)}"))
     checks += _plugin_checks(adapter, plugins, project, Path(home or project))
     if plugins and not found:
         return checks

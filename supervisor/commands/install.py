@@ -328,19 +328,32 @@ def _install_plugin(adapter: Adapter, scope: str, path: Path, data: dict[str, ob
     where = _rel(path, project_dir)
     new, removed = _settings.remove(dict(data or {}), adapter, path)
     new = _plugins.enable(new, adapter)
-    if new != data:
+    if new != data and new:
         _settings.write_settings(path, new)
+    elif data is not None and not new:
+        path.unlink()  # it held only our hooks (Gemini: the extension replaces them)
+        try:  # and the harness folder install created, only when now empty
+            path.parent.rmdir()
+        except OSError:
+            pass
     moved = f", {removed} settings hook(s) of ours removed" if removed else ""
-    print(f"{adapter.name}: plugin {adapter.plugin} enabled in {where}{moved}")
+    if _plugins.in_settings(adapter):
+        print(f"{adapter.name}: plugin {adapter.plugin} enabled in {where}{moved}")
+    elif removed:
+        print(f"{adapter.name}: {removed} settings hook(s) of ours removed from {where}")
     if scope == "local":
         add_git_exclude(project_dir, "/" + where)
     problem = _plugins.run_setup(adapter, "local" if scope == "local" else scope, project_dir)
     if problem:
-        print(f"supervise install: {adapter.name}: the plugin is enabled but not installed: "
-              f"{problem}", file=sys.stderr)
+        print(f"supervise install: {adapter.name}: the plugin is not installed: {problem}",
+              file=sys.stderr)
         return False
-    print(f"{adapter.name}: plugin {adapter.plugin} installed in {adapter.title}'s cache "
-          "(it runs supervise-hook from PATH)")
+    if _plugins.in_settings(adapter):
+        print(f"{adapter.name}: plugin {adapter.plugin} installed in {adapter.title}'s cache "
+              "(it runs supervise-hook from PATH)")
+    else:
+        print(f"{adapter.name}: extension {adapter.plugin} linked (user level: every project; "
+              "it runs supervise-hook from PATH)")
     return True
 
 

@@ -81,3 +81,38 @@ def test_install_plugin_moves_a_settings_install_to_the_plugin(project: Project,
     assert run.returncode == 0, run.stderr[-2000:]
     bodies = fake_model.bodies()
     assert sum(body.count(f"{project.mark}-startup-full") for body in bodies[-1:]) == 1
+
+
+GEMINI_EXTENSION = ROOT / "plugins" / "gemini"
+
+
+def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: Project,
+                                                                      fake_model: FakeModel) -> None:
+    """``supervise install gemini --plugin`` runs ``gemini extensions link plugins/gemini``
+    (0.61.0) and drops the project's settings hooks: the extension's SessionStart hook runs
+    supervise-hook from PATH and the digest reaches the model."""
+    import json
+    import subprocess
+
+    from conftest import clean_env
+
+    gemini = harness_bin("gemini")
+    home = os.environ["HOME"]  # isolated per test by the root conftest
+    os.makedirs(f"{home}/.gemini", exist_ok=True)
+    with open(f"{home}/.gemini/settings.json", "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+                   "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+    env = on_path(clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url))
+    env["PATH"] = f"{gemini.parent}{os.pathsep}{env['PATH']}"
+    project.install("gemini")  # the settings install first: --plugin moves it to the extension
+    link = subprocess.run([sys.executable, "-m", "supervisor", "install", "gemini", "--plugin"],
+                          cwd=project.path, env=env, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert link.returncode == 0, link.stdout + link.stderr
+    extension = Path(home) / ".gemini" / "extensions" / "watchkeeper" / ".gemini-extension-install.json"
+    assert json.loads(extension.read_text())["source"] == str(GEMINI_EXTENSION)
+    proc = run_harness([gemini, "-m", "fake-model", "-p", "turn 1"], project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (project.path / ".gemini" / "settings.json").exists()
+    assert fake_model.seen(f"{project.mark}-startup-full")
