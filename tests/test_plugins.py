@@ -300,3 +300,30 @@ json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, "
     assert twice.startswith("warn")
     again = _supervise(["install", "gemini", "--plugin"], project, home, path)
     assert again.returncode == 0 and len(log.read_text().splitlines()) == 1  # linked already
+
+
+def test_shim_where_names_the_environment_and_its_package(installed: tuple[Path, Path]) -> None:
+    """``supervise-hook --where`` (what the Pi and OpenCode packages ask, once at load): the
+    environment's interpreter, and the folder of the package it imports."""
+    on_path, _ = installed
+    proc = subprocess.run(["/bin/sh", "-c", "supervise-hook --where"], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "PATH": f"{on_path}:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    python, package = proc.stdout.splitlines()
+    assert python.endswith("/tools env/bin/python") and os.path.isabs(python)
+    assert Path(package, "bridges", "core.mjs").is_file()
+    assert Path(package).resolve() == (ROOT / "supervisor").resolve()
+
+
+@pytest.mark.parametrize("name", ["pi", "opencode"])
+def test_extension_packages_load_the_installed_bridge_not_a_copy(name: str) -> None:
+    folder = ROOT / "plugins" / name
+    manifest = json.loads((folder / "package.json").read_text("utf-8"))
+    if name == "pi":
+        assert "pi-package" in manifest["keywords"] and manifest["pi"]["extensions"] == ["./index.ts"]
+        entry = folder / "index.ts"
+    else:
+        entry = folder / manifest["main"]
+    text = entry.read_text("utf-8")
+    assert 'execFileSync("supervise-hook", ["--where"]' in text and '"bridges", "core.mjs"' in text
+    assert sorted(p.name for p in folder.iterdir()) == sorted(["package.json", entry.name])

@@ -306,7 +306,7 @@ def _spawn_child(kind: str, project: Path, client: str) -> tuple[Any, str]:
     """Start ``supervise mcp --once KIND`` and read its text; ``(process, text)``."""
     import subprocess
 
-    argv = [sys.executable, "-P", "-m", "supervisor", "mcp", "--once", kind, "-C", str(project)]
+    argv = [sys.executable, "-I", "-m", "supervisor", "mcp", "--once", kind, "-C", str(project)]
     if client:
         argv += ["--for", client]
     child = subprocess.Popen(argv, cwd=project, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

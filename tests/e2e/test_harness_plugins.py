@@ -116,3 +116,65 @@ def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: 
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (project.path / ".gemini" / "settings.json").exists()
     assert fake_model.seen(f"{project.mark}-startup-full")
+
+
+def test_pi_package_installed_from_a_local_path_delivers_the_digest(project: Project,
+                                                                   fake_model: FakeModel,
+                                                                   tmp_path: Path) -> None:
+    """``pi install plugins/pi -l`` (0.73.1): the package's extension finds the installed
+    package through ``supervise-hook --where`` (no copy of the bridge) and the digest reaches
+    the model."""
+    import json
+    import subprocess
+
+    from conftest import clean_env
+
+    pi = harness_bin("pi")
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    env = on_path(clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1",
+                            PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0"))
+    added = subprocess.run([str(pi), "install", str(ROOT / "plugins" / "pi"), "-l"], cwd=project.path,
+                           env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert not (project.path / ".pi" / "extensions").exists()  # nothing placed by us
+    proc = run_harness([pi, "--provider", "fake", "--model", "fake-model", "-p", "turn 1"],
+                       project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert fake_model.seen(f"{project.mark}-startup-full")
+
+
+def test_opencode_package_named_by_path_delivers_the_digest(project: Project, fake_model: FakeModel,
+                                                           tmp_path: Path) -> None:
+    """OpenCode 1.18.33 with ``"plugin": ["file://.../plugins/opencode"]`` in opencode.json: the
+    package finds the installed package through ``supervise-hook --where``."""
+    import json
+
+    from conftest import clean_env
+    from test_opencode import seed_plugin_dependency
+
+    opencode = harness_bin("opencode")
+    (project.path / "opencode.json").write_text(json.dumps({
+        "$schema": "https://opencode.ai/config.json",
+        "plugin": [(ROOT / "plugins" / "opencode").as_uri()],
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": f"{fake_model.url}/v1", "apiKey": "dummy"},
+                              "models": {"fake-model": {"name": "Fake",
+                                                        "limit": {"context": 100000, "output": 1000}}}}},
+        "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False,
+        "share": "disabled"}))
+    xdg = tmp_path / "oc-xdg"
+    for folder in (xdg / "config" / "opencode", project.path / ".opencode"):
+        seed_plugin_dependency(folder)
+    env = on_path(clean_env(XDG_CONFIG_HOME=str(xdg / "config"), XDG_DATA_HOME=str(xdg / "data"),
+                            XDG_CACHE_HOME=str(tmp_path / "oc-cache"), XDG_STATE_HOME=str(xdg / "state"),
+                            OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
+                            OPENCODE_DISABLE_LSP_DOWNLOAD="1", PWD=str(project.path)))
+    proc = run_harness([opencode, "run", "turn 1"], project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert not (project.path / ".opencode" / "plugins").exists()  # nothing placed by us
+    assert fake_model.seen(f"{project.mark}-startup-full")

@@ -1,0 +1,22 @@
+// watchkeeper-bridge (package): the session-start digest for Pi, installed with
+// `pi install <path or npm:pi-watchkeeper>`. It carries no copy of the bridge: `supervise-hook
+// --where` (on PATH beside `supervise`: pipx, uv tool) names the interpreter and the installed
+// package, whose bridges/core.mjs it loads. Protocol: docs/bridge-protocol.md.
+import { execFileSync } from "node:child_process"
+import { join } from "node:path"
+import { pathToFileURL } from "node:url"
+
+export default async function watchkeeper(pi: any): Promise<void> {
+  let where: string[]
+  try {
+    where = execFileSync("supervise-hook", ["--where"], { encoding: "utf8", timeout: 30000,
+      stdio: ["ignore", "pipe", "pipe"] }).trim().split("\n")
+  } catch {
+    console.error("watchkeeper: supervise-hook is not on PATH (install watchkeeper with pipx or uv tool); no digest")
+    return
+  }
+  const [python, pkg] = where
+  const core = await import(pathToFileURL(join(pkg, "bridges", "core.mjs")).href)
+  const settings = core.loadSettings(join(pkg, "bridges"))
+  core.piExtension(pi, { settings: { ...settings, python, file: "supervise-hook --where" } })
+}
