@@ -149,3 +149,30 @@ def test_without_the_extra_one_line_says_how_to_install_it(project: Path, tmp_pa
     assert proc.returncode == 1 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert "watchkeeper[mcp]" in line
+
+
+def test_term_ends_the_server_and_rolls_back_what_was_not_acknowledged(project: Path) -> None:
+    """The client is still connected (stdin open) but never sent ``initialized``: TERM ends
+    the server with 143 and no record says the instructions were delivered."""
+    import signal
+
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+    proc = subprocess.Popen([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(request.encode())
+        proc.stdin.flush()
+        assert "MCP-MARK" in json.loads(proc.stdout.readline())["result"]["instructions"]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+    assert not (project / ".supervise" / "complete.json").exists()

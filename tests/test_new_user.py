@@ -186,7 +186,7 @@ def test_every_verb_rejects_a_missing_directory(tmp_path: Path, verb: list[str],
 # -- item 10: help for every option, -V, a cheap --version ----------------------------------
 
 VERBS = ["digest", "run", "hook", "nudge", "status", "install", "uninstall", "doctor", "config",
-         "bridge"]
+         "bridge", "mcp"]
 
 
 def _entries_without_help(text: str) -> list[str]:

@@ -283,9 +283,29 @@ class _Deliveries:
             _verdict(child, True)
 
     def abandon(self) -> None:
+        """Roll back what never reached the client: the instructions' delivery when the
+        client never spoke, and each tool call whose response was not written."""
+        if self.startup is not None:
+            self.startup.settle(False)
+            self.startup = None
         for child in self._waiting.values():
             _verdict(child, False)
         self._waiting.clear()
+
+
+async def _stop_on_signals(deliveries: _Deliveries) -> None:
+    """End the server on TERM, INT or HUP with 128+n, having rolled back what never reached
+    the client. It exits at once (``os._exit``): the transport's stdin reader is a thread
+    blocked in ``read``, which no cancellation ends."""
+    import signal
+
+    import anyio
+
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            deliveries.abandon()
+            sys.stderr.flush()
+            os._exit(128 + signum)
 
 
 def _verdict(child: Any, delivered: bool) -> None:
@@ -439,8 +459,11 @@ def serve(project: Path, client: str) -> int:
         os.dup2(2, 1)  # a stray print never reaches the wire
 
         async def main() -> None:
-            async with stdio_server(stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
-                await server.run(read, write, server.create_initialization_options())
+            async with anyio.create_task_group() as group:
+                group.start_soon(_stop_on_signals, deliveries)
+                async with stdio_server(stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
+                    await server.run(read, write, server.create_initialization_options())
+                group.cancel_scope.cancel()
 
         try:
             anyio.run(main)
@@ -450,8 +473,8 @@ def serve(project: Path, client: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Serve (or, with ``--once``, run one tool call's child); exit 0, 1 without the extra,
-    2 on bad usage."""
+    """Serve (or, with ``--once``, run one tool call's child); exit 0 when the client closed
+    the connection, 1 without the extra, 2 on bad usage, 128+n on TERM, INT or HUP."""
     args = build_parser().parse_args(argv)
     from ..state._project import find_project_root
 
