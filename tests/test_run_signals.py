@@ -2,10 +2,13 @@
 INT, HUP, QUIT and ALRM to us reach the command's process group, so its own handlers run (a
 Python command's ``KeyboardInterrupt`` and ``finally``); the exit status is the command's
 (128+n when the signal killed it); a command still running ``--grace`` seconds later has its
-whole tree killed (128+n). Before, every one of them became SIGTERM to the tree."""
+whole tree killed (128+n). Before, every one of them became SIGTERM to the tree (QUIT and
+ALRM killed the supervisor itself, leaving the command running). Both paths: the lean one
+and the engine's (``SUPERVISE_PORTABLE=1``)."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +20,17 @@ from helpers import alive_and_ours, supervise_cmd
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="the lean run path (posix_spawn, subreaper) is Linux's")
+
+
+@pytest.fixture(params=["lean", "portable"], autouse=True)
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each test on the lean path and on the engine's path (``SUPERVISE_PORTABLE=1``, the
+    macOS stand-in: the engine runs CMD)."""
+    if request.param == "portable":
+        monkeypatch.setenv("SUPERVISE_PORTABLE", "1")
+    else:
+        monkeypatch.delenv("SUPERVISE_PORTABLE", raising=False)
+    return str(request.param)
 
 FORWARDED = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGALRM")
 

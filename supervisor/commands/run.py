@@ -200,10 +200,11 @@ def _run_with_engine(command: list[str], budget: float, grace: float, capture: b
     sink = BufferSink() if capture else None  # text: the command's own stdio
 
     async def body(aborter: Aborter) -> StageResult:
+        # a signal to us is forwarded to CMD (GNU timeout's rule), the kill after grace
         return await run_command(command, budget=budget, grace=grace, sink=sink,
-                                 abort=aborter.event)
+                                 abort=aborter.event, forward=lambda: aborter.signum)
 
-    result, aborter = run_with_signals(body)
+    result, aborter = run_with_signals(body, _runwait.FORWARDED)
     _reaper.reap_zombie_children()
     return _finish(command, budget, capture, result.status, result.exit_code, aborter.signum,
                    result.seconds, sink.getvalue() if sink is not None else b"")

@@ -77,7 +77,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    abort_reason: str | Callable[[], str],
                    rerun_hint: str | None, *, transparent: bool = False,
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
-                   inherit_stdio: bool = False, keep_output: bool = True) -> DigestResult:
+                   inherit_stdio: bool = False, keep_output: bool = True,
+                   forward: Callable[[], int | None] | None = None) -> DigestResult:
     started = anyio.current_time()
     wall0 = time.time()
     buffer = ChunkSink()  # references, not copies: the output is held once
@@ -109,7 +110,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
                watch=_tree.Watch(exclude=excluded),
-               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent,
+               end_at=kill_at + grace + KILL_MARGIN, transparent=transparent, forward=forward,
                vfork=_spawn.may_vfork(), guard=_reaper.owns_children(), guarded=guarded)
     for spec in config.stages:
         if spec.name not in chosen or spec.deferred:
@@ -226,7 +227,8 @@ class _Tee:
 
 async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
                       sink: Sink | None = None, cwd: Path | None = None,
-                      abort: anyio.Event | None = None) -> StageResult:
+                      abort: anyio.Event | None = None,
+                      forward: Callable[[], int | None] | None = None) -> StageResult:
     """Run one command tree under a deadline (``supervise run``); the whole tree dies.
 
     Unlike a digest, the command gets its whole budget (GNU ``timeout`` semantics): at
@@ -241,6 +243,10 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
             this process's stdin, stdout and stderr directly, as under GNU ``timeout``.
         cwd: working directory (default: the current one).
         abort: when set, the tree is killed at once (a signal to the supervisor).
+        forward: with ``abort``: returns the signal number that set it, which the command
+            then gets (with SIGCONT) in place of the kill, as GNU ``timeout`` forwards a
+            signal; the tree is killed only if the command has not ended ``grace`` seconds
+            later. None: the abort kills at once.
 
     The command gets this process's environment unchanged plus ``SUPERVISE_STAGE_TOKEN``
     (the watchdog's token), like GNU ``timeout``: none of a stage's ``SUPERVISE_*`` variables.
@@ -259,5 +265,5 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
     config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
     context = SessionContext(project_dir=str(cwd or "/"), state_dir="/nonexistent")
     result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True,
-                            inherit_stdio=sink is None)
+                            inherit_stdio=sink is None, forward=forward)
     return result.stages[0]

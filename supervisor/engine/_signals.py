@@ -30,8 +30,10 @@ class Aborter:
             return f"signal {self.signum}"
 
 
-async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
-    """Run ``body(aborter)`` while SIGTERM/SIGINT/SIGHUP set ``aborter.event`` instead of
+async def with_signals(body: Callable[[Aborter], Awaitable[T]],
+                       signals: tuple[int, ...] = HANDLED_SIGNALS) -> tuple[T, Aborter]:
+    """Run ``body(aborter)`` while SIGTERM/SIGINT/SIGHUP (or ``signals``: ``supervise run``'s
+    engine path adds QUIT and ALRM, which it forwards) set ``aborter.event`` instead of
     killing us (design rule 15: the same path as the deadline). Returns the body's result and
     the aborter (``aborter.signum`` is the signal received, or None).
 
@@ -55,9 +57,9 @@ async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Abor
 
     before: dict[signal.Signals, object] = {}  # signal -> the handler found
     try:
-        for number in HANDLED_SIGNALS:
+        for number in signals:
             try:
-                before[number] = signal.signal(number, on_signal)
+                before[signal.Signals(number)] = signal.signal(number, on_signal)
             except (OSError, ValueError):  # not the main thread: signals stay as they were
                 pass
         early = take_early_signal()  # one that came while the loop was starting
@@ -75,7 +77,8 @@ async def with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Abor
                 pass
 
 
-def run_with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborter]:
+def run_with_signals(body: Callable[[Aborter], Awaitable[T]],
+                     signals: tuple[int, ...] = HANDLED_SIGNALS) -> tuple[T, Aborter]:
     """``anyio.run(with_signals, body)``, then act on a signal that came after
     :func:`with_signals` put the quiet handler back but before the event loop had stopped.
 
@@ -90,7 +93,7 @@ def run_with_signals(body: Callable[[Aborter], Awaitable[T]]) -> tuple[T, Aborte
         SystemExit: a signal came in that window (from the quiet handler).
     """
     try:
-        return anyio.run(with_signals, body)
+        return anyio.run(with_signals, body, signals)
     finally:
         late = take_early_signal()
         if late is not None:

@@ -77,6 +77,9 @@ class DigestRun:
     """Stages that ended abnormally without our deadline: name -> signal name or cap key."""
     vfork: bool = True
     """Stages may be started with ``posix_spawn`` (:func:`supervisor.engine._spawn.may_vfork`)."""
+    forward: Callable[[], int | None] | None = None
+    """``supervise run`` on the engine's path: the signal that set the abort, to forward to
+    the command (GNU ``timeout``'s rule) before the kill; None: an abort kills at once."""
     guard: bool = False
     """Start a guardian (:mod:`supervisor.engine._guardian`) before the first stage spawns:
     this process owns all of its children (the CLI, the deferred runner), not an embedder."""
@@ -447,9 +450,24 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 # OOM-kills: the cgroup's event counters say which cap it was.
                 tree.over_cap = _cgroup.over_cap(cgroup)
             with anyio.CancelScope(shield=True):
+                forwarded = False
+                if outcome == "abort" and run.forward is not None:
+                    signum = run.forward()
+                    if signum is not None:  # the command's own handlers run, for grace seconds
+                        forwarded = True
+                        for sig in (signum, signal.SIGCONT):
+                            try:
+                                os.killpg(proc.pid, sig)  # unreaped leader: the group is ours
+                            except (ProcessLookupError, PermissionError):
+                                pass
+                        with anyio.move_on_at(min(now() + run.grace, run.end_at)):
+                            await proc.wait()
+                        if proc.poll() is not None:
+                            outcome = "exited"
                 if outcome != "exited":
-                    await run.watch.kill_stage(tree, 0.0 if outcome == "cap" else run.grace,
-                                               kill_deadline())
+                    await run.watch.kill_stage(
+                        tree, 0.0 if outcome == "cap" or forwarded else run.grace,
+                        kill_deadline())
                 elif await run.watch.has_leftovers(tree, min(now() + KILL_WAIT,
                                                               run.end_at - DRAIN_RESERVE)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
