@@ -53,10 +53,6 @@ FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signa
 """Signals to us that we forward to the command's process group, as GNU ``timeout`` does
 (its own handlers run: a Python command's ``KeyboardInterrupt`` and ``finally``), instead of
 killing us; the whole tree is killed when the command has not ended ``grace`` seconds later."""
-SIGNAL_KILL = KILL_WAIT
-"""Seconds the kill after a forwarded signal's grace may take: the watchdog may still be
-loading when the grace ends (about 0.1 s of imports, seconds on a starved host), and the kill
-must then still find the tree."""
 PREFETCH = 3.0
 """Seconds before the deadline from which the watchdog is loaded and scans the process
 table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill sequence starts at
@@ -221,9 +217,10 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                 if len(got) > sent:
                     for signum in got[sent:]:
                         _forward(pid, signum)
-                    if not sent:  # the first: the command gets grace seconds to end
+                    if not sent:  # the first: the command gets grace seconds to end (the
+                        # kill or sweep after it keeps its own bound, grace + KILL_WAIT from
+                        # its start: the watchdog's imports may take seconds on a starved host)
                         escalate_at = time.monotonic() + grace
-                        end_at = min(end_at, escalate_at + SIGNAL_KILL + KILL_MARGIN)
                     sent = len(got)
                     continue  # its exit may be there already
                 now = time.monotonic()
