@@ -403,8 +403,8 @@ from supervisor.engine import _deferred_runner, _signals
 sig, where = int(sys.argv[1]), sys.argv[2]
 if where == "teardown":  # the loop still runs; with_signals has put back the handlers found
     real = _signals.with_signals
-    async def late(body):
-        done = await real(body)
+    async def late(body, *args):
+        done = await real(body, *args)
         signal.raise_signal(sig)
         return done
     _signals.with_signals = late

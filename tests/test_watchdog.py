@@ -65,6 +65,7 @@ def test_non_finite_flags_are_usage_errors(tmp_path: Path, argv: list[str]) -> N
 
 # -- real processes -------------------------------------------------------------------------
 import select  # noqa: E402
+import shlex  # noqa: E402
 import signal  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
