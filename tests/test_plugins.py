@@ -327,3 +327,30 @@ def test_extension_packages_load_the_installed_bridge_not_a_copy(name: str) -> N
     text = entry.read_text("utf-8")
     assert 'execFileSync("supervise-hook", ["--where"]' in text and '"bridges", "core.mjs"' in text
     assert sorted(p.name for p in folder.iterdir()) == sorted(["package.json", entry.name])
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_doctor_sees_an_extension_package_and_one_beside_the_placed_bridge(tmp_path: Path,
+                                                                          harness: str) -> None:
+    """As ``pi install PATH -l`` (0.73.1) and an ``opencode.json`` ``plugin`` entry (1.18.33)
+    name the package: doctor reports it, and warns when the placed bridge loads too."""
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    assert _supervise(["doctor", harness], project, home, path).returncode == 1  # nothing yet
+    with (project / ".git" / "info" / "exclude").open("a") as exclude:
+        exclude.write("/.supervise/\n")  # as any install does; a package install writes none
+    folder = ROOT / "plugins" / harness
+    if harness == "pi":
+        (project / ".pi").mkdir()
+        (project / ".pi" / "settings.json").write_text(json.dumps({"packages": [os.path.relpath(folder, project / ".pi")]}))
+    else:
+        (project / "opencode.json").write_text(json.dumps({"plugin": [folder.as_uri()]}))
+    doctor = _supervise(["doctor", harness], project, home, path)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "package" in doctor.stdout and "is loaded from" in doctor.stdout
+    assert _supervise(["install", harness], project, home, path).returncode == 0
+    doctor = _supervise(["doctor", harness], project, home, path)
+    [twice] = [ln for ln in doctor.stdout.splitlines() if "both load" in ln]
+    assert twice.startswith("warn")

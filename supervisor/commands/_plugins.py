@@ -184,3 +184,63 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
             last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
             return f"{shlex.join(command)} failed ({last[0][:200]}); run by hand: {shown}"
     return ""
+
+
+PACKAGES = {"pi": ("pi-watchkeeper", "plugins/pi"),
+            "opencode": ("opencode-watchkeeper", "plugins/opencode")}
+"""The extension packages of ``plugins/``: bridge harness to (npm name, folder in this
+repository): how a harness's configuration names one (``npm:pi-watchkeeper``, a local path)."""
+
+
+def _names_package(entry: object, harness: str) -> str:
+    """The source string of a configuration entry when it names our package, else ``""``
+    (a string, ``{"source"|"package": S}`` or ``[S, options]``)."""
+    if isinstance(entry, dict):
+        entry = entry.get("source", entry.get("package"))
+    elif isinstance(entry, list) and entry:
+        entry = entry[0]
+    if not isinstance(entry, str):
+        return ""
+    npm, folder = PACKAGES[harness]
+    plain = entry.rstrip("/")
+    return entry if npm in plain or plain.endswith(folder) else ""
+
+
+def package_uses(harness: str, project: Path, home: Path | None) -> list[tuple[Path, str]]:
+    """``(configuration file, source)`` for each place that loads our extension package
+    (``plugins/pi``, ``plugins/opencode``): Pi's ``packages`` in ``.pi/settings.json`` and
+    ``<agent dir>/settings.json`` (0.73.1: ``pi install SOURCE [-l]`` writes them), OpenCode's
+    ``plugin`` in ``opencode.json``, ``.opencode/opencode.json`` and the user's
+    ``opencode/opencode.json`` (1.18.33). Unreadable files are skipped (doctor reads, never
+    fails on them here)."""
+    if harness not in PACKAGES:
+        return []
+    from ..adapters import _settings
+
+    if harness == "pi":
+        files = [project / ".pi" / "settings.json"]
+        agent = os.environ.get("PI_CODING_AGENT_DIR")
+        if agent or home is not None:
+            files.append(Path(agent) if agent else Path(str(home), ".pi", "agent"))
+            files[-1] = files[-1] / "settings.json"
+        keys: tuple[str, ...] = ("packages",)
+    else:
+        files = [project / "opencode.json", project / ".opencode" / "opencode.json"]
+        config = os.environ.get("XDG_CONFIG_HOME")
+        if config or home is not None:
+            files.append(Path(config) if config else Path(str(home), ".config"))
+            files[-1] = files[-1] / "opencode" / "opencode.json"
+        keys = ("plugin", "plugins")
+    out: list[tuple[Path, str]] = []
+    for path in files:
+        try:
+            data = _settings.read_settings(path)
+        except Exception:  # noqa: BLE001 - ConfigError: not ours to judge here
+            continue
+        for key in keys:
+            entries = (data or {}).get(key)
+            for entry in entries if isinstance(entries, list) else []:
+                source = _names_package(entry, harness)
+                if source:
+                    out.append((path, source))
+    return out

@@ -543,6 +543,33 @@ def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], proje
     return checks
 
 
+def _bridge_checks(name: str, project: Path, budget: float, named: bool) -> list[Check]:
+    """A bridge harness's lines: the placed bridge (:func:`supervisor.bridges._install.check`)
+    and the extension package of ``plugins/`` named in its configuration
+    (:func:`supervisor.commands._plugins.package_uses`): either one is a registration, both
+    would deliver twice."""
+    from ..bridges._install import check as bridge_check, get as bridge
+
+    packages = _plugins.package_uses(name, project, _home_path())
+    placed = [Check(status, name, text, fix) for status, text, fix in
+              bridge_check(bridge(name), project, _home_path(), budget, named and not packages)]
+    checks = list(placed)
+    for path, source in packages:
+        checks.append(Check("ok", name, f"the {bridge(name).title} package {source} is loaded "
+                            f"from {path}"))
+    if packages:
+        found = shutil.which("supervise-hook")
+        checks.append(Check("ok", name, f"the package runs {found}") if found else Check(
+            "FAIL", name, "supervise-hook, which the package runs, is not on PATH",
+            "install watchkeeper with `pipx install` or `uv tool install` (they put "
+            "supervise-hook on PATH)"))
+        if any(c.status == "ok" and "bridge placed in" in c.text for c in placed):
+            checks.append(Check("warn", name, f"the placed bridge and the package both load: "
+                                f"the digest would arrive twice; keep one (`supervise uninstall "
+                                f"{name}` removes the placed bridge)"))
+    return checks
+
+
 def _mcp_checks(project: Path, named: bool) -> list[Check]:
     """The ``supervise mcp`` registrations of every MCP client (``install mcp --for CLIENT``):
     each entry runs ``supervise mcp --for CLIENT``, ``supervise`` is on ``PATH`` and has the
@@ -683,7 +710,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("harnesses", nargs="*", metavar="HARNESS", help=f"only these ({', '.join([*ADAPTERS, 'pi', 'opencode'])}, or mcp: the MCP server's registrations)")
     add_directory(p)
     args = p.parse_args(argv)
-    from ..bridges._install import NAMES as BRIDGES, check as bridge_check, get as bridge
+    from ..bridges._install import NAMES as BRIDGES
 
     unknown = [h for h in args.harnesses if h not in ADAPTERS and h not in BRIDGES and h != "mcp"]
     if unknown:
@@ -707,9 +734,9 @@ def main(argv: list[str]) -> int:
     harness_checks = [c for name in names if name in ADAPTERS
                       for c in _harness_checks(ADAPTERS[name], project, budget, bool(args.harnesses),
                                                below)]
-    harness_checks += [Check(status, name, text, fix) for name in (args.harnesses or BRIDGES)
-                       if name in BRIDGES for status, text, fix in
-                       bridge_check(bridge(name), project, _home_path(), budget, bool(args.harnesses))]
+    for name in (args.harnesses or BRIDGES):
+        if name in BRIDGES:
+            harness_checks += _bridge_checks(name, project, budget, bool(args.harnesses))
     if not args.harnesses or "mcp" in args.harnesses:
         harness_checks += _mcp_checks(project, "mcp" in args.harnesses)
     if _home_path() is None:
