@@ -545,8 +545,8 @@ from supervisor.engine import _signals
 original = _signals.with_signals
 signum = getattr(signal, sys.argv[1])
 
-async def late(body):
-    got = await original(body)  # the quiet handler is back in place; the loop still runs
+async def late(body, *args):
+    got = await original(body, *args)  # the quiet handler is back; the loop still runs
     signal.raise_signal(signum)
     for _ in range(1000): pass  # the handler has run (recorded) before the loop stops
     return got
