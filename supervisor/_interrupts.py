@@ -56,6 +56,26 @@ _STATUS: list[int | None] = [None]
 """The status a harness-facing verb leaves with (0); None: ``128 + n`` (a terminal verb)."""
 
 
+_HOLD: list[bool] = [False]
+"""Whether a signal is held (:func:`hold_signals`) instead of ending the process."""
+_HELD: list[int] = []
+"""The first signal held since :func:`hold_signals`."""
+
+
+def hold_signals() -> None:
+    """From now until :func:`release_held`, a TERM, INT or HUP is remembered instead of ending
+    the process: the CLI has started stages before the engine listens for signals
+    (``supervisor.engine._launch.prestart``), and the engine turns the signal into the
+    digest's abort (its banner, its status) as soon as it listens."""
+    _HOLD[0] = True
+
+
+def release_held() -> int | None:
+    """Stop holding signals (:func:`hold_signals`); the first one held meanwhile, or None."""
+    _HOLD[0] = False
+    return _HELD.pop() if _HELD else None
+
+
 def exit_status(signum: int) -> int:
     """The exit status for leaving on ``signum``: 0 for a harness-facing verb, else
     ``128 + signum`` (130 for ``SIGINT``, 143 for ``SIGTERM``, 129 for ``SIGHUP``)."""
@@ -87,6 +107,10 @@ def leave_quietly_on_signals(status: int | None) -> None:
     _STATUS[0] = status
 
     def leave(signum: int, frame: object) -> None:
+        if _HOLD[0]:  # stages run and the engine is loading: it will abort the digest
+            if not _HELD:
+                _HELD.append(signum)
+            return
         # a module may still be importing when the signal lands: its attributes may be missing
         note = getattr(sys.modules.get("supervisor.engine._signals"), "note_early_signal", None)
         if note is not None and note(signum):

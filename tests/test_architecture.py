@@ -187,8 +187,9 @@ def test_imports_go_down_the_rooms() -> None:
 
 
 def test_stages_and_the_package_keep_apart() -> None:
-    """The package runs stage programs by path and never imports them; a stage imports only
-    the lower rooms of the package (never a verb, a bridge or the door)."""
+    """The package runs stage programs by path (spawned, or run by a forked child) and never
+    imports them; a stage imports only the lower rooms of the package (never a verb, a bridge
+    or the door)."""
     for name, path in SUPERVISOR.items():
         for target, line in _imports(name, path, {**STAGES, "stages": ROOT / "stages"}):
             raise AssertionError(f"{name} imports the stage module {target} (line {line})")
@@ -198,6 +199,26 @@ def test_stages_and_the_package_keep_apart() -> None:
             if _room(target) not in STAGE_ROOMS_ALLOWED:
                 wrong.append(f"stages: {name} imports {target} ({_room(target)}) at line {line}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_supervising_process_never_imports_a_stage(tmp_path: Path) -> None:
+    """Built-in stages are forked from the supervising process (issue 26), and only the forked
+    child runs the program and imports its modules: ``python -X importtime`` of a digest that
+    runs ``instructions`` and ``repo`` names none of the stages' modules on the supervisor's
+    own stderr (a forked child's import log goes to its stderr pipe, the stage log)."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**_env(), "SUPERVISE_STATE_DIR": str(tmp_path / "state")}
+    env.pop("PYTHONPATH")
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, env=env)
+    (repo / "AGENTS.md").write_text("# Rules\n")
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "supervisor", "digest"],
+                          cwd=repo, capture_output=True, text=True, timeout=60, env=env)
+    assert "## Instructions" in proc.stdout and "## Repository" in proc.stdout, proc.stdout
+    imported = {line.rpartition("|")[2].strip() for line in proc.stderr.splitlines()
+                if line.startswith("import time:")}
+    tops = {name.split(".")[0] for name in STAGES}
+    assert imported and not {n for n in imported if n.split(".")[0] in tops}
 
 
 def test_each_module_imports_alone() -> None:

@@ -27,7 +27,7 @@ from supervisor.config._plan import DigestPlan, StagePlan
 from supervisor.engine import _spawn
 from supervisor.engine._output import BufferSink
 from supervisor.engine._run import run_digest
-from supervisor.engine._stage import stage_env
+from supervisor.engine._launch import stage_env
 
 DEFAULT = DigestPlan(budget=60, stages=(
     StagePlan(name="memory", builtin="memory"), StagePlan(name="instructions", builtin="instructions"),

@@ -354,15 +354,15 @@ def test_stage_output_reports_what_the_total_cap_let_through(tmp_path: Path) -> 
 
 def test_an_idle_rule_that_raises_never_escapes_the_stage(tmp_path: Path,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    """``_idle_builtin`` promised never to raise out of a stage's task but caught only
+    """``idle_builtin`` promised never to raise out of a stage's task but caught only
     OSError, ValueError and ConfigError: any other exception from the idle rule (a rule file
     that fails, a RecursionError) ended the whole digest. Now the stage is just spawned and
     decides itself."""
-    import supervisor.engine._stage as stage_module
+    import supervisor.engine._launch as launch_module
 
     def broken(name: str, env: Any) -> bool:
         raise RuntimeError("the idle rule failed")
 
-    monkeypatch.setattr(stage_module, "idle", broken)
+    monkeypatch.setattr(launch_module, "idle", broken)
     result = digest(tmp_path, [{"name": "memory", "builtin": "memory"}], budget=30)
     assert [s.status for s in result.stages] == ["ok"], result.stages

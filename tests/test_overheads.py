@@ -192,7 +192,7 @@ def test_stage_env_follows_changes_of_the_environment(tmp_path: Path, monkeypatc
     """The inherited environment is decoded once, yet a change of os.environ shows up in
     the next stage's environment (and git's and our own variables never do)."""
     from supervisor.config._plan import DigestPlan, StagePlan
-    from supervisor.engine._stage import stage_env
+    from supervisor.engine._launch import stage_env
 
     plan = DigestPlan(stages=(StagePlan(name="a", builtin="memory"), StagePlan(name="b", run=("true",))))
     ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".supervise")

@@ -18,8 +18,12 @@ from .._record import mutable_record, replace
 if TYPE_CHECKING:
     import argparse
 
+    from ..config._context import SessionContext
+    from ..config._plan import DigestPlan
+    from ..engine._launch import Prestart
     from ..engine._output import StreamSink
     from ..engine._results import DigestResult, StageResult
+    from ..engine._signals import Aborter
 
 
 @mutable_record
@@ -184,15 +188,11 @@ def main(argv: list[str]) -> int:
                   f"{limit:g}", file=sys.stderr)
             return EXIT_USAGE
 
-    from ..engine import _reaper
     from ..config._plan import as_plan
     from ..config._plancache import load_plan
     from ..config._context import SessionContext
-    from ..engine._run import run_digest
     from .._errors import ConfigError
-    from ..engine._output import BufferSink, StreamSink
     from ..state._project import find_project_root
-    from ..engine._signals import Aborter, run_with_signals
 
     start = args.directory or Path.cwd()
     project = Path(find_project_root(start))
@@ -244,20 +244,9 @@ def main(argv: list[str]) -> int:
     update = {k: getattr(args, k) for k in ("budget", "grace") if getattr(args, k) is not None}
     if update:
         config = replace(config, **update)
+    from ..engine import _reaper, _spawn
+
     _reaper.enable_subreaper()
-    sink = StreamSink(1) if args.format == "text" else BufferSink()
-    if notice and args.format == "text":
-        sink.write(notice.encode() + b"\n")
-    async def body(aborter: Aborter) -> DigestResult:
-        return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
-                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
-                                on_stage=live, keep_output=args.format != "text")
-
-    live = _live_progress if sys.stderr.isatty() else None
-    from ..state._delivery import open_delivery
-
-    from ..engine import _spawn
-
     _spawn.own_descriptors()  # stages never hold what our parent passed us
     try:
         # Stages run in the project directory: from there they start with posix_spawn
@@ -265,6 +254,44 @@ def main(argv: list[str]) -> int:
         os.chdir(project)
     except OSError:
         pass
+    from ..engine._launch import prestart
+
+    started = prestart(config, context, args.only)  # they work while the engine loads
+    try:
+        result, aborter = _run(args, config, context, project, notice, started)
+    finally:
+        started.close()  # what the engine did not take (it never ran): killed whole
+    _reaper.reap_zombie_children()
+    if code == EXIT_OK and args.session_start:  # `supervise status` counts session starts
+        from ..session._routing import record_digest
+
+        record_digest(context.state_dir, result, context)
+    if aborter.signum is not None:
+        return 128 + aborter.signum
+    return code
+
+
+def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project: Path,
+         notice: str | None, started: Prestart) -> tuple[DigestResult, Aborter]:
+    """Run the digest (its first stages already ``started``), print it as ``args.format``
+    says, settle the deferred results it carried; the result and the signal aborter."""
+    from ..engine._run import run_digest
+    from ..engine._output import BufferSink, StreamSink
+    from ..engine._signals import run_with_signals
+
+    sink = StreamSink(1) if args.format == "text" else BufferSink()
+    if notice and args.format == "text":
+        sink.write(notice.encode() + b"\n")
+
+    async def body(aborter: Aborter) -> DigestResult:
+        return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
+                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
+                                on_stage=live, keep_output=args.format != "text",
+                                prestart=started)
+
+    live = _live_progress if sys.stderr.isatty() else None
+    from ..state._delivery import open_delivery
+
     with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
         result, aborter = run_with_signals(body)
         if live is not None:
@@ -294,14 +321,7 @@ def main(argv: list[str]) -> int:
         # A preview reached no model: every reservation (the handoff count, a deferred
         # result's claim) is rolled back, as for an output that was not delivered.
         delivery.settle(whole and args.session_start)
-    _reaper.reap_zombie_children()
-    if code == EXIT_OK and args.session_start:  # `supervise status` counts session starts
-        from ..session._routing import record_digest
-
-        record_digest(context.state_dir, result, context)
-    if aborter.signum is not None:
-        return 128 + aborter.signum
-    return code
+    return result, aborter
 
 
 def _lost_output(sink: StreamSink) -> bool:

@@ -55,6 +55,20 @@ def list_builtins() -> list[str]:
     return sorted(n for n in names if not n.startswith("_"))
 
 
+def builtin_program(name: str) -> Path:
+    """The program file of built-in stage ``name`` (a ``.py`` file or a package's
+    ``__main__.py``).
+
+    Raises:
+        ConfigError: no such built-in; the message lists the ones that exist.
+    """
+    program = _program(name)
+    if program is None:
+        known = ", ".join(list_builtins()) or "none"
+        raise ConfigError(f"unknown builtin stage '{name}' (known: {known})")
+    return program
+
+
 def builtin_argv(name: str, args: tuple[str, ...] = ()) -> list[str]:
     """The argv that runs built-in stage ``name`` with this interpreter, isolated (``-I``:
     the harness's ``PYTHONPATH``, ``PYTHONHOME``, ``PYTHONSTARTUP`` and user site-packages
@@ -64,11 +78,7 @@ def builtin_argv(name: str, args: tuple[str, ...] = ()) -> list[str]:
     Raises:
         ConfigError: no such built-in; the message lists the ones that exist.
     """
-    program = _program(name)
-    if program is None:
-        known = ", ".join(list_builtins()) or "none"
-        raise ConfigError(f"unknown builtin stage '{name}' (known: {known})")
-    return [sys.executable, "-I", "-u", str(program), *args]
+    return [sys.executable, "-I", "-u", str(builtin_program(name)), *args]
 
 
 def idle(name: str, env: Mapping[str, str]) -> bool:

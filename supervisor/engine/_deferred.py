@@ -242,7 +242,7 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
     Never raises: a stage that cannot be launched (unwritable state dir, missing program)
     comes back with ``error`` set, and the digest says so.
     """
-    from ._stage import stage_argv, stage_env
+    from ._launch import stage_argv, stage_env
 
     launches = []
     for spec in specs:

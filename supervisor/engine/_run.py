@@ -23,8 +23,9 @@ from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
 from ..state._project import ensure_state_dir
 from ..state._statedir import link_notice, take_notices
 from ._results import DigestResult, StageResult
+from ._launch import Prestart, stage_argv, stage_env
 from ._reaper import DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT
-from ._stage import DigestRun, run_stage, stage_argv, stage_env
+from ._stage import DigestRun, run_stage
 
 if TYPE_CHECKING:
     from ..config._schema import DigestConfig
@@ -37,7 +38,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
                      abort_reason: str | Callable[[], str] = "signal",
                      rerun_hint: str | None = None,
                      on_stage: Callable[[str, StageResult | None], None] | None = None,
-                     keep_output: bool = True) -> DigestResult:
+                     keep_output: bool = True, prestart: Prestart | None = None) -> DigestResult:
     """Run a digest: every stage concurrently, output in declared order, one deadline.
 
     Args:
@@ -59,6 +60,10 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         keep_output: False when the caller needs only what streamed to ``sink`` (a terminal
             digest): no text is kept, so memory stays flat whatever the stages print, and the
             result's ``text`` and each stage's ``output`` are empty.
+        prestart: the stages :func:`supervisor.engine._launch.prestart` started before the
+            event loop for this same digest, context and ``only`` (the CLI's built-in stages,
+            forked): the engine takes them over, and the digest's clock starts at
+            ``prestart.t0``. A stage there that this digest would not start first is killed.
 
     Returns:
         A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
@@ -69,7 +74,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         every stage (bounded, shielded) and propagates.
     """
     return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
-                          on_stage=on_stage, keep_output=keep_output)
+                          on_stage=on_stage, keep_output=keep_output, prestart=prestart)
 
 
 async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
@@ -78,8 +83,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    rerun_hint: str | None, *, transparent: bool = False,
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
                    inherit_stdio: bool = False, keep_output: bool = True,
-                   forward: Callable[[], int | None] | None = None) -> DigestResult:
+                   forward: Callable[[], int | None] | None = None,
+                   prestart: Prestart | None = None) -> DigestResult:
     started = anyio.current_time()
+    if prestart is not None:  # the digest began when its first stages were started
+        started -= max(0.0, time.monotonic() - prestart.t0)
     wall0 = time.time()
     buffer = ChunkSink()  # references, not copies: the output is held once
     tee = _Tee(sink, None if transparent or not keep_output else buffer)
@@ -111,7 +119,10 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
                watch=_tree.Watch(exclude=excluded),
                end_at=kill_at + grace + KILL_MARGIN, transparent=transparent, forward=forward,
-               vfork=_spawn.may_vfork(), guard=_reaper.owns_children(), guarded=guarded)
+               vfork=_spawn.may_vfork(), guard=_reaper.owns_children(), guarded=guarded,
+               prestart=prestart)
+    if prestart is not None:
+        _adopt(run, prestart, {s.name for s in live if not s.needs})
     for spec in config.stages:
         if spec.name not in chosen or spec.deferred:
             run.done[spec.name].set()  # a need on a skipped or deferred stage does not wait
@@ -192,6 +203,33 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             abnormal=run.abnormal))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
                         buffer.text(), tuple(out.notices), cut=notice is not None)
+
+
+def _adopt(run: DigestRun, prestart: Prestart, first: set[str]) -> None:
+    """Take over the stages ``prestart`` started, and its guardian: each stage gets its slot
+    before any other stage asks for one, and its leader is protected from the reaper (the
+    engine reaps it). A stage
+    this digest would not start first (a caller's mismatch), or one past ``max_parallel``, is
+    killed (and started again by its task if it is this digest's)."""
+    if prestart.guardian is not None:  # the engine's guardian from now on
+        run.guardian, prestart.guardian = prestart.guardian, None
+        run.guard = False
+        run.guarded.add(run.guardian.pid)
+        run.watch.protected.add(run.guardian.pid)  # ours to reap, at its close
+    dropped = Prestart(prestart.t0)
+    for name in list(prestart.stages):
+        if name in first:
+            try:
+                run.limiter.acquire_on_behalf_of_nowait(name)
+            except anyio.WouldBlock:
+                pass
+            else:
+                run.watch.protected.add(prestart.stages[name].child.pid)
+                continue
+        dropped.stages[name] = prestart.stages.pop(name)
+        if run.guardian is not None:
+            run.guardian.forget(dropped.stages[name].child.pid)
+    dropped.abandon()
 
 
 def _deferred_result(name: str, delivery: _deferred.Delivery | None) -> StageResult:

@@ -136,5 +136,10 @@ def note_early_signal(signum: int) -> bool:
 
 
 def take_early_signal() -> int | None:
-    """The signal :func:`note_early_signal` remembered (once), or None."""
-    return _early.pop() if _early else None
+    """The signal :func:`note_early_signal` remembered, or one held while the first stages ran
+    before the engine listened (:func:`supervisor._interrupts.hold_signals`, which this ends);
+    once, or None."""
+    from .._interrupts import release_held
+
+    held = release_held()
+    return _early.pop() if _early else held

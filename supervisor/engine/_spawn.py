@@ -19,17 +19,17 @@ import errno
 import os
 import select
 import signal
-import subprocess
-import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Literal
+import sys
 
-import anyio
-import anyio.to_thread
+TYPE_CHECKING = False  # not typing's: the CLI starts stages with this module before anyio
+if TYPE_CHECKING:
+    import threading
+    from collections.abc import Callable, Mapping, Sequence
+    from typing import Literal, NoReturn
+
+    Stderr = Literal["stdout", "pipe", "null", "inherit"]
 
 from ._reaper import shell_fallback
-
-Stderr = Literal["stdout", "pipe", "null", "inherit"]
 
 PIDFD = hasattr(os, "pidfd_open")
 """Whether :meth:`Child.wait` may sleep on a pidfd (Linux); tests turn it off to run the
@@ -45,11 +45,14 @@ class Child:
 
     ``pid``: its pid; ``returncode``: None until reaped, then the exit status, or ``-N`` for
     death by signal N (as :attr:`subprocess.Popen.returncode`); ``stdout`` and ``stderr``: the
-    read ends of its pipes as non-blocking descriptors, or None (not piped, or closed).
+    read ends of its pipes as non-blocking descriptors, or None (not piped, or closed);
+    ``forked``: started by :func:`fork_program` (no ``exec``).
     """
 
-    def __init__(self, pid: int, stdout: int | None, stderr: int | None) -> None:
+    def __init__(self, pid: int, stdout: int | None, stderr: int | None,
+                 forked: bool = False) -> None:
         self.pid = pid
+        self.forked = forked
         self.returncode: int | None = None
         self.stdout = stdout
         self.stderr = stderr
@@ -74,6 +77,8 @@ class Child:
 
     async def wait(self) -> int:
         """Wait (cancellably) until the leader exits, reap it, return its return code."""
+        import anyio
+
         delay = 0.001
         while self.poll() is None:
             if self._pidfd is not None:
@@ -167,6 +172,210 @@ def _start(argv: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, s
         except NotImplementedError:  # no POSIX_SPAWN_SETSID here (macOS < 10.15)
             pass
     return _popen(argv, cwd, env, out_w, err_w, capture, stderr)
+
+
+FORK_VAR = "SUPERVISE_FORK_STAGES"
+"""Set to ``0`` (or ``off``) to start every built-in stage as a new interpreter instead of a
+fork of this process (diagnosis, and the benchmark's "before"). Read once, at import."""
+FORK = (sys.platform.startswith("linux") and hasattr(os, "fork")
+        and os.environ.get(FORK_VAR, "").strip().lower() not in ("0", "no", "false", "off"))
+"""Whether built-in stages may be forked at all here: Linux only (a macOS process that has
+touched system frameworks must not fork without ``exec``), unless :data:`FORK_VAR` says no."""
+
+
+def may_fork() -> bool:
+    """Whether :func:`fork_program` may be used now: :data:`FORK`, and this process runs one
+    thread (a fork copies only the calling thread; a lock another thread held, the import
+    lock or the allocator's, would stay locked in the child forever)."""
+    if not FORK:
+        return False
+    threading = sys.modules.get("threading")
+    return threading is None or threading.active_count() == 1
+
+
+def fork_program(program: str, args: Sequence[str], *, cwd: str | os.PathLike[str],
+                 env: Mapping[str, str], stderr: Stderr = "stdout",
+                 cgroup: str | None = None) -> Child:
+    """Run the Python program file ``program`` (a built-in stage) in a child forked from this
+    process: no new interpreter, the modules this process already loaded are shared with it,
+    and only the child compiles and runs the program (the supervising process never imports a
+    stage). Call it only while :func:`may_fork` holds.
+
+    The child is what :func:`spawn` would have started with ``[python, -I, -u, program,
+    *args]``: its
+    own session and process group (``setsid``), in ``cgroup`` (a cgroup directory, joined
+    first) when given, stdin from ``/dev/null``, stdout on a pipe, stderr as ``stderr`` says
+    (see :func:`spawn`), no other descriptor of ours, working directory ``cwd``, environment
+    exactly ``env``, ``sys.argv = [program, *args]``, the ``sys.path`` of ``python -I``
+    (:func:`_isolate_path`), the signal dispositions of a fresh interpreter, unbuffered
+    standard streams, and the exit status the interpreter would give (0, the ``SystemExit``
+    code, 1 after a traceback on an uncaught exception). The watchdog, caps, kill and banner treat it
+    as any stage leader.
+
+    Returns:
+        A :class:`Child`.
+
+    Raises:
+        OSError: no pipe or no fork (``EAGAIN``, ``ENOMEM``); the caller may spawn instead.
+    """
+    fds: list[int] = []
+    try:
+        out_r, out_w = os.pipe()
+        fds += (out_r, out_w)
+        err_r = err_w = None
+        if stderr == "pipe":
+            err_r, err_w = os.pipe()
+            fds += (err_r, err_w)
+        for stream in (sys.stdout, sys.stderr):  # nothing of ours may be flushed by the child
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        pid = os.fork()
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    if pid == 0:  # pragma: no cover - the child; ends in os._exit
+        _forked_child(program, args, os.fspath(cwd), env, out_w, err_w, stderr, cgroup)
+    for end in (out_w, err_w):
+        if end is not None:
+            os.close(end)
+    for end in (out_r, err_r):
+        if end is not None:
+            os.set_blocking(end, False)
+    return Child(pid, out_r, err_r, forked=True)
+
+
+def _forked_child(program: str, args: Sequence[str], cwd: str, env: Mapping[str, str],
+                  out_w: int, err_w: int | None, stderr: Stderr,
+                  cgroup: str | None) -> NoReturn:  # pragma: no cover - runs in the child
+    """The child side of :func:`fork_program`: never returns."""
+    code = 1
+    try:
+        # a fresh interpreter's dispositions first: the supervisor's handlers must not run here
+        for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD, signal.SIGQUIT):
+            signal.signal(signum, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for name in ("SIGPIPE", "SIGXFSZ"):  # as a fresh interpreter sets them
+            if hasattr(signal, name):
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        signal.set_wakeup_fd(-1)
+        import gc
+
+        gc.freeze()  # this process's objects are never collected here (no finaliser of ours runs)
+        os.setsid()
+        if cgroup is not None:
+            with open(os.path.join(cgroup, "cgroup.procs"), "w") as procs:
+                procs.write("0")  # this process, before the stage runs anything
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(out_w, 1)
+        os.dup2(err_w if stderr == "pipe" and err_w is not None else
+                out_w if stderr == "stdout" else null, 2)
+        _close_from(3)  # our pipes, pidfds, files: none is the stage's
+        os.chdir(cwd)
+        _isolate_path()
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [program, *args]
+        import io
+
+        # PYTHONUNBUFFERED's streams: what the stage printed is in the pipe when it is killed
+        encoding = getattr(sys.__stdout__, "encoding", None) or "utf-8"
+        errors = getattr(sys.__stdout__, "errors", None) or "strict"
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding=encoding)
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding=encoding,
+                                      errors=errors, write_through=True)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding=encoding,
+                                      errors="backslashreplace", write_through=True)
+        code = _run_main(program)
+    except BaseException:  # noqa: BLE001 - the child reports and leaves, never returns
+        try:
+            import traceback
+
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001 - a reader that left: the status stands
+                pass
+        os._exit(code)
+
+
+def _isolate_path() -> None:  # pragma: no cover - runs in the forked child
+    """``sys.path`` as ``python -I`` has it (what a spawned built-in runs with,
+    :func:`supervisor.config._builtins.builtin_argv`): without the entries this interpreter
+    took from its caller, the script's folder or working directory (unless it ran with
+    ``-P``), ``PYTHONPATH`` (unless ``-E``) and the user site-packages (unless ``-s``)."""
+    drop: set[str] = set()
+    if not sys.flags.safe_path and sys.path:
+        drop.add(sys.path[0])
+    if not sys.flags.ignore_environment:
+        for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            if entry:
+                drop |= {entry, os.path.abspath(entry)}
+    if not sys.flags.no_user_site:
+        site = sys.modules.get("site")
+        user = getattr(site, "USER_SITE", None)
+        if isinstance(user, str):
+            drop.add(user)
+    sys.path[:] = [entry for entry in sys.path if entry not in drop]
+
+
+def _run_main(program: str) -> int:  # pragma: no cover - runs in the forked child
+    """Run ``program`` as ``__main__`` (as ``python program`` would); its exit status."""
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__file__ = program
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        with open(program, "rb") as f:
+            code = compile(f.read(), program, "exec")
+        exec(code, main.__dict__)  # noqa: S102 - the stage program, as the interpreter would
+    except SystemExit as done:
+        if done.code is None:
+            return 0
+        if isinstance(done.code, int):
+            return done.code & 0xFF
+        print(done.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)  # as the interpreter ends: killed by SIGINT
+        return 130
+    except BaseException:  # noqa: BLE001 - an uncaught exception: traceback, status 1
+        import traceback
+
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+def _close_from(low: int) -> None:  # pragma: no cover - runs in the forked child
+    """Close every descriptor from ``low`` up: those ``/proc/self/fd`` lists (a limit of a
+    million descriptors must not cost a million ``close`` calls), else up to the limit."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        try:
+            limit = os.sysconf("SC_OPEN_MAX")
+        except (OSError, ValueError):
+            limit = 1 << 16
+        os.closerange(low, max(limit, 256))
+        return
+    for name in names:
+        fd = int(name)
+        if fd >= low:
+            try:
+                os.close(fd)
+            except OSError:  # the listing's own descriptor, closed by now
+                pass
 
 
 def may_vfork() -> bool:
@@ -267,6 +476,8 @@ def _posix_spawn(argv: Sequence[str], env: Mapping[str, str], out_w: int | None,
 
 def _popen(argv: Sequence[str], cwd: str | os.PathLike[str], env: Mapping[str, str],
            out_w: int | None, err_w: int | None, capture: bool, stderr: Stderr) -> int:
+    import subprocess
+
     if capture:
         err_to: int | None = {"stdout": subprocess.STDOUT, "pipe": err_w,
                               "null": subprocess.DEVNULL}.get(stderr, subprocess.STDOUT)
@@ -314,6 +525,8 @@ class Discard:
     """Seconds :meth:`stop` waits for the thread's last gulp before reporting the count."""
 
     def __init__(self) -> None:
+        import threading
+
         self._wake: int | None = None
         self._done = threading.Event()
         self._counted = [0]
@@ -329,6 +542,9 @@ class Discard:
             os.close(fd)
             raise
         self._count = count
+        import anyio
+        import anyio.to_thread
+
         await anyio.to_thread.run_sync(_discard, fd, wake_r, self._counted, self._done,
                                        abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1))
         self._settle()
@@ -344,6 +560,8 @@ class Discard:
             except OSError:  # the drain already returned and closed its end
                 pass
             os.close(wake)
+            import anyio
+
             with anyio.move_on_after(self.STOP_WAIT):
                 while not self._done.is_set():
                     await anyio.sleep(0.002)

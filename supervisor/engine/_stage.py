@@ -7,7 +7,6 @@ output multiplexer, parallelism limit, results).
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -19,29 +18,21 @@ import anyio
 
 from . import _cgroup, _proctable, _spawn, _stagelog, _tree
 from ._reaper import DRAIN, DRAIN_RESERVE, HARD_PHASE, KILL_WAIT, READ_SIZE, TOKEN_VAR
-from ..config._builtins import builtin_argv, idle, may_idle
 from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
+from ._launch import (FD_RESERVE, STAGE_FDS, Prestart, descriptor_limit, idle_builtin, launch,
+                      open_descriptors, stage_argv, stage_cwd)
 from ._output import OrderedOutput
 from ..config._plan import DigestPlan, StagePlan
 from ._results import StageResult
 from ._stagelog import StderrCapture
-from ..state._statedir import usable_path
 
 if TYPE_CHECKING:
     from ._guardian import Guardian
     from ._results import StageStatus
 
-FD_RESERVE = 8
-"""Descriptors a stage's start leaves free for the watchdog and the event loop: a ``/proc``
-read that fails with ``EMFILE`` reads as "process gone", so the kill must never run out."""
-STAGE_FDS = 6
-"""Most descriptors one stage holds at its start (both ends of its stdout and stderr pipes,
-its pidfd, its stderr log)."""
 _ROOM_POLL = 0.02
 
-_STDERR: dict[str, _spawn.Stderr] = {"context": "stdout", "log": "pipe", "drop": "null"}
-_STRIP_ENV = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_PREFIX")
 
 
 
@@ -93,6 +84,9 @@ class DigestRun:
     retries after one more ended)."""
     fd_limit: int | None = field(default_factory=lambda: descriptor_limit())
     """The soft open-files limit when it is low enough to be counted against, else None."""
+    prestart: Prestart | None = None
+    """Stages started before the event loop (:func:`supervisor.engine._launch.prestart`),
+    taken over by their tasks instead of spawned."""
     scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
     """Each stage's current wait (for its turn, or for its leader), cancelled by an abort or
     by a cap: one scope per stage instead of a task racing each wait."""
@@ -119,31 +113,6 @@ class DigestRun:
             self.on_stage(name, result)
 
 
-def descriptor_limit() -> int | None:
-    """The soft ``RLIMIT_NOFILE`` when stages may reach it (below 65536), else None."""
-    import resource
-
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    except (OSError, ValueError):
-        return None
-    return None if soft == resource.RLIM_INFINITY or soft >= 65536 else int(soft)
-
-
-def _open_descriptors() -> int | None:
-    """How many descriptors this process has open (one listing), or None when it cannot
-    tell; at the limit the listing itself fails: then the limit."""
-    import errno
-
-    for folder in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return len(os.listdir(folder)) - 1  # the listing's own descriptor
-        except OSError as err:
-            if err.errno in (errno.EMFILE, errno.ENFILE):
-                return 1 << 30
-    return None
-
-
 def _out_of_descriptors(err: BaseException) -> bool:
     import errno
 
@@ -165,94 +134,13 @@ async def _descriptor_room(run: DigestRun, name: str, ended: int | None = None) 
                 if run.ended != ended:
                     return True
             else:
-                used = _open_descriptors()
+                used = open_descriptors()
                 if limit is None or used is None or used + STAGE_FDS + FD_RESERVE <= limit:
                     return True
             if not run.running:
                 return ended is None
             await anyio.sleep(_ROOM_POLL)
     return False
-
-
-def stage_argv(spec: StagePlan) -> list[str]:
-    """The argv a stage runs (shell-free unless ``shell = true``).
-
-    Raises:
-        ConfigError: an unknown builtin.
-    """
-    if spec.builtin is not None:
-        return builtin_argv(spec.builtin, spec.args)
-    assert spec.run is not None
-    if spec.shell:
-        return ["/bin/sh", "-c", spec.run[0], *spec.args]
-    return [*spec.run, *spec.args]
-
-
-def stage_env(spec: StagePlan, context: SessionContext, token: str,
-              digest: DigestPlan | None = None) -> dict[str, str]:
-    """The curated environment of a stage (see docs/stage-authors.md); ``digest`` lets the
-    stage know which built-ins run beside it (``SUPERVISE_DIGEST_BUILTINS``)."""
-    env = dict(_inherited_env())
-    env.update(spec.env)
-    env.update(context.env())
-    # a symlinked state dir is never written, by stages either: they get none (the digest
-    # names the link once, see supervisor.state._statedir)
-    env["SUPERVISE_STATE_DIR"] = usable_path(context.state_dir)
-    env["SUPERVISE_STAGE_NAME"] = spec.name
-    env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
-    if digest is not None:
-        env["SUPERVISE_DIGEST_BUILTINS"] = _digest_builtins(digest)
-    env[TOKEN_VAR] = token
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-_inherited: tuple[dict[bytes, bytes] | None, dict[str, str]] | None = None
-_builtins_of: tuple[DigestPlan, str] | None = None
-
-
-def _inherited_env() -> dict[str, str]:
-    """This process's environment without git's and our own variables, decoded and filtered
-    once per change of ``os.environ`` (not once per stage: a digest of many stages)."""
-    global _inherited
-    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping: compared, not decoded
-    if _inherited is None or raw is None or _inherited[0] != raw:
-        _inherited = (dict(raw) if raw is not None else None,
-                      {k: v for k, v in os.environ.items()
-                       if k not in _STRIP_ENV and not k.startswith("SUPERVISE_")})
-    return _inherited[1]
-
-
-def _digest_builtins(digest: DigestPlan) -> str:
-    """``SUPERVISE_DIGEST_BUILTINS`` of ``digest``, computed once per digest."""
-    global _builtins_of
-    if _builtins_of is None or _builtins_of[0] is not digest:
-        _builtins_of = (digest, ",".join(dict.fromkeys(s.builtin for s in digest.stages
-                                                       if s.builtin)))
-    return _builtins_of[1]
-
-
-def _idle_builtin(run: DigestRun, spec: StagePlan, token: str) -> bool:
-    """A built-in stage that would only exit 0 having printed nothing (``stages/_idle.py``,
-    :func:`supervisor.config._builtins.idle`, asked with the environment it would get): a
-    digest's default ``memory`` and ``summary`` stages without a store or a summary file.
-    Never for ``supervise run``, a stage given arguments or one whose ``ok_exit`` lacks 0."""
-    if (spec.builtin is None or run.transparent or spec.args or 0 not in spec.ok_exit
-            or not may_idle(spec.builtin)):
-        return False
-    if spec.options:
-        return False  # the rule would say no: no environment to build
-    try:
-        return idle(spec.builtin, stage_env(spec, run.context, token, run.config))
-    except Exception:  # noqa: BLE001 - never out of a stage's task; the spawn path reports
-        return False
-
-
-def _stage_cwd(spec: StagePlan, context: SessionContext) -> Path:
-    if spec.cwd is None:
-        return Path(context.project_dir)
-    cwd = Path(os.path.expanduser(spec.cwd))
-    return cwd if cwd.is_absolute() else Path(context.project_dir) / cwd
 
 
 async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
@@ -268,6 +156,13 @@ async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
 
 async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
     acquired = False
+    if run.prestart is not None and spec.name in run.prestart.stages:
+        # started before the event loop: its slot was taken for it (supervisor.engine._run)
+        try:
+            await _spawn_and_watch(run, index, spec)
+        finally:
+            run.limiter.release_on_behalf_of(spec.name)
+        return
     if not spec.needs and not run.abort.is_set():
         try:  # the common case: a free slot now, nothing to wait for
             run.limiter.acquire_on_behalf_of_nowait(spec.name)
@@ -307,72 +202,33 @@ async def _next_chunk(fd: int, size: int) -> bytes:
 
 async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out, now = run.out, anyio.current_time
-    token = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex (uuid imports platform)
-    started = now()
-    if _idle_builtin(run, spec, token):
-        # Nothing to do (no memory store, no summary file): what the program would decide
-        # first, decided here on the same environment; no interpreter, the same result.
-        run.report(spec.name, None)
-        run.report(spec.name, StageResult(spec.name, "ok", 0, now() - started))
-        return
-    # A low open-files limit (`ulimit -n 24`): wait for a slot rather than fail
-    ended: int | None = None
-    while True:
-        if not await _descriptor_room(run, spec.name, ended) and (
-                anyio.current_time() >= run.kill_at or run.abort.is_set()):
-            run.report(spec.name, StageResult(spec.name, "not_started"))
-            return
-        if run.guard:  # the first stage to spawn: a SIGKILLed supervisor kills none itself
-            run.guard = False
-            from ._guardian import Guardian
+    pre = run.prestart.take(spec.name) if run.prestart is not None else None
+    if pre is not None:
+        # started before the event loop (forked, for a built-in): the same leader, session,
+        # token and cgroup as a start here would give; its clock is the monotonic one
+        import time
 
-            run.guardian = Guardian.start()
-            if run.guardian is not None:
-                run.guarded.add(run.guardian.pid)
-                run.watch.protected.add(run.guardian.pid)  # ours to reap, at its close
-        cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
-                  if run.cgroup_root is not None else None)
+        proc, token, cgroup = pre.child, pre.token, pre.cgroup
+        started = now() - max(0.0, time.monotonic() - pre.started)
         run.watch.spawning += 1
-        try:
-            argv = stage_argv(spec)
-            if cgroup is not None:
-                argv = _cgroup.wrap(cgroup, argv)
-            # `supervise run` (transparent): our environment as is, like GNU timeout, plus
-            # the token; a stage gets its curated environment (docs/stage-authors.md).
-            env = ({**os.environ, TOKEN_VAR: token} if run.transparent
-                   else stage_env(spec, run.context, token, run.config))
-            # inherit_stdio: like GNU timeout, stdin, stdout and stderr are the command's
-            # own; else stderr is merged into stdout ("context"), its own pipe for the log,
-            # or nowhere
-            proc = _spawn.spawn(argv, cwd=_stage_cwd(spec, run.context), env=env,
-                                capture=not run.inherit_stdio, stderr=_STDERR[spec.stderr],
-                                vfork=run.vfork)
-        except (OSError, ValueError, ConfigError) as err:
-            run.watch.spawning -= 1
-            if cgroup is not None:
-                _cgroup.remove(cgroup)
-            if _out_of_descriptors(err) and run.running:
-                ended = run.ended  # another stage holds descriptors: retry once it ends
-                continue
-            reason = getattr(err, "strerror", None) or str(err)
-            if isinstance(err, OSError) and err.filename is None and spec.run:
-                reason = f"{spec.run[0]}: {reason}"
-            elif isinstance(err, OSError) and err.filename is not None:
-                reason = f"{err.filename}: {reason}"
-            if _out_of_descriptors(err):
-                limit = descriptor_limit()
-                reason += (f" (the open-files limit{f', ulimit -n {limit},' if limit else ''} "
-                           "is reached and no other stage is running to free one)")
-            out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
-            run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
+    else:
+        token = os.urandom(16).hex()  # 32 hex digits, as uuid4().hex (uuid imports platform)
+        started = now()
+        if idle_builtin(spec, run.context, run.config, token, run.transparent):
+            # Nothing to do (no memory store, no summary file): what the program would decide
+            # first, decided here on the same environment; no interpreter, the same result.
+            run.report(spec.name, None)
+            run.report(spec.name, StageResult(spec.name, "ok", 0, now() - started))
             return
-        break
+        started_proc = await _start(run, index, spec, token)
+        if started_proc is None:
+            return
+        proc, cgroup = started_proc
     deadline = run.kill_at if spec.timeout is None else min(run.kill_at, started + spec.timeout)
     waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
                            spec.max_tasks, spec.max_memory, on_cap=waiting.cancel,
-                           detach_mark=spec.name if spec.builtin is not None else None,
-                           adopts_all=run.transparent)
+                           detach_mark=spec.name if spec.builtin is not None else None)
     run.watch.add(tree)
     run.watch.spawning -= 1
     if run.guardian is not None:
@@ -552,6 +408,64 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     out.finish(index)  # flush a cut character before the text is taken
     run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
                                       out.stage_text(index)))
+
+
+async def _start(run: DigestRun, index: int, spec: StagePlan,
+                 token: str) -> tuple[_spawn.Child, Path | None] | None:
+    """Start stage ``spec`` (its cgroup first, where there is a root): its leader and cgroup,
+    with ``run.watch.spawning`` counted up; None when it could not start (its result is
+    reported). A low open-files limit (``ulimit -n 24``) waits for a slot rather than fail."""
+    out = run.out
+    ended: int | None = None
+    while True:
+        if not await _descriptor_room(run, spec.name, ended) and (
+                anyio.current_time() >= run.kill_at or run.abort.is_set()):
+            run.report(spec.name, StageResult(spec.name, "not_started"))
+            return None
+        if run.guard:  # the first stage to spawn: a SIGKILLed supervisor kills none itself
+            run.guard = False
+            from ._guardian import Guardian
+
+            run.guardian = Guardian.start()
+            if run.guardian is not None:
+                run.guarded.add(run.guardian.pid)
+                run.watch.protected.add(run.guardian.pid)  # ours to reap, at its close
+        cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
+                  if run.cgroup_root is not None else None)
+        run.watch.spawning += 1
+        try:
+            if run.transparent:
+                # `supervise run`: our environment as is, like GNU timeout, plus the token;
+                # inherit_stdio: stdin, stdout and stderr are the command's own.
+                argv = stage_argv(spec)
+                if cgroup is not None:
+                    argv = _cgroup.wrap(cgroup, argv)
+                proc = _spawn.spawn(argv, cwd=stage_cwd(spec, run.context),
+                                    env={**os.environ, TOKEN_VAR: token},
+                                    capture=not run.inherit_stdio, stderr="stdout",
+                                    vfork=run.vfork)
+            else:  # a stage: its curated environment (docs/stage-authors.md)
+                proc = launch(spec, run.context, run.config, token, cgroup, vfork=run.vfork)
+        except (OSError, ValueError, ConfigError) as err:
+            run.watch.spawning -= 1
+            if cgroup is not None:
+                _cgroup.remove(cgroup)
+            if _out_of_descriptors(err) and run.running:
+                ended = run.ended  # another stage holds descriptors: retry once it ends
+                continue
+            reason = getattr(err, "strerror", None) or str(err)
+            if isinstance(err, OSError) and err.filename is None and spec.run:
+                reason = f"{spec.run[0]}: {reason}"
+            elif isinstance(err, OSError) and err.filename is not None:
+                reason = f"{err.filename}: {reason}"
+            if _out_of_descriptors(err):
+                limit = descriptor_limit()
+                reason += (f" (the open-files limit{f', ulimit -n {limit},' if limit else ''} "
+                           "is reached and no other stage is running to free one)")
+            out.note(index, f"[supervise] stage '{spec.name}' could not start: {reason}")
+            run.report(spec.name, StageResult(spec.name, "failed", output=out.stage_text(index)))
+            return None
+        return proc, cgroup
 
 
 def _signal_name(signum: int) -> str:

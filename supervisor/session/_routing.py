@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from typing import Literal
 
     from ..config._plan import DigestPlan
+    from ..engine._launch import Prestart
     from ..engine._results import DigestResult
 
     Action = Literal["full", "reemit", "nudge"]
@@ -133,17 +134,32 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
         skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
         return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
-    from ..engine import _reaper
-    from ..engine._run import run_digest
-    from ..engine._output import BufferSink
-    from ..engine._signals import Aborter, run_with_signals
-
+    from ..engine import _reaper, _spawn
     from ..state._delivery import current
 
     delivery = current()
     if delivery is not None:  # stages stage their "delivered" records for the hook to settle
         delivery.state_dir = context.state_dir
         context = _with(context, extra_env={**context.extra_env, **delivery.env()})
+    _reaper.enable_subreaper()
+    _spawn.own_descriptors()  # stages never hold what the harness passed us
+    from ..engine._launch import prestart
+
+    started = prestart(config, context, only)  # they work while the engine loads
+    try:
+        return _run_started(config, context, notice, only, started)
+    finally:
+        started.close()  # what the engine did not take (it never ran): killed whole
+        _reaper.reap_zombie_children()
+
+
+def _run_started(config: DigestPlan, context: SessionContext, notice: str,
+                 only: list[str] | None, started: Prestart) -> tuple[DigestResult, str]:
+    """:func:`_run_engine`'s digest, its first stages ``started``."""
+    from ..engine._run import run_digest
+    from ..engine._output import BufferSink
+    from ..engine._signals import Aborter, run_with_signals
+
     sink = BufferSink()
     if notice:
         sink.write(notice.encode("utf-8"))
@@ -153,16 +169,9 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     async def body(aborter: Aborter) -> DigestResult:
         return await run_digest(config, context, sink=sink, only=only, abort=aborter.event,
-                                abort_reason=aborter.reason, rerun_hint=hint)
+                                abort_reason=aborter.reason, rerun_hint=hint, prestart=started)
 
-    _reaper.enable_subreaper()
-    from ..engine import _spawn
-
-    _spawn.own_descriptors()  # stages never hold what the harness passed us
-    try:
-        result, _ = run_with_signals(body)
-    finally:
-        _reaper.reap_zombie_children()
+    result, _ = run_with_signals(body)
     return result, sink.getvalue().decode("utf-8", "replace")
 
 
