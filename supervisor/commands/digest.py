@@ -276,18 +276,21 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
     """Run the digest (its first stages already ``started``), print it as ``args.format``
     says, settle the deferred results it carried; the result and the signal aborter."""
     from ..engine._run import run_digest
-    from ..engine._output import BufferSink, StreamSink
+    from ..engine._output import StreamSink
     from ..engine._signals import run_with_signals
 
-    sink = StreamSink(1) if args.format == "text" else BufferSink()
-    if notice and args.format == "text":
+    # text: streamed to stdout, nothing kept; json: the stages' chunks kept once, written out
+    # from them at the end (DigestResult.write_json), never as one document in memory
+    sink = StreamSink(1) if args.format == "text" else None
+    chunks: dict[str, list[bytes]] | None = None if sink is not None else {}
+    if notice and sink is not None:
         sink.write(notice.encode() + b"\n")
 
     async def body(aborter: Aborter) -> DigestResult:
         return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
                                 abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
-                                on_stage=live, keep_output=args.format != "text",
-                                prestart=started)
+                                on_stage=live, keep_output=sink is None, prestart=started,
+                                output_chunks=chunks)
 
     live = _live_progress if sys.stderr.isatty() else None
     from ..state._delivery import open_delivery
@@ -302,18 +305,17 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
                                       "here")  # else a bare timing line looks like a fault
             print(f"supervise: digest {state} in {result.seconds:.2f}s (budget "
                   f"{result.budget:g}s){empty}", file=sys.stderr)
-        if isinstance(sink, StreamSink):
+        if sink is not None:
             whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
+            out = sink
         else:
             out = StreamSink(1)
-            text = result.to_json()
-            if notice:  # the JSON says what the text says first: the config was not used
-                import json
-
-                text = json.dumps({"config_error": notice, **json.loads(text)}, ensure_ascii=False)
-            out.write(text.encode() + b"\n")
+            # the JSON says what the text says first: the config was not used
+            result.write_json(out.write_waiting, chunks,
+                              {"config_error": notice} if notice else None)
+            out.write(b"\n")
             whole = out.close(timeout=2.0)
-        lost = _lost_output(sink if isinstance(sink, StreamSink) else out)
+        lost = _lost_output(out)
         whole = whole and not lost
         if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
             print("supervise digest: the output was not delivered whole (the reader left or "

@@ -95,6 +95,7 @@ class StreamSink:
         """The write error that stopped the output (``EPIPE``: the reader left; ``ENOSPC``,
         ``EIO``, ``EBADF``: the output is lost), or None. The caller decides what it means."""
         self._pending = bytearray()
+        self._stalled = False  # a reader given up by write_waiting: the rest is dropped
         self._restore: bool | None = None
         try:
             mode = os.fstat(fd).st_mode
@@ -114,10 +115,30 @@ class StreamSink:
         """Queue ``data`` and write as much as the reader takes now; never blocks on a
         non-blocking descriptor."""
         self.written += len(data)
-        if self.broken:
+        if self.broken or self._stalled:
             return
         self._pending += data
         self._flush()
+
+    def write_waiting(self, data: bytes, stall: float = 2.0) -> None:
+        """:meth:`write`, then wait (blocking: for output written after the digest, when no
+        event loop runs) while more than :data:`HIGH_WATER` bytes are pending, as long as the
+        reader takes some every ``stall`` seconds: the pending bytes stay bounded whatever
+        is written. A reader that took nothing for ``stall`` seconds is given up: the rest
+        is dropped, and :meth:`close` reports the output not whole."""
+        import select
+
+        self.write(data)
+        while self.pending > self.HIGH_WATER and not self.broken and not self._stalled:
+            try:
+                ready = select.select([], [self._fd], [], stall)[1]
+            except (OSError, ValueError):
+                ready = []
+            if not ready:
+                self._stalled = True
+                self._pending.clear()
+                return
+            self._flush()
 
     def _flush(self) -> None:
         while self._pending and not self.broken:
@@ -163,7 +184,7 @@ class StreamSink:
             except (OSError, ValueError):
                 break
             self._flush()
-        whole = not self._pending and not self.broken
+        whole = not self._pending and not self.broken and not self._stalled
         self._pending.clear()
         if self._restore is not None:
             try:
@@ -226,8 +247,11 @@ class OrderedOutput:
     """
 
     def __init__(self, sink: Sink, slots: list[tuple[str, int, str | None]], total_cap: int,
-                 *, transparent: bool = False, keep: bool = True) -> None:
+                 *, transparent: bool = False, keep: bool = True, decode: bool = True) -> None:
         self._sink = sink
+        # decode=False: the text is kept as chunks only (stage_chunks), never decoded whole
+        # (stage_text is then ""): `supervise digest --format json` writes it from the chunks
+        self._decode = decode
         self._transparent = transparent  # `supervise run`: bytes only, no notes or fix-ups
         # keep=False: the text only streams to the sink (a terminal digest); nothing is kept,
         # so a stage may print far more than memory holds (stage_text is then "").
@@ -392,6 +416,8 @@ class OrderedOutput:
     def stage_text(self, index: int) -> str:
         """What stage ``index`` contributed to the digest (after its cap, and after the total
         cap when that cut it), as text."""
+        if not self._decode:
+            return ""
         slot = self._slots[index]
         cut = slot.name in self._total_cut
         if slot.done and slot.text is not None and slot.text_cut == cut:
@@ -401,6 +427,13 @@ class OrderedOutput:
         if slot.done:
             slot.text, slot.text_cut = text, cut
         return text
+
+    def stage_chunks(self, index: int) -> list[bytes]:
+        """What stage ``index`` contributed to the digest (as :meth:`stage_text`), as the
+        chunks kept: valid UTF-8 each, references to the bytes the stage was given (no copy).
+        Empty when nothing is kept (``keep=False``)."""
+        slot = self._slots[index]
+        return slot.shown if slot.name in self._total_cut else slot.kept
 
     def stage_bytes(self, index: int) -> tuple[int, bool]:
         """``(raw bytes received, whether output was cut by the stage cap)``."""

@@ -12,6 +12,7 @@ from .._record import record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
     from typing import Literal
 
     StageStatus = Literal["ok", "failed", "timed_out", "killed", "not_started", "deferred", "skipped"]
@@ -84,16 +85,54 @@ class DigestResult:
         return not self.truncated and all(s.completed for s in self.stages)
 
     def to_json(self) -> str:
-        """The ``--format json`` document (see docs/engine.md)."""
-        return _jsontext.dumps({
-            "truncated": self.truncated or self.cut,
-            "reason": self.reason or ("max_output" if self.cut else None),
-            "budget": self.budget,
-            "seconds": round(self.seconds, 3),
-            "stages": [
-                {"name": s.name, "status": s.status, "exit_code": s.exit_code,
-                 "seconds": round(s.seconds, 3), "bytes": s.bytes, "truncated": s.truncated,
-                 "output": s.output}
-                for s in self.stages
-            ],
-        }, ensure_ascii=False)
+        """The ``--format json`` document (see docs/engine.md), as one string."""
+        parts: list[bytes] = []
+        self.write_json(parts.append)
+        return b"".join(parts).decode("utf-8")
+
+    def write_json(self, write: Callable[[bytes], None],
+                   chunks: Mapping[str, Sequence[bytes]] | None = None,
+                   head: Mapping[str, object] | None = None) -> None:
+        """Write the ``--format json`` document (docs/engine.md) through ``write``, piece by
+        piece, UTF-8: the text of :meth:`to_json`, with ``head``'s keys first (the CLI's
+        ``config_error``). A stage named in ``chunks`` takes its output from there (the
+        chunks the digest kept, :func:`supervisor.engine.run_digest`'s ``output_chunks``),
+        each decoded and escaped on its own: the document is never built whole."""
+        dumps = _jsontext.dumps
+        top = {**(head or {}), "truncated": self.truncated or self.cut,
+               "reason": self.reason or ("max_output" if self.cut else None),
+               "budget": self.budget, "seconds": round(self.seconds, 3)}
+        write(dumps(top, ensure_ascii=False)[:-1].encode() + b', "stages": [')
+        for i, s in enumerate(self.stages):
+            entry = dumps({"name": s.name, "status": s.status, "exit_code": s.exit_code,
+                           "seconds": round(s.seconds, 3), "bytes": s.bytes,
+                           "truncated": s.truncated}, ensure_ascii=False)
+            write(f'{", " if i else ""}{entry[:-1]}, "output": "'.encode())
+            pieces = chunks.get(s.name) if chunks is not None else None
+            if pieces is None:
+                write(dumps(s.output, ensure_ascii=False)[1:-1].encode())
+            else:
+                for piece in pieces:
+                    write(_json_piece(piece))
+            write(b'"}')
+        write(b"]}")
+
+
+_PLAIN_BYTES = bytes(range(32, 128)) + b"\n\t"
+"""ASCII bytes a JSON string holds as they are, but LF and TAB (escaped by :func:`_json_piece`)."""
+
+
+def _json_piece(piece: bytes) -> bytes:
+    """``piece`` (valid UTF-8) as the inside of a JSON string, as ``json.dumps(...,
+    ensure_ascii=False)`` writes it. Plain ASCII (what a stage prints most of the time) is
+    escaped on the bytes (``replace`` runs at memory speed; the encoder's escape loop was the
+    slowest step of a 1 GiB document); anything else is decoded and escaped by ``_json``."""
+    if not piece.translate(None, _PLAIN_BYTES):
+        if b"\\" in piece:
+            piece = piece.replace(b"\\", b"\\\\")
+        if b'"' in piece:
+            piece = piece.replace(b'"', b'\\"')
+        if b"\t" in piece:
+            piece = piece.replace(b"\t", b"\\t")
+        return piece.replace(b"\n", b"\\n")
+    return _jsontext.dumps(piece.decode("utf-8", "replace"), ensure_ascii=False)[1:-1].encode()

@@ -38,7 +38,8 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
                      abort_reason: str | Callable[[], str] = "signal",
                      rerun_hint: str | None = None,
                      on_stage: Callable[[str, StageResult | None], None] | None = None,
-                     keep_output: bool = True, prestart: Prestart | None = None) -> DigestResult:
+                     keep_output: bool = True, prestart: Prestart | None = None,
+                     output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
     """Run a digest: every stage concurrently, output in declared order, one deadline.
 
     Args:
@@ -64,6 +65,11 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
             event loop for this same digest, context and ``only`` (the CLI's built-in stages,
             forked): the engine takes them over, and the digest's clock starts at
             ``prestart.t0``. A stage there that this digest would not start first is killed.
+        output_chunks: when given (with ``keep_output``), each live stage's output is put
+            there by name as the chunks the digest showed for it (valid UTF-8 bytes each, no
+            copy), never decoded: the stages' ``output`` and the result's ``text`` stay
+            empty, and the caller writes the chunks out (``supervise digest --format json``,
+            :meth:`DigestResult.write_json`), so the output is held once.
 
     Returns:
         A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
@@ -74,7 +80,8 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         every stage (bounded, shielded) and propagates.
     """
     return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
-                          on_stage=on_stage, keep_output=keep_output, prestart=prestart)
+                          on_stage=on_stage, keep_output=keep_output, prestart=prestart,
+                          output_chunks=output_chunks)
 
 
 async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
@@ -84,13 +91,15 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
                    inherit_stdio: bool = False, keep_output: bool = True,
                    forward: Callable[[], int | None] | None = None,
-                   prestart: Prestart | None = None) -> DigestResult:
+                   prestart: Prestart | None = None,
+                   output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
     started = anyio.current_time()
     if prestart is not None:  # the digest began when its first stages were started
         started -= max(0.0, time.monotonic() - prestart.t0)
     wall0 = time.time()
     buffer = ChunkSink()  # references, not copies: the output is held once
-    tee = _Tee(sink, None if transparent or not keep_output else buffer)
+    tee = _Tee(sink, None if transparent or not keep_output or output_chunks is not None
+               else buffer)
     if transparent:
         # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
         # sequence (grace + KILL) comes after it.
@@ -108,7 +117,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     live = [s for s in selected if not s.deferred]
     position = {s.name: i for i, s in enumerate(live)}
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
-                        config.max_output, transparent=transparent, keep=keep_output)
+                        config.max_output, transparent=transparent, keep=keep_output,
+                        decode=output_chunks is None)
     guarded: set[int] = set()  # the guardian's pid, once the first stage starts it
 
     def excluded() -> set[int]:
@@ -190,6 +200,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             results.append(_deferred_result(spec.name, deliveries.get(spec.name)))
         else:
             found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
+            if output_chunks is not None:
+                output_chunks[spec.name] = out.stage_chunks(position[spec.name])
             # Every stage has flushed by now: take its output as the digest finally showed it
             # (a later stage's text may have been cut by the total cap after it ended).
             shown = out.stage_text(position[spec.name])
