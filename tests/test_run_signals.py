@@ -42,8 +42,8 @@ def handler(n, frame):
     sys.exit(3)
 if sig != signal.SIGINT:
     signal.signal(sig, handler)
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside the try: an INT right after it is caught
     time.sleep(60)
 except KeyboardInterrupt:
     print("KeyboardInterrupt", flush=True)
