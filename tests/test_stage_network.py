@@ -152,14 +152,14 @@ def test_deferred_through_the_digest_offline(git_repo: Path) -> None:
     (git_repo / "supervise.toml").write_text(
         'budget = 30\n[[stages]]\nname = "network"\nbuiltin = "network"\ndeferred = true\n'
         'options = { timeout = 5, gh = false }\n')
-    first = run_cli("digest", cwd=git_repo)
+    first = run_cli("digest", "--session-start", cwd=git_repo)
     assert first.returncode == 0, first.stderr
     text = first.stdout.decode()
     assert "IN PROGRESS" in text or "UNREACHABLE" in text
     for _ in range(40):  # each digest is a real run; a refused connection ends the stage at once
         if "Remote origin" in text:
             break
-        text = run_cli("digest", cwd=git_repo).stdout.decode()
+        text = run_cli("digest", "--session-start", cwd=git_repo).stdout.decode()
     assert "UNREACHABLE" in text and "reachable (" not in text
 
 

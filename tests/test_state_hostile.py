@@ -94,12 +94,12 @@ def test_planted_deferred_folder_never_receives_a_result(tmp_path: Path, kind: s
     elsewhere.mkdir()
     plant(project / ".supervise" / "deferred", kind, elsewhere)
     write_config(project, stage("net", "echo reachable", deferred=True, timeout=10))
-    assert run_cli("digest", cwd=project).returncode == 0
+    assert run_cli("digest", "--session-start", cwd=project).returncode == 0
     results = project / ".supervise" / "deferred" / "net"
     wait_for(lambda: list(results.glob("result-*.json")))
     wait_for(lambda: not (results / "running.json").exists())
     assert list(elsewhere.iterdir()) == []
-    assert "reachable" in run_cli("digest", cwd=project).stdout.decode()
+    assert "reachable" in run_cli("digest", "--session-start", cwd=project).stdout.decode()
     wait_for(lambda: not (results / "running.json").exists())
 
 
@@ -113,17 +113,17 @@ def test_result_lost_to_a_full_disk_is_reported_by_the_next_digest(tmp_path: Pat
     write its result, and nothing ever said so."""
     write_config(tmp_path, stage("net", "python3 -c \"print('x' * 200000)\"", deferred=True,
                                  timeout=10))
-    first = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
+    first = subprocess.run(supervise_cmd("digest", "--session-start"), cwd=tmp_path, capture_output=True,
                            timeout=30, preexec_fn=_full_disk)
     assert "delivered once, later" in first.stdout.decode()
     folder = tmp_path / ".supervise" / "deferred" / "net"
     wait_for(lambda: list(folder.glob("lost-*.json")))
     assert not list(folder.glob("result-*.json"))
-    second = run_cli("digest", cwd=tmp_path).stdout.decode()
+    second = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     assert second.count("LOST: deferred stage 'net'") == 1, second
     assert "File too large" in second and "NOT delivered" in second
     wait_for(lambda: list(folder.glob("result-*.json")))
-    third = run_cli("digest", cwd=tmp_path).stdout.decode()
+    third = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     assert "LOST" not in third and third.count("xxxx") >= 1  # the next run's result arrives
     wait_for(lambda: not (folder / "running.json").exists())
 
@@ -132,7 +132,7 @@ def test_result_of_a_killed_runner_is_reported_by_the_next_digest(tmp_path: Path
     gate = tmp_path / "gate"
     write_config(tmp_path, stage("net", f"sh -c 'while [ ! -e {gate} ]; do sleep 0.05; done; "
                                         "echo done'", deferred=True, timeout=30))
-    assert run_cli("digest", cwd=tmp_path).returncode == 0
+    assert run_cli("digest", "--session-start", cwd=tmp_path).returncode == 0
     folder = tmp_path / ".supervise" / "deferred" / "net"
     wait_for(lambda: (folder / "running.json").exists())
     runner = psutil.Process(json.loads((folder / "running.json").read_text())["pid"])
@@ -143,12 +143,12 @@ def test_result_of_a_killed_runner_is_reported_by_the_next_digest(tmp_path: Path
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs([runner], timeout=10)
-    second = run_cli("digest", cwd=tmp_path).stdout.decode()
+    second = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     assert second.count("LOST: deferred stage 'net'") == 1, second
     assert "runner was killed" in second
     gate.touch()
     wait_for(lambda: list(folder.glob("result-*.json")))
-    third = run_cli("digest", cwd=tmp_path).stdout.decode()
+    third = run_cli("digest", "--session-start", cwd=tmp_path).stdout.decode()
     assert "LOST" not in third and "done" in third
     wait_for(lambda: not (folder / "running.json").exists())
 
