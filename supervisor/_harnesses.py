@@ -5,7 +5,9 @@ Every list of harnesses in the package derives from :data:`ROWS`: the hook-comma
 names the ancestry walk matches (``supervisor.session._ancestry``), the values of a stage's
 ``when.harness`` (``supervisor.config._plan``), the instruction loaders (``stages/instructions``),
 the labels in messages, the hook's help text, and the early-exit flag ``install`` writes into
-the per-event command for the shell fast path (``supervisor/hook-fast.sh``). Adding a harness
+the per-event command for the shell fast path (``supervisor/hook-fast.sh``), the versions the
+end-to-end tests pin (``scripts/install-harnesses.sh``: ``newest`` and the ``floor`` set).
+Adding a harness
 is one row here plus its adapter module (``supervisor/adapters/<name>.py``: envelope, shape,
 caps, caveats; a bridge's files in ``supervisor/bridges/``).
 
@@ -31,6 +33,41 @@ to the model (``supervise hook NAME``). ``nudge``: it runs the hook command but 
 output, so the hook prints only the one-line nudge. ``bridge``: it loads an extension file of
 ours in-process (``supervisor/bridges/``), which runs ``supervise bridge``. ``mcp``: an MCP
 client that reads us as a server (``supervise mcp``; no row of this kind yet)."""
+
+
+@record
+class Era:
+    """What changed in a harness from version :attr:`since` on (until a later era).
+
+    Attributes:
+        since: the first version with this behaviour, dotted digits (``2.1.281``).
+        loads: the loader rule for the instruction files it loads itself from then on
+            (see :attr:`Harness.loads`).
+        proof: how it was proved (the real CLI, the mode, the test).
+    """
+
+    since: str
+    loads: str
+    proof: str = ""
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """``"2.1.281"`` as ``(2, 1, 281)`` for comparing. The key ends at the first character
+    that is not a digit (``"1.2.3-beta"`` is ``(1, 2, 3)``); ``""`` and text without a leading
+    number give ``()``, which sorts before every version."""
+    key: list[int] = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        key.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(key)
 
 
 @record
@@ -67,6 +104,11 @@ class Harness:
         plugin: our harness plugin as the harness names it, or None: Claude Code's
             ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``), Gemini CLI's
             extension folder name (``plugins/gemini``); :mod:`supervisor.commands._plugins`.
+        floor: the oldest version proven with the real CLI (the supported floor; the
+            end-to-end tests' second pinned set), "" when no CLI is pinned.
+        newest: the newest version proven (the end-to-end tests' pin), "" likewise.
+        eras: what changed from a version on (:class:`Era`, oldest first); before the first,
+            and for a version we could not learn, the row's own fields hold.
     """
 
     name: str
@@ -89,6 +131,21 @@ class Harness:
     early_exit: bool = False
     timeout_unit: Unit = "s"
     plugin: str | None = None
+    floor: str = ""
+    newest: str = ""
+    eras: tuple[Era, ...] = ()
+
+    def loads_at(self, version: str) -> str:
+        """The loader rule for ``version`` of this harness (its instruction files); an
+        unknown ``version`` ("") gets :attr:`loads`, the floor's rule: the digest then
+        supplies a file the harness may load too, never leaves one out."""
+        rule = self.loads
+        key = version_key(version)
+        if key:
+            for era in self.eras:
+                if key >= version_key(era.since):
+                    rule = era.loads
+        return rule
 
     @property
     def timeout_scale(self) -> int:
@@ -106,20 +163,26 @@ ROWS: tuple[Harness, ...] = (
             packages=("@anthropic-ai/claude-code",), project=".claude/settings.json",
             user="settings.json", user_dir=".claude", local=".claude/settings.local.json",
             prompt_event="UserPromptSubmit", post_tool_event="PostToolUse", loads="claude",
-            imports=True, nested_on_demand=True, early_exit=True,
-            plugin="watchkeeper@watchkeeper"),
+            imports=True, nested_on_demand=True, early_exit=True, floor="2.1.197",
+            newest="2.1.332", plugin="watchkeeper@watchkeeper",
+            eras=(Era("2.1.281", "claude-agents",
+                      "-p and interactive against the offline model: each AGENTS.md from / "
+                      "down to cwd (imports expanded, AGENTS.override.md not) when no "
+                      "non-empty CLAUDE.md, .claude/CLAUDE.md or CLAUDE.local.md is there, "
+                      "and a nested one on a read below it likewise; 2.1.280 loads none "
+                      "(tests/e2e/test_claude_context.py)"),)),
     Harness("codex", "Codex CLI", "hook", processes=("codex",), packages=("@openai/codex",),
             project=".codex/hooks.json", user="hooks.json", user_dir=".codex",
             user_dir_env="CODEX_HOME", prompt_event="UserPromptSubmit", loads="codex",
-            early_exit=True),
+            early_exit=True, floor="0.171.0", newest="0.171.0"),
     Harness("cursor", "Cursor", "hook", processes=("cursor-agent",),
             project=".cursor/hooks.json", user="hooks.json", user_dir=".cursor",
             session_event="sessionStart", loads="cursor", nested_on_demand=True),
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
-            loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
-            plugin="watchkeeper"),
+            loads="gemini", imports=True, early_exit=True, timeout_unit="ms", floor="0.61.0",
+            newest="0.61.0", plugin="watchkeeper"),
     Harness("qwen", "Qwen Code", "hook", processes=("qwen",), packages=("@qwen-code/qwen-code",),
             project=".qwen/settings.json", user="settings.json", user_dir=".qwen",
             prompt_event="UserPromptSubmit", loads="qwen", imports=True, timeout_unit="ms"),
@@ -130,12 +193,14 @@ ROWS: tuple[Harness, ...] = (
             project=".pi/extensions/watchkeeper/index.ts", user="extensions/watchkeeper/index.ts",
             user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR",
             session_event="session_start", prompt_event="before_agent_start",
-            post_tool_event="tool_result", compact_event="session_compact", loads="pi"),
+            post_tool_event="tool_result", compact_event="session_compact", loads="pi",
+            floor="0.73.1", newest="0.73.1"),
     Harness("opencode", "OpenCode", "bridge", processes=("opencode",), packages=("opencode-ai",),
             project=".opencode/plugins/watchkeeper.ts", user="opencode/plugins/watchkeeper.ts",
             user_dir=".config", user_dir_env="XDG_CONFIG_HOME", session_event="session.created",
             prompt_event="experimental.chat.system.transform",
-            compact_event="session.compacted", loads="opencode", nested_on_demand=True),
+            compact_event="session.compacted", loads="opencode", nested_on_demand=True,
+            floor="1.18.33", newest="1.18.33"),
 )
 """The harnesses, in the order every listing shows them (hook commands first)."""
 
@@ -158,3 +223,20 @@ def label(name: str, default: str = "") -> str:
     """The label of harness ``name``; ``default`` (else ``name``) for a name not in the table."""
     row = BY_NAME.get(name)
     return row.label if row else (default or name)
+
+
+
+def pins() -> list[tuple[str, str, str, str, str]]:
+    """``[(name, npm package, newest, floor, label)]`` of the rows with a pinned CLI: what
+    ``scripts/install-harnesses.sh`` installs for the end-to-end tests."""
+    return [(row.name, row.packages[0], row.newest, row.floor or row.newest, row.label)
+            for row in ROWS if row.packages and row.newest]
+
+
+if __name__ == "__main__":  # `python -m supervisor._harnesses pins`: one pin a line
+    import sys
+
+    if sys.argv[1:] != ["pins"]:
+        sys.exit("usage: python -m supervisor._harnesses pins")
+    for pin in pins():
+        print(" ".join(pin))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,3 +59,39 @@ def test_walk_stops_at_a_parent_younger_than_its_child() -> None:
     assert isinstance(me[0], ProcInfo)
     young = [p for p in _ancestry.ancestry() if p.create_time > me[0].create_time + 1.0]
     assert young == []  # every ancestor is older than us
+
+
+def test_installed_version_reads_the_harness_package_not_the_cli(tmp_path: Path) -> None:
+    """The version of a harness process comes from its npm package's package.json beside the
+    executable it runs (or Claude's ``versions/<v>`` name), never from running it."""
+    import shutil
+    import subprocess
+    import time
+
+    from supervisor.session._ancestry import installed_version
+
+    package = tmp_path / "node_modules" / "@anthropic-ai" / "claude-code"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_text('{"name": "@anthropic-ai/claude-code", "version": "2.1.332"}')
+    sleeper = package / "bin" / "claude.exe"
+    shutil.copy("/bin/sleep", sleeper)
+    native = tmp_path / "claude" / "versions" / "2.1.290"
+    native.parent.mkdir(parents=True)
+    shutil.copy("/bin/sleep", native)
+    other = tmp_path / "other" / "bin" / "claude"
+    other.parent.mkdir(parents=True)
+    shutil.copy("/bin/sleep", other)
+    (other.parent.parent / "package.json").write_text('{"name": "not-claude", "version": "9.9.9"}')
+    procs = [subprocess.Popen([str(p), "30"]) for p in (sleeper, native, other)]
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(
+                os.path.exists(f"/proc/{p.pid}/exe") and os.readlink(f"/proc/{p.pid}/exe") != "/bin/sleep"
+                for p in procs):
+            time.sleep(0.05)
+        assert [installed_version(p.pid, "claude") for p in procs] == ["2.1.332", "2.1.290", ""]
+        assert installed_version(procs[0].pid, "cursor") == ""  # no npm package in its row
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

@@ -28,11 +28,14 @@ def test_ci_run_fails_when_the_harness_clis_cannot_be_installed(tmp_path: Path) 
     (repo / "scripts").mkdir()
     shutil.copy(ROOT / ".ci" / "run", repo / ".ci" / "run")
     shutil.copy(ROOT / "scripts" / "install-harnesses.sh", repo / "scripts" / "install-harnesses.sh")
+    shutil.copytree(ROOT / "supervisor", repo / "supervisor")  # the harness table: the pins
     stubs = tmp_path / "bin"
     stubs.mkdir()
     marker = tmp_path / "tests-ran"
     _stub(stubs, "npm", "echo 'npm ERR! network unreachable' >&2; exit 1")
-    _stub(stubs, "python3", f"touch '{marker}'; exit 0")
+    # the installer reads its pins with python3 (the harness table); the test command
+    # starts with `python3 -m venv`: only that one is recorded
+    _stub(stubs, "python3", f"case \"$*\" in *venv*) touch '{marker}' ;; esac; exit 0")
     env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}",
            "HARNESS_CACHE": str(tmp_path / "cache")}
     env.pop("CI", None)  # .ci/run sets it itself
@@ -73,7 +76,7 @@ def test_an_e2e_test_without_its_cli_fails_under_ci(tmp_path: Path) -> None:
                "WATCHKEEPER_NO_HARNESS_INSTALL": "1"}
         proc = subprocess.run(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfs",
-             "tests/e2e/test_claude.py::test_startup_digest_reaches_the_model"],
+             "tests/e2e/test_claude.py::test_startup_digest_reaches_the_model[newest]"],
             cwd=ROOT, env=env, capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
         text = proc.stdout.decode(errors="replace")
         # a fixture's failure is reported as an error: either way the run is red

@@ -324,3 +324,19 @@ def test_post_tool_and_epoch_use_one_cleaned_session_id(project: Path, raw: str)
     assert handle_post_tool(payload, context) is None  # once per epoch
     advance_epoch(context)  # compact / clear: the ledger post-tool wrote starts over
     assert "SUB-RULES" in (handle_post_tool(payload, context) or "")
+
+
+def test_claude_from_2_1_281_loads_a_nested_agents_md_itself(tmp_path: Path) -> None:
+    """The post-tool injection leaves out a nested AGENTS.md that Claude Code >= 2.1.281
+    loads itself on the read (no CLAUDE file from the root down to its folder); with a CLAUDE
+    file on the way, or under the floor's rule, it is injected."""
+    from supervisor.session._nested import nested_files
+
+    (tmp_path / "pkg" / "deep").mkdir(parents=True)
+    (tmp_path / "pkg" / "AGENTS.md").write_text("pkg rules\n")
+    read = str(tmp_path / "pkg" / "deep" / "f.py")
+    assert nested_files(read, str(tmp_path), "claude", rule="claude") == [str(tmp_path / "pkg" / "AGENTS.md")]
+    assert nested_files(read, str(tmp_path), "claude", rule="claude-agents") == []
+    (tmp_path / "CLAUDE.md").write_text("root claude\n")
+    assert nested_files(read, str(tmp_path), "claude", rule="claude-agents") == [
+        str(tmp_path / "pkg" / "AGENTS.md")]

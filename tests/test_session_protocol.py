@@ -392,7 +392,8 @@ def test_linked_worktree_scope(project: Path, tmp_path: Path, harnesses: Harness
     assert is_full(hook(h, wt, "startup"))
     (wt / ".supervise-primary").unlink()
     (wt / "supervise.toml").write_text('scope = "any"\n' + CONFIG)
-    assert "ALPHA" in hook(h, wt, "startup").text
+    # another session: the same start again within seconds would be a repeat (prints nothing)
+    assert "ALPHA" in hook(h, wt, "startup", sid="s2").text
 
 
 # -- exit codes -------------------------------------------------------------------------------

@@ -377,3 +377,38 @@ def test_project_dir_reached_through_a_symlink(tree: Path, tmp_path: Path) -> No
     link.symlink_to(tree)
     out = run_stage(link / "sub", "claude", project=tree).stdout
     assert headings(out) == ["AGENTS.md", "sub/AGENTS.md"]
+
+
+@pytest.mark.parametrize(("version", "supplied"), [("", True), ("2.1.197", True), ("2.1.280", True),
+                                                   ("2.1.281", False), ("2.1.332", False)])
+def test_claude_loads_agents_md_itself_from_2_1_281(git_repo: Path, version: str,
+                                                    supplied: bool) -> None:
+    """The harness table's era for Claude Code: from 2.1.281 it loads AGENTS.md itself when
+    no CLAUDE file is at or above cwd, so the digest does not hand it a second copy; an older
+    or unknown version gets it from the digest."""
+    write(git_repo / "AGENTS.md", "root agents\n")
+    write(git_repo / "sub" / "AGENTS.md", "sub agents\n")
+    out = run_stage(git_repo / "sub", "claude", project=git_repo,
+                    env={"SUPERVISE_HARNESS_VERSION": version}).stdout
+    assert headings(out) == (["AGENTS.md", "sub/AGENTS.md"] if supplied else []), out
+
+
+@pytest.mark.parametrize("where", ["CLAUDE.md", ".claude/CLAUDE.md", "CLAUDE.local.md",
+                                   "sub/CLAUDE.md"])
+def test_a_claude_file_on_the_way_keeps_claude_from_loading_agents_md(git_repo: Path,
+                                                                      where: str) -> None:
+    """One non-empty CLAUDE file from the root down to cwd and Claude Code 2.1.332 loads no
+    AGENTS.md at all (proved with the real CLI): the digest supplies them."""
+    write(git_repo / "AGENTS.md", "root agents\n")
+    write(git_repo / "sub" / "AGENTS.md", "sub agents\n")
+    write(git_repo / where, "claude rules\n")
+    out = run_stage(git_repo / "sub", "claude", project=git_repo,
+                    env={"SUPERVISE_HARNESS_VERSION": "2.1.332"}).stdout
+    assert headings(out) == ["AGENTS.md", "sub/AGENTS.md"], out
+
+
+def test_an_empty_claude_md_does_not_count(git_repo: Path) -> None:
+    write(git_repo / "AGENTS.md", "root agents\n")
+    write(git_repo / "CLAUDE.md", "")
+    out = run_stage(git_repo, "claude", env={"SUPERVISE_HARNESS_VERSION": "2.1.332"}).stdout
+    assert headings(out) == [], out

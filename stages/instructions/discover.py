@@ -93,6 +93,25 @@ def claude_loads(place: Place) -> list[Path]:
     return [p for p in out if is_regular(p)]
 
 
+def _claude_file(d: Path) -> bool:
+    """``d`` holds a CLAUDE.md, .claude/CLAUDE.md or CLAUDE.local.md with text in it (an
+    empty one does not keep Claude Code from loading AGENTS.md)."""
+    return any(is_regular(p) and _nonempty(p)
+               for p in (*(d / n for n in _CLAUDE_DIR_FILES), d / "CLAUDE.local.md"))
+
+
+def claude_agents_loads(place: Place) -> list[Path]:
+    """Files Claude Code >= 2.1.281 loads: :func:`claude_loads`, and when no directory from
+    the filesystem root down to cwd holds a non-empty CLAUDE file, each of those directories'
+    ``AGENTS.md`` (not ``AGENTS.override.md``; imports expanded). Proved with the real CLI
+    (``-p`` and interactive; the harness table's era for Claude)."""
+    out = claude_loads(place)
+    dirs = _ancestors_down(place.cwd)
+    if any(_claude_file(d) for d in dirs):
+        return out
+    return out + [d / "AGENTS.md" for d in dirs if is_regular(d / "AGENTS.md")]
+
+
 def codex_home(place: Place) -> Path:
     return Path(os.environ.get("CODEX_HOME") or place.home / ".codex")
 
@@ -267,6 +286,7 @@ def grok_loads(place: Place) -> list[Path]:
 
 LOADERS = {
     "claude": claude_loads,
+    "claude-agents": claude_agents_loads,
     "codex": codex_loads,
     "opencode": opencode_loads,
     "pi": pi_loads,
@@ -276,8 +296,9 @@ LOADERS = {
     "grok": grok_loads,
 }
 """The rules a harness table row names as ``loads`` (``supervisor._harnesses``): the files the
-harness loads by itself; whether it expands ``@imports`` in them is the row's ``imports``. A
-harness whose row names no rule loads nothing by itself (the whole chain is supplied)."""
+harness loads by itself (per version: the row's ``loads_at``); whether it expands ``@imports``
+in them is the row's ``imports``. A harness whose row names no rule loads nothing by itself
+(the whole chain is supplied)."""
 
 
 def agents_chain(place: Place) -> list[Path]:

@@ -28,7 +28,7 @@ MAX_NESTED_LISTED = 20
 def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
     """``(top-level files the harness loads, real paths of everything it loads incl. imports)``."""
     row = BY_NAME.get(harness)
-    loads = LOADERS.get(row.loads) if row else None
+    loads = LOADERS.get(row.loads_at(os.environ.get("SUPERVISE_HARNESS_VERSION", ""))) if row else None
     if row is None or loads is None:
         return [], set()
     tops = loads(place)
@@ -111,7 +111,7 @@ def main(listing: Listing | None = None) -> int:
                                     for r in (root_real, *allowed_roots))
 
     row = BY_NAME.get(harness)
-    loads_self = row is not None and row.loads in LOADERS
+    loads_self = row is not None and row.loads_at(os.environ.get("SUPERVISE_HARNESS_VERSION", "")) in LOADERS
     walk = Walk(known=known, imports=opt_bool(options, "imports", True), max_depth=max_depth,
                 allowed=allowed, home=place.home,
                 follow_known=not (loads_self and row is not None and row.imports))

@@ -254,3 +254,52 @@ def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[
             if handlers:
                 found[event] = handlers
     return found
+
+
+def double_registration(name: str, label: str,
+                        places: list[tuple[str, str]]) -> tuple[str, str, str] | None:
+    """The one double-registration rule, for every harness (``doctor``): ``places`` are the
+    registrations of ours found for harness ``name`` (``label`` in messages), in precedence
+    order, each ``(where, how to remove it)``: a settings file per scope, an extension entry,
+    later a plugin or an MCP server beside a settings install. Two or more fire on every
+    event, each delivering its own copy (a repeated session start prints nothing, but every
+    other event and every other delivery path does not know of the first), so it is a
+    ``FAIL`` whose fix keeps the first and removes the others. Returns ``(status, text, fix)``
+    or None for at most one registration."""
+    if len(places) < 2:
+        return None
+    where = " and ".join(w for w, _ in places)
+    rest = "; ".join(f"`{how}`" for _, how in places[1:])
+    return ("FAIL", f"watchkeeper is registered {len(places)} times for {label} ({where}): "
+            "every registration fires, and the model gets its context more than once",
+            f"keep one: {rest}")
+
+
+def serving(regs: dict[str, list[dict[str, Any]]], adapter: Adapter) -> bool:
+    """``regs`` (:func:`registered`) hold a session-start registration that fires beside any
+    other: not one carrying ``--opt-in`` (a user-scope install, which stays silent where the
+    harness loads a project registration of ours: ``supervisor.session._gates.opt_in_silence``)."""
+    session = regs.get(adapter.session_event, [])
+    return any("--opt-in" not in str(h.get("command", "")) for h in session) or (
+        bool(regs) and not session)
+
+
+def registered_elsewhere(adapter: Adapter, scope: str, project_dir: Path,
+                         home: Path) -> list[tuple[str, Path]]:
+    """``[(other scope, its settings file)]`` that already hold a registration of ours for
+    ``adapter`` besides ``scope`` that would fire beside a new one (:func:`serving`;
+    ``install`` then defers instead of registering twice). An unreadable or linked file counts
+    as none (``install`` reports it when it writes there)."""
+    out: list[tuple[str, Path]] = []
+    for other in adapter.scopes:
+        if other == scope:
+            continue
+        try:
+            path = settings_path(adapter, other, project_dir, home)
+            if refuse_links([path], project_dir, home):
+                continue
+            if serving(registered(read_settings(path), adapter), adapter):
+                out.append((other, path))
+        except Exception:  # ConfigError (bad JSON) or OSError: not ours to judge here
+            continue
+    return out

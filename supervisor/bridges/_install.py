@@ -145,6 +145,7 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
     fix = f"supervise install {bridge.name}"
     out: list[tuple[str, str, str]] = []
     found = False
+    placed: list[tuple[str, str]] = []
     from ..state._fsutil import link_on_path, link_refusal
 
     roots = tuple(sorted({project_dir.absolute(), *([home.absolute()] if home else [])},
@@ -163,6 +164,7 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         if MARK not in _read(entry):  # (absent or unreadable: "", never an error)
             continue
         found = True
+        placed.append((str(entry), f"supervise uninstall {bridge.name} --scope {scope}"))
         out.append(("ok", f"{bridge.title} bridge placed in {entry}", ""))
         if not os.path.isfile(core):  # (a folder it cannot search: False, not EACCES)
             out.append(("FAIL", f"{core} is missing", fix))
@@ -173,6 +175,11 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         out += _settings_check(settings, budget, fix, project_dir, bridge.title)
     if not found and named:
         out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
+    from ..adapters._settings import double_registration
+
+    double = double_registration(bridge.name, bridge.title, placed)
+    if double:  # the project's and the user's extension: both load, both deliver
+        out.append(double)
     return out  # the harness's general caveats are in docs/harnesses/, not warnings here
 
 
@@ -244,6 +251,14 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
         from .._home import home_dir
 
         home = Path(home_dir() or "~")  # "~": refused before (install's link_refusals)
+        other = "user" if scope == "project" else "project"
+        if verb == "install" and (other == "project" or home_dir()):
+            entry = bridge.entry(other, project_dir, home)
+            if MARK in _read(entry):  # a second extension would load and deliver too: defer
+                print(f"{name}: already placed in {entry} ({other} scope); not placed at the "
+                      f"{scope} scope too: both would load. To move it, run `supervise "
+                      f"uninstall {name} --scope {other}` first", file=sys.stderr)
+                continue
         try:
             if verb == "install":
                 print(install(bridge, scope, project_dir, home, budget))

@@ -664,13 +664,14 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
                                 f"supervise install {adapter.name}"))
         return checks
-    if len(found) + len(plugins) > 1:  # e.g. .claude/settings.json and settings.local.json,
-        # or a plugin beside settings hooks: each runs, so keep one
-        places = [str(p) for p, _, _ in found] + [f"the plugin {key} ({p})" for p, _, key in plugins]
-        checks.append(Check("warn", adapter.name, "registered in " + " and ".join(places) +
-                            f"; keep one (`supervise uninstall {adapter.name} --scope SCOPE` "
-                            f"removes the other; `supervise install {adapter.name} --plugin` "
-                            "keeps the plugin alone)"))
+    double = _settings.double_registration(adapter.name, adapter.title, [
+        *((str(p), f"supervise uninstall {adapter.name} --scope {scope_of[p]}")
+          for p, regs, _ in found if _settings.serving(regs, adapter)),
+        *((f"the plugin {key} ({p})", f"supervise install {adapter.name} --plugin (keeps the "
+           "plugin alone)") for p, _, key in plugins)])
+    if double:  # e.g. .claude/settings.json and ~/.claude/settings.json, or a plugin beside
+        status, text, fix = double  # settings hooks: each runs, so keep one
+        checks.append(Check(status, adapter.name, text, fix))
     for path, regs, data in found:
         session = regs.get(adapter.session_event, [])
         if not session:

@@ -396,6 +396,16 @@ def main(argv: list[str]) -> int:
                   f"`supervise install {adapter.name}` for its settings hooks", file=sys.stderr)
             failed = True
             continue
+        # (a user-scope registration carries --opt-in: it yields to the project's)
+        elsewhere = ([] if scope == "user" or args.plugin else
+                     _settings.registered_elsewhere(adapter, scope, project_dir, home))
+        if elsewhere:  # a second scope would fire too: defer to the first (issue 22)
+            other, where = elsewhere[0]
+            print(f"{adapter.name}: already registered in {_rel(where, project_dir)} ({other} "
+                  f"scope); not registered in {_rel(path, project_dir)} too: both would fire. "
+                  f"To move it, run `supervise uninstall {adapter.name} --scope {other}` first",
+                  file=sys.stderr)
+            continue
         try:
             data = _settings.read_settings(path)
             if args.plugin:

@@ -52,6 +52,10 @@ class SessionContext:
         preview: a person looking (``supervise digest`` without ``--session-start``): the
             stages show what a session start would, and record nothing (no handoff delivery
             counted, no exposure, no consolidation started); ``SUPERVISE_PREVIEW=1``.
+        harness_version: the version of the harness process that owns the session, as the
+            ancestry walk learned it (``supervisor.session._ancestry.installed_version``);
+            ``SUPERVISE_HARNESS_VERSION``, "" when unknown. The harness table's rules for
+            that version say which instruction files the harness loads itself.
     """
 
     project_dir: StrPath
@@ -63,6 +67,7 @@ class SessionContext:
     cwd: StrPath | None = None
     preview: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    harness_version: str = ""
 
     @classmethod
     def for_project(cls, project_dir: StrPath, **kwargs: object) -> SessionContext:
@@ -96,5 +101,6 @@ class SessionContext:
             "SUPERVISE_STATE_DIR": str(self.state_dir),
             "SUPERVISE_CWD": str(self.cwd or self.project_dir),
             "SUPERVISE_PREVIEW": "1" if self.preview else "",
+            "SUPERVISE_HARNESS_VERSION": self.harness_version,
             **self.extra_env,
         }

@@ -186,3 +186,79 @@ def find_harness(chain: list[ProcInfo], session_id: str = "") -> HarnessProcess 
         if harness != "claude" or not _claude_helper(proc, ours):
             break
     return found
+
+
+_VERSIONS: dict[tuple[str, int], str] = {}
+"""``{(package.json path, its mtime in ns): version}`` read in this process."""
+_PACKAGE_CAP = 256 * 1024
+"""Bytes of a harness's ``package.json`` read at most."""
+
+
+def _package_version(start: str, packages: tuple[str, ...]) -> str:
+    """The ``version`` of the nearest ``package.json`` at or above ``start``'s folder (at most
+    five levels) whose ``name`` is one of ``packages``; "" when there is none."""
+    from .. import _jsontext
+
+    folder = os.path.dirname(start)
+    for _ in range(5):
+        path = os.path.join(folder, "package.json")
+        try:
+            st = os.stat(path)
+        except OSError:
+            st = None
+        if st is not None:
+            key = (path, st.st_mtime_ns)
+            if key not in _VERSIONS:
+                version = ""
+                try:
+                    with open(path, "rb") as f:
+                        doc = _jsontext.loads(f.read(_PACKAGE_CAP))
+                    if isinstance(doc, dict) and doc.get("name") in packages:
+                        version = str(doc.get("version") or "")
+                except (OSError, ValueError, RecursionError):
+                    pass
+                _VERSIONS[key] = version if _plain_version(version) else ""
+            if _VERSIONS[key]:
+                return _VERSIONS[key]
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return ""
+
+
+def _plain_version(text: str) -> bool:
+    """Dotted digits with an optional ``-tag`` (``2.1.332``, ``1.0.0-beta.1``), at most 64."""
+    head = text.split("-", 1)[0]
+    return 0 < len(text) <= 64 and all(part.isdigit() for part in head.split(".")) \
+        and text.isprintable() and " " not in text
+
+
+def installed_version(pid: int, harness: str) -> str:
+    """The version of harness ``harness`` that process ``pid`` runs, learned without running
+    it: Claude's native installer runs ``.../versions/<version>``; otherwise the
+    ``package.json`` of the harness's npm package (the harness table's ``packages``) at or
+    above the process's executable or the script a ``node``/``bun`` process runs, read once
+    per path and mtime. "" when it cannot be told (no ``/proc``, an unknown layout); the
+    harness table's rules then take the floor's behaviour. Never raises."""
+    from .._harnesses import BY_NAME
+
+    row = BY_NAME.get(harness)
+    if row is None or not row.packages:
+        return ""
+    starts: list[str] = []
+    try:
+        starts.append(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        pass
+    info = proc_info(pid)
+    if info is not None:
+        starts += [arg for arg in info.cmdline[:3] if arg.startswith("/")]
+    for start in starts:
+        parts = start.rstrip("/").split("/")
+        if len(parts) >= 3 and parts[-2] == "versions" and _plain_version(parts[-1]):
+            return parts[-1]
+        found = _package_version(start, row.packages)
+        if found:
+            return found
+    return ""

@@ -273,11 +273,55 @@ def _below(path: str, base: str) -> list[str] | None:
     return [part for part in path[len(prefix):].split("/") if part]
 
 
-def nested_files(file_path: StrPath, cwd: StrPath, harness: str = "claude") -> list[str]:
+def _claude_file(directory: str) -> bool:
+    """``directory`` holds a CLAUDE.md, .claude/CLAUDE.md or CLAUDE.local.md with text."""
+    for name in ("CLAUDE.md", os.path.join(".claude", "CLAUDE.md"), "CLAUDE.local.md"):
+        got = _read(os.path.join(directory, name))
+        if got and got[0].strip():
+            return True
+    return False
+
+
+def _claude_loads_agents(directory: str) -> bool:
+    """Claude Code >= 2.1.281 (the harness table's ``claude-agents`` rule) loads ``AGENTS.md``
+    of ``directory`` itself on a read below it: no directory from the filesystem root down to
+    it holds a non-empty CLAUDE file."""
+    here = os.path.normpath(directory)
+    while True:
+        if _claude_file(here):
+            return False
+        parent = os.path.dirname(here)
+        if parent == here:
+            return True
+        here = parent
+
+
+def harness_rule(harness: str, version: str = "", session_id: str = "") -> str:
+    """The harness table's loader rule for ``harness`` at ``version``; with no version given,
+    the version of the harness process among our ancestors (learned only when the row has
+    version-dependent rules)."""
+    from .._harnesses import BY_NAME
+
+    row = BY_NAME.get(harness)
+    if row is None:
+        return ""
+    if not version and row.eras:
+        from ._ancestry import ancestry, find_harness, installed_version
+
+        found = find_harness(ancestry(), session_id)
+        if found is not None and found.harness == harness:
+            version = installed_version(found.ident.pid, harness)
+    return row.loads_at(version)
+
+
+def nested_files(file_path: StrPath, cwd: StrPath, harness: str = "claude",
+                 rule: str | None = None) -> list[str]:
     """Instruction files (``str`` paths) of the subtrees holding ``file_path``, strictly below
     ``cwd``, outermost first; both arguments absolute. Files the harness loads by itself are
-    left out (for Claude: an AGENTS.md that is its directory's CLAUDE.md or is imported by it).
-    Dangling or unreadable entries are kept so the caller can record and retry them."""
+    left out (for Claude: an AGENTS.md that is its directory's CLAUDE.md or is imported by it;
+    under the ``claude-agents`` rule, ``rule``, also one with no CLAUDE file from the root
+    down to its directory). Dangling or unreadable entries are kept so the caller can record
+    and retry them."""
     folder, cwd = os.path.normpath(os.path.dirname(file_path)), os.path.normpath(cwd)
     rel = _below(folder, cwd)
     if rel is None:  # a path given through a symlink: compare real paths
@@ -289,8 +333,14 @@ def nested_files(file_path: StrPath, cwd: StrPath, harness: str = "claude") -> l
     for part in rel:
         directory = os.path.join(directory, part)
         candidate = subtree_file(directory)
-        if candidate is not None and not (harness == "claude" and _claude_loads(directory, candidate)):
-            out.append(candidate)
+        if candidate is None or (harness == "claude" and _claude_loads(directory, candidate)):
+            continue
+        if harness == "claude" and os.path.basename(candidate) == "AGENTS.md":
+            if rule is None:
+                rule = harness_rule(harness)
+            if rule == "claude-agents" and _claude_loads_agents(directory):
+                continue  # Claude Code loads it itself on this read
+        out.append(candidate)
     return out
 
 
@@ -348,11 +398,15 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     target = _target(payload, context)
     if target is None:
         return None
-    candidates = nested_files(*target, harness=context.harness or "claude")
+    harness = context.harness or "claude"
+    candidates = nested_files(*target, harness=harness,
+                              rule=harness_rule(harness, context.harness_version,
+                                                _session_id(payload, context))
+                              if context.harness_version else None)
     from ._rules import matching
 
     # path-scoped rules the harness does not load itself, covering the file read
-    scoped = matching(context.state_dir, context.harness or "claude", target[0])
+    scoped = matching(context.state_dir, harness, target[0])
     candidates += [p for p in scoped if p not in candidates]
     if not candidates:
         return None

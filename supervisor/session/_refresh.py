@@ -280,6 +280,51 @@ def take_changed(state_dir: StrPath, session_id: str) -> str:
     return "\n".join(blocks)
 
 
+def reread_by_harness(state_dir: StrPath, session_id: str) -> int:
+    """A harness process that resumed session ``session_id`` read its own instruction files
+    anew (Claude ``--resume``, Codex ``exec resume``): the baseline's entries the harness
+    loads itself (``how`` ``harness``) move to the files as they are now, so the next prompt
+    hook does not inject what the harness already holds. Entries the digest gave stay (the
+    transcript holds their old text). Returns the number of entries moved; 0 without a
+    baseline. Never raises: a state dir that cannot be used moves nothing."""
+    if not session_id:
+        return 0
+    from ..state._statedir import StateDir
+
+    existing = StateDir.open_existing(state_dir)
+    if existing is None:
+        return 0
+    existing.close()
+    name = f"{session_key(session_id)}.json"
+    moved = 0
+    try:
+        with _folder(state_dir) as folder:
+            with folder.flock(".flock", timeout=5.0) as held:
+                if not held:
+                    return 0
+                doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+                if doc is None:
+                    return 0
+                for entry in doc["files"]:
+                    if entry.get("how") != "harness":
+                        continue
+                    found = read_file(entry["path"])
+                    sha = found[0] if found else None
+                    if sha == entry.get("sha"):
+                        continue
+                    entry["sha"] = sha
+                    entry["text"] = (found[1].decode("utf-8", "replace")
+                                     if found and len(found[1]) <= FILE_CAP else None)
+                    moved += 1
+                if moved:
+                    doc["written"] = time.time()
+                    folder.write_json(name, doc)
+            _restamp(state_dir, folder, force=True)
+    except StateError:
+        return 0
+    return moved
+
+
 def _commit_baseline(state_dir: StrPath, name: str, doc: dict[str, Any]) -> None:
     """Write baseline ``name`` after its refresh was delivered.
 

@@ -305,6 +305,9 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     action = route(context.source)
     if action == "nudge":
         from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript
+        from ._refresh import reread_by_harness
+
+        reread_by_harness(context.state_dir, context.session_id)  # it re-read its own files
 
         near = _ancestry.ancestry(_ancestry.NUDGE_HOPS)
         if not context.harness:
@@ -317,6 +320,9 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     ancestors = _ancestry.ancestor_ids(chain)
     harness_proc = _ancestry.find_harness(chain, context.session_id)
     harness = context.harness or (harness_proc.harness if harness_proc else "")
+    if harness_proc is not None and harness_proc.harness == harness and not context.harness_version:
+        context = _with(context, harness_version=_ancestry.installed_version(
+            harness_proc.ident.pid, harness))
     session_id = context.session_id
     if harness_proc is not None and not repeat_checked:
         from ._starts import once, start_key

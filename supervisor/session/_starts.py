@@ -1,16 +1,17 @@
-"""Idempotent starts: a session start fired twice gives the first one's text, and nothing else.
+"""Idempotent starts: a session start fired twice is delivered once, and runs once.
 
-Harnesses do fire SessionStart twice for one session (claude-mem #3608; a Qwen Code fix). A
-second full digest would differ from the first ("Already delivered 1 time", "1 second ago"),
-so the harness's identical-text dedupe (Claude, LAB) cannot drop it, and it would count the
-handoff again, re-run exclusive stages and launch deferred stages twice.
+Harnesses do fire SessionStart twice for one session (claude-mem #3608; a Qwen Code fix), and
+a hook registered twice (user and project settings, two Pi extensions) fires twice for every
+event. A second full digest would count the handoff again, re-run exclusive stages and launch
+deferred stages twice; and a second copy of the same text is added too (Claude, Codex, Gemini
+and Pi add both, byte-identical or not: issue 22, item 2).
 
 So a start is keyed by **(harness process, session id, source)**. The first start for a key
 holds an exclusive ``flock`` on ``<state dir>/starts/<key>.flock`` while it runs and then
-records its outcome in ``<key>.json``, with a fingerprint of the lock and completion records
-as that start left them. A repeat within :data:`WINDOW` seconds of that record (concurrent:
-after waiting for the first to finish) that finds those records unchanged returns the
-recorded outcome, byte-identical, and runs nothing. When anything changed the lock in
+records its outcome in ``<key>.json`` once it was delivered, with a fingerprint of the lock
+and completion records as that start left them. A repeat within :data:`WINDOW` seconds of that
+record (concurrent: after waiting for the first to finish) that finds those records unchanged
+prints nothing (the recorded outcome, its text emptied) and runs nothing. When anything changed the lock in
 between (another session took or released it, a completion was written or cleared), the
 event is a new one and runs. The key is a SHA-256 of its parts: a session id is never
 a path part. A start with no harness process (a terminal) is never deduplicated.
@@ -89,9 +90,9 @@ def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
 
 def once(state_dir: StrPath, key: str | None, wait: float,
          run: Callable[[], SessionOutcome]) -> SessionOutcome:
-    """``run()`` unless the same start (``key``) finished less than :data:`WINDOW` seconds ago
-    with the lock and completion records unchanged since, in which case its recorded outcome
-    is returned and nothing runs.
+    """``run()`` unless the same start (``key``) was delivered less than :data:`WINDOW` seconds
+    ago with the lock and completion records unchanged since, in which case its recorded
+    outcome is returned with no text (nothing to print) and nothing runs.
 
     ``wait`` is how long (seconds) a concurrent repeat waits for the first start (the digest's
     budget plus its grace and a margin); past it, ``run()`` goes ahead. While a delivery is
@@ -128,8 +129,10 @@ def once(state_dir: StrPath, key: str | None, wait: float,
                 previous = _load(folder.read(f"{key}.json", _CAP), time.time(), _fingerprint(top))
             except (StateError, OSError):
                 previous = None
-            if previous is not None:
-                return previous
+            if previous is not None:  # delivered by the first: the model has it once
+                from .._record import replace
+
+                return replace(previous, text="", parts=None, notices="")
         outcome = run()
         if not held:
             return outcome

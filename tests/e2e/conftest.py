@@ -102,10 +102,16 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def harness_bin(name: str) -> Path:
+def harness_bin(name: str, floor: bool = False) -> Path:
     """Path of an installed harness CLI (installing the pinned CLIs on first use); skips the
-    test when it cannot be installed, or fails it under CI (:func:`in_ci`)."""
-    path = CACHE / "node_modules" / ".bin" / name
+    test when it cannot be installed, or fails it under CI (:func:`in_ci`). ``floor``: the
+    harness table's supported floor version, from the second pinned set (``<cache>/floor``)
+    when it differs from the newest pin."""
+    from supervisor._harnesses import BY_NAME
+
+    row = BY_NAME[name]
+    below = CACHE / "floor" if floor and row.floor and row.floor != row.newest else CACHE
+    path = below / "node_modules" / ".bin" / name
     if not path.exists():
         _ensure_installed()
     if not path.exists():

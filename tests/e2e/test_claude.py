@@ -32,10 +32,12 @@ def claude_env(fake: FakeModel, **extra: str) -> dict[str, str]:
                      DISABLE_ERROR_REPORTING="1", **extra)
 
 
-def claude(project: Project, fake: FakeModel, *args: str) -> dict:
-    """Run ``claude ARGS --output-format json`` in the project; return its JSON result."""
+def claude(project: Project, fake: FakeModel, *args: str, floor: bool = False) -> dict:
+    """Run ``claude ARGS --output-format json`` in the project (``floor``: the supported
+    floor version of the harness table, else the newest pin); return its JSON result."""
     env = claude_env(fake)
-    proc = run_harness([harness_bin("claude"), *args, "--output-format", "json"], project.path, env)
+    proc = run_harness([harness_bin("claude", floor), *args, "--output-format", "json"],
+                       project.path, env)
     assert proc.returncode == 0, f"claude {args} failed: {proc.stderr[-2000:]}"
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -47,17 +49,23 @@ def installed(project: Project) -> Project:
     return project
 
 
-def compact(project: Project, fake: FakeModel, sid: str) -> None:
+def compact(project: Project, fake: FakeModel, sid: str, floor: bool = False) -> None:
     """Headless ``/compact``, repeated while Claude answers "Not enough messages" (LAB)."""
     for _ in range(3):
-        result = claude(project, fake, "--resume", sid, "-p", "/compact").get("result", "")
+        result = claude(project, fake, "--resume", sid, "-p", "/compact", floor=floor).get("result", "")
         if not str(result).startswith("Not enough messages"):
             return
     pytest.fail("claude never compacted: 'Not enough messages to compact.' three times")
 
 
-def test_startup_digest_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
-    claude(installed, fake_model, "-p", "turn 1")
+FLOOR = pytest.mark.parametrize("floor", [False, True], ids=["newest", "floor"])
+"""The core subset (startup, compact, resume) also runs against the harness table's supported
+floor (the second pinned set)."""
+
+
+@FLOOR
+def test_startup_digest_reaches_the_model(installed: Project, fake_model: FakeModel, floor: bool) -> None:
+    claude(installed, fake_model, "-p", "turn 1", floor=floor)
     assert fake_model.seen(f"{installed.mark}-startup-")
 
 
@@ -78,13 +86,14 @@ def test_clear_digest_reaches_the_model(installed: Project, fake_model: FakeMode
     assert fake_model.seen(f"{installed.mark}-clear-", since)
 
 
-def test_compact_digest_reaches_the_model(installed: Project, fake_model: FakeModel) -> None:
-    sid = claude(installed, fake_model, "-p", "turn 1")["session_id"]
+@FLOOR
+def test_compact_digest_reaches_the_model(installed: Project, fake_model: FakeModel, floor: bool) -> None:
+    sid = claude(installed, fake_model, "-p", "turn 1", floor=floor)["session_id"]
     for i in (2, 3):
-        claude(installed, fake_model, "--resume", sid, "-p", f"turn {i}")
-    compact(installed, fake_model, sid)
+        claude(installed, fake_model, "--resume", sid, "-p", f"turn {i}", floor=floor)
+    compact(installed, fake_model, sid, floor=floor)
     since = fake_model.count()
-    claude(installed, fake_model, "--resume", sid, "-p", "after compact")
+    claude(installed, fake_model, "--resume", sid, "-p", "after compact", floor=floor)
     assert fake_model.seen(f"{installed.mark}-compact-", since)
 
 
@@ -194,21 +203,26 @@ def test_matrix_a_compact_in_a_new_process_holds_the_reemit_once(matrix: Project
     assert (matrix.path / ".supervise" / "lock.json").exists()
 
 
-def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(matrix: Project, fake_model: FakeModel) -> None:
-    sid = claude(matrix, fake_model, "-p", "turn 1")["session_id"]
+@FLOOR
+def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(matrix: Project, fake_model: FakeModel,
+                                                           floor: bool) -> None:
+    sid = claude(matrix, fake_model, "-p", "turn 1", floor=floor)["session_id"]
     for i in (2, 3):  # two resumes: nothing accumulates
         since = fake_model.count()
-        claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}")
+        claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}", floor=floor)
         last = tally(fake_model.bodies(since)[-1], matrix.mark)
         assert last == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, last)
 
 
+@FLOOR
 def test_a_changed_instruction_file_reaches_the_next_request_once(
-        project: Project, fake_model: FakeModel) -> None:
-    """AGENTS.md (injected by the digest: Claude does not load it) is edited between turns:
-    turn 2's request carries the new version once, under the one-line note; turn 3 carries no
-    second copy (the transcript holds the delivered one)."""
-    harness_bin("claude")
+        project: Project, fake_model: FakeModel, floor: bool) -> None:
+    """AGENTS.md is edited between turns; turn 2's request carries the new version once.
+    At the floor (2.1.197) the digest injected it, so the new version comes under the
+    one-line note; turn 3 carries no second copy (the transcript holds the delivered one).
+    From 2.1.281 Claude loads AGENTS.md itself and the resumed process reads the new version:
+    issue 22, item 3, the note would be a second copy (the old code added it)."""
+    harness_bin("claude", floor)
     old, new = f"RULEONE{project.mark}", f"RULETWO{project.mark}"
     agents = project.path / "AGENTS.md"
     agents.write_text(f"# Rules\n- {old}\n")
@@ -217,17 +231,17 @@ def test_a_changed_instruction_file_reaches_the_next_request_once(
     project.configure(marker_toml(project.mark, extra=(
         '\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')))
     project.install("claude")
-    sid = claude(project, fake_model, "-p", "turn 1")["session_id"]
+    sid = claude(project, fake_model, "-p", "turn 1", floor=floor)["session_id"]
     assert fake_model.seen(old) and not fake_model.seen("INSTRUCTIONS CHANGED")
     agents.write_text(f"# Rules\n- {old}\n- {new}\n")
     since = fake_model.count()
-    claude(project, fake_model, "--resume", sid, "-p", "turn 2")
+    claude(project, fake_model, "--resume", sid, "-p", "turn 2", floor=floor)
     turn2 = fake_model.bodies(since)
     assert any(new in b for b in turn2), "the changed file did not reach the model"
     assert max(b.count(new) for b in turn2) == 1
-    assert max(b.count("INSTRUCTIONS CHANGED: AGENTS.md") for b in turn2) == 1
+    assert max(b.count("INSTRUCTIONS CHANGED: AGENTS.md") for b in turn2) == (1 if floor else 0)
     since = fake_model.count()
-    claude(project, fake_model, "--resume", sid, "-p", "turn 3")
+    claude(project, fake_model, "--resume", sid, "-p", "turn 3", floor=floor)
     turn3 = fake_model.bodies(since)
     assert max((b.count(new) for b in turn3), default=0) <= 1  # not injected again
     assert max((b.count("INSTRUCTIONS CHANGED") for b in turn3), default=0) <= 1
@@ -295,3 +309,22 @@ def test_matrix_a_compact_in_one_long_lived_process_holds_the_reemit_once(
     last = tally(fake_model.bodies(since)[-1], matrix.mark)
     assert last == {"full": 0, "reemit": 1, "reemit_mark": 1, "nudge": 0}, last
     assert all(tally(b, matrix.mark)["full"] <= 1 for b in fake_model.bodies())
+
+
+def test_a_hook_registered_at_two_scopes_delivers_the_digest_once(project: Project,
+                                                                  fake_model: FakeModel) -> None:
+    """Issue 22, item 2: our hook in the project's and the user's settings (as two installs
+    with different budgets left it: ``--registered-timeout 80`` and ``90``) fires twice per
+    start; the model gets the digest once (the old code printed it again, byte for byte, and
+    Claude added both)."""
+    harness_bin("claude")
+    project.install("claude")
+    settings = (project.path / ".claude" / "settings.json").read_text()
+    assert "--registered-timeout 80" in settings
+    user = Path(clean_env()["HOME"], ".claude", "settings.json")
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text(settings.replace("--registered-timeout 80", "--registered-timeout 90")
+                    .replace('"timeout": 80', '"timeout": 90'))
+    claude(project, fake_model, "-p", "turn 1")
+    bodies = fake_model.bodies()
+    assert bodies and bodies[0].count(f"{project.mark}-startup-") == 1, bodies[0][:3000]

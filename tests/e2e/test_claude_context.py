@@ -1,4 +1,5 @@
-"""Built-in context stages through the real Claude Code CLI (2.1.197) and the fake model.
+"""Built-in context stages through the real Claude Code CLI (the harness table's newest pin,
+and its floor where said) and the fake model.
 
 - Seed 000: after ``/compact`` the model's request holds identity in full and every other
   memory file as its path and byte size, never its body.
@@ -56,8 +57,14 @@ def _nested_hits(fake: FakeModel, since: int) -> int:
     return sum("NESTEDE2E" in body for body in fake.bodies(since))
 
 
+@pytest.mark.parametrize("floor", [False, True], ids=["newest", "floor"])
 def test_nested_agents_md_injected_on_read_and_again_after_compaction(
-        installed: Project, fake_model: FakeModel) -> None:
+        installed: Project, fake_model: FakeModel, floor: bool) -> None:
+    """At the floor (2.1.197) the post-tool hook injects the nested AGENTS.md once per
+    compaction epoch. From 2.1.281 Claude Code loads it itself on the read, so the hook never
+    injects it (its ``Instructions from:`` block is in no request). That Claude's own load
+    repeats in a resumed process (two copies after ``--resume`` and a second read: seen with
+    no hook installed at all) is Claude's, recorded in docs/harnesses/claude.md."""
     sub = installed.path / "pkg" / "inner"
     sub.mkdir(parents=True)
     (installed.path / "pkg" / "AGENTS.md").write_text("NESTEDE2E rules for pkg: use tabs.\n")
@@ -66,20 +73,23 @@ def test_nested_agents_md_injected_on_read_and_again_after_compaction(
     installed.configure('budget = 20\ngrace = 0.5\n[[stages]]\nname = "instructions"\n'
                         'builtin = "instructions"\nreemit = true\n')
     read = ("-p", f"FAKE_READ {target}", "--allowedTools", "Read")
-    sid = claude(installed, fake_model, *read)["session_id"]
+    sid = claude(installed, fake_model, *read, floor=floor)["session_id"]
     assert fake_model.seen("hello from the file"), "the fake model never saw the Read result"
     assert fake_model.seen("NESTEDE2E"), "the nested AGENTS.md did not reach the model"
+    ours = f"Instructions from: {installed.path / 'pkg' / 'AGENTS.md'}"
     # A second read in the same session: the text is already in the conversation, and the
     # hook must not add a second copy.
     since = fake_model.count()
-    claude(installed, fake_model, "--resume", sid, *read)
+    claude(installed, fake_model, "--resume", sid, *read, floor=floor)
     last = fake_model.bodies(since)[-1]
-    assert last.count("NESTEDE2E rules") == 1
-    compact(installed, fake_model, sid)
+    if floor:
+        assert last.count("NESTEDE2E rules") == 1
+    compact(installed, fake_model, sid, floor=floor)
     since = fake_model.count()
-    claude(installed, fake_model, "--resume", sid, *read)
+    claude(installed, fake_model, "--resume", sid, *read, floor=floor)
     assert any("NESTEDE2E rules" in body for body in fake_model.bodies(since)), \
         "after compaction the nested AGENTS.md was not injected again"
+    assert fake_model.seen(ours) == floor, "the hook injected what Claude loads itself"
 
 
 def test_resident_summary_reaches_the_model_without_its_frontmatter(
@@ -98,3 +108,41 @@ def test_resident_summary_reaches_the_model_without_its_frontmatter(
     assert fake_model.seen("SUMMARY2E the plan")
     assert not fake_model.seen("FRONTMATTER2E")
     assert fake_model.seen("never overrides current user instructions")
+
+
+def _agents_tree(project: Project) -> Path:
+    """A project whose only instruction files are AGENTS.md files: the root's and one in
+    ``pkg/``, with a file below it to read; the digest runs the instructions stage."""
+    mark = project.mark
+    (project.path / "AGENTS.md").write_text(f"ROOTAGENTS{mark} root rules.\n")
+    (project.path / "pkg" / "inner").mkdir(parents=True)
+    (project.path / "pkg" / "AGENTS.md").write_text(f"PKGAGENTS{mark} pkg rules.\n")
+    target = project.path / "pkg" / "inner" / "file.txt"
+    target.write_text("hello from the file\n")
+    project.configure('budget = 20\ngrace = 0.5\n[[stages]]\nname = "instructions"\n'
+                      'builtin = "instructions"\nreemit = true\n')
+    return target
+
+
+@pytest.mark.parametrize("floor", [False, True], ids=["newest", "floor"])
+def test_agents_md_reaches_the_model_once_at_start_and_on_a_nested_read(
+        project: Project, fake_model: FakeModel, floor: bool) -> None:
+    """Issue 22, item 1: Claude Code 2.1.332 loads AGENTS.md itself (from 2.1.281, the harness
+    table's era; 2.1.197 does not). With the version learned from the harness package, the
+    root AGENTS.md is in the first request exactly once (the old code's digest added a second
+    copy beside Claude's own), and a read below ``pkg/`` brings ``pkg/AGENTS.md`` exactly once
+    (the old post-tool hook injected it beside Claude's own nested load). At the floor the
+    digest and the post-tool hook supply them, once each."""
+    from conftest import harness_bin
+
+    harness_bin("claude", floor)
+    target = _agents_tree(project)
+    project.install("claude")
+    mark = project.mark
+    read = ("-p", f"FAKE_READ {target}", "--allowedTools", "Read")
+    claude(project, fake_model, *read, floor=floor)
+    bodies = fake_model.bodies()
+    assert bodies, "no request reached the fake model"
+    assert bodies[0].count(f"ROOTAGENTS{mark}") == 1, bodies[0][:3000]
+    assert max(b.count(f"ROOTAGENTS{mark}") for b in bodies) == 1
+    assert max(b.count(f"PKGAGENTS{mark}") for b in bodies) == 1, "pkg/AGENTS.md not once"

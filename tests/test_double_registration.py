@@ -1,0 +1,86 @@
+"""One registration per harness: ``install`` defers to a scope that has ours, ``doctor`` fails
+on two (issue 22, item 2: both fire and the model gets its context twice)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from helpers import run_cli
+
+
+def _install(repo: Path, harness: str, *scope: str) -> tuple[int, str]:
+    run = run_cli("install", harness, *scope, cwd=repo, timeout=60)
+    return run.returncode, run.stdout.decode() + run.stderr.decode()
+
+
+def _files(*roots: Path) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize(("harness", "second"), [("claude", "local"), ("pi", "user"),
+                                                 ("opencode", "user")])
+def test_install_at_a_second_scope_defers_to_the_first(git_repo: Path, isolated_home: Path,
+                                                       harness: str, second: str) -> None:
+    """Both would fire in one session (Claude loads settings.json and settings.local.json;
+    Pi and OpenCode load the project's and the user's extension): install writes nothing
+    and says how to move it. (A user-scope hook registration carries ``--opt-in`` and stays
+    silent where the project's serves, so it is no second one.)"""
+    code, out = _install(git_repo, harness)
+    assert code == 0, out
+    before = _files(isolated_home, git_repo)
+    code, out = _install(git_repo, harness, "--scope", second)
+    assert code == 0, out
+    assert "already" in out and f"supervise uninstall {harness} --scope project" in out, out
+    assert _files(isolated_home, git_repo) == before  # nothing written at the second scope
+
+
+def test_a_user_scope_opt_in_registration_is_no_double(git_repo: Path, isolated_home: Path) -> None:
+    code, out = _install(git_repo, "claude")
+    assert code == 0, out
+    code, out = _install(git_repo, "claude", "--scope", "user")
+    assert code == 0 and "already" not in out, out
+    run = run_cli("doctor", "claude", cwd=git_repo, timeout=120)
+    assert "registered 2 times" not in run.stdout.decode() + run.stderr.decode()
+
+
+@pytest.mark.parametrize("harness", ["claude", "codex", "gemini", "qwen", "pi", "opencode"])
+def test_doctor_fails_on_two_scopes_with_the_fix(git_repo: Path, isolated_home: Path,
+                                                 harness: str) -> None:
+    """Two registrations, as an older install (or a hand copy) left them: doctor FAILs with
+    the uninstall that keeps one, for every harness with two scopes (the old doctor warned for
+    hooks and said "all checks passed" for Pi)."""
+    code, out = _install(git_repo, harness)
+    assert code == 0, out
+    copied = 0
+    for path in git_repo.rglob("*"):
+        rel = path.relative_to(git_repo)
+        if path.is_file() and rel.parts[0] in (".claude", ".codex", ".gemini", ".qwen", ".pi",
+                                               ".opencode"):
+            if rel.parts[0] == ".pi":
+                dest = isolated_home / ".pi" / "agent" / Path(*rel.parts[1:])
+            elif rel.parts[0] == ".opencode":
+                dest = isolated_home / ".config" / "opencode" / Path(*rel.parts[1:])
+            else:
+                dest = isolated_home / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, dest)
+            copied += 1
+    assert copied
+    run = run_cli("doctor", harness, cwd=git_repo, timeout=120)
+    out = run.stdout.decode() + run.stderr.decode()
+    assert run.returncode != 0, out
+    line = next((ln for ln in out.splitlines() if "registered 2 times" in ln), "")
+    assert "FAIL" in line, out
+    assert f"supervise uninstall {harness} --scope user" in out, out
+
+
+def test_one_registration_is_no_double(git_repo: Path, isolated_home: Path) -> None:
+    code, out = _install(git_repo, "claude")
+    assert code == 0, out
+    run = run_cli("doctor", "claude", cwd=git_repo, timeout=120)
+    assert "registered 2 times" not in run.stdout.decode() + run.stderr.decode()
+    assert json.loads((git_repo / ".claude" / "settings.json").read_text())["hooks"]
