@@ -104,6 +104,9 @@ class Harness:
         plugin: our harness plugin as the harness names it, or None: Claude Code's
             ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``), Gemini CLI's
             extension folder name (``plugins/gemini``); :mod:`supervisor.commands._plugins`.
+        resume_drops_context: a resumed session holds none of the earlier turns' hook
+            context (Gemini ``-r``: the resumed request carries no earlier user turn), so a
+            resume is served as a re-emit of the digest instead of the nudge.
         floor: the oldest version proven with the real CLI (the supported floor; the
             end-to-end tests' second pinned set), "" when no CLI is pinned.
         newest: the newest version proven (the end-to-end tests' pin), "" likewise.
@@ -131,6 +134,7 @@ class Harness:
     early_exit: bool = False
     timeout_unit: Unit = "s"
     plugin: str | None = None
+    resume_drops_context: bool = False
     floor: str = ""
     newest: str = ""
     eras: tuple[Era, ...] = ()
@@ -181,8 +185,8 @@ ROWS: tuple[Harness, ...] = (
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
-            loads="gemini", imports=True, early_exit=True, timeout_unit="ms", floor="0.61.0",
-            newest="0.61.0", plugin="watchkeeper"),
+            loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
+            resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper"),
     Harness("qwen", "Qwen Code", "hook", processes=("qwen",), packages=("@qwen-code/qwen-code",),
             project=".qwen/settings.json", user="settings.json", user_dir=".qwen",
             prompt_event="UserPromptSubmit", loads="qwen", imports=True, timeout_unit="ms"),

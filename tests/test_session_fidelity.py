@@ -487,3 +487,57 @@ def test_digest_run_by_grok_leaves_out_what_grok_loads(project: Path, harnesses:
     assert "PKG-RULES" not in run.text and "ROOT-RULES" not in run.text
     run = h.run(["digest", "--harness", "claude"], cwd=project / "pkg")
     assert "PKG-RULES" in run.text and "PKG-CLAUDE" not in run.text
+
+
+def test_a_harness_started_in_another_harness_shell_gets_its_own_read_only_digest(
+        project: Path, tmp_path: Path) -> None:
+    """Issue 22, item 6: a second ``claude`` started from a shell of the first is a new model
+    context. Its start gets a digest of its own, read-only (the notice names the outer
+    session), runs no exclusive stage and leaves the outer session's lock alone; the old
+    code took the outer lock (an ancestor's) as its own and ran the exclusive stages again."""
+    import shlex
+
+    from fake_harness import harness_binary
+
+    claude = str(harness_binary(tmp_path / "bin", "claude"))
+    work = tmp_path / "nest"
+    work.mkdir()
+    outer = _hook_line(project, work, "outer", "s-outer")
+    inner = shlex.join([claude, "-c", _hook_line(project, work, "inner", "s-inner") + "; :"])
+    script = f"echo $$ > {shlex.quote(str(work / 'outer.pid'))}; {outer}; {inner}"
+    proc = subprocess.run([claude, "-c", script], cwd=project, env=_clean_env(), timeout=120,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0
+    outer_out, inner_out = ((work / f"{n}.out").read_text() for n in ("outer", "inner"))
+    assert "FLEET-EXCLUSIVE" in outer_out and not _read_only(outer_out), outer_out
+    assert _read_only(inner_out) and "ROOT-RULES" in inner_out, inner_out
+    assert "FLEET-EXCLUSIVE" not in inner_out
+    assert fleet_runs(project) == 1
+    assert _lock(project)["pid"] == int((work / "outer.pid").read_text())
+    assert _lock(project)["session_id"] == "s-outer"
+
+
+def test_claudes_spurious_startup_after_a_resume_gets_nothing(project: Path, harnesses: Harnesses,
+                                                             tmp_path: Path) -> None:
+    """Issue 22, item 4: Claude Code's interactive resume fires a second SessionStart
+    (``startup``, a new random session id, a transcript that does not exist). In the harness
+    process that resumed seconds before it is no new model context: nothing is printed and no
+    stage runs (the old code gave it a full digest and ran the exclusive stages again). A
+    fresh harness process with a missing transcript (a new session) still gets its digest."""
+    def run(h: FakeHarness, source: str, sid: str, transcript: Path) -> HookRun:
+        data = {"session_id": sid, "cwd": str(project), "hook_event_name": "SessionStart",
+                "source": source, "transcript_path": str(transcript)}
+        got = h.run(["hook", "claude"], cwd=project, stdin=json.dumps(data).encode())
+        assert got.returncode == 0, got.stderr
+        return got
+
+    h = harnesses("claude")
+    old = tmp_path / "s1.jsonl"
+    assert "FLEET-EXCLUSIVE" in context_of(run(h, "startup", "s1", old))
+    old.write_text('{"type": "user"}\n')
+    run(h, "resume", "s1", old)
+    spurious = run(h, "startup", "s-new", tmp_path / "s-new.jsonl")
+    assert spurious.stdout == b"" and fleet_runs(project) == 1
+    other = harnesses("claude")
+    fresh = run(other, "startup", "s-other", tmp_path / "s-other.jsonl")
+    assert "ROOT-RULES" in context_of(fresh)  # a new session elsewhere: its own digest

@@ -229,15 +229,19 @@ class LockOutcome:
 
 
 def acquire_for_full_start(state_dir: StrPath, owner: ProcessId, harness: str, session_id: str,
-                           ancestors: list[ProcessId], *, take_unseen: bool = False) -> LockOutcome:
+                           ancestors: list[ProcessId], *, take_unseen: bool = False,
+                           exact: bool = False) -> LockOutcome:
     """Take (or renew) the lock for a full start and clear the completion record.
 
     Under the state mutex: a lock owned by this session is renewed with a fresh nonce (same
     owner process); an absent, corrupt or stale one (owner dead, or its pid now names another
     process) is replaced; a live foreign owner is left alone; an owner that cannot be seen
     from here (:func:`unseen_reason`) is left alone too (``status="unseen"``) unless
-    ``take_unseen`` (``--take-lock``). Never raises: an unusable state dir or file is
-    ``status="unusable"`` with the reason.
+    ``take_unseen`` (``--take-lock``). ``exact`` (``owner`` is the nearest harness process):
+    the lock is ours only when held by ``owner`` itself; one held by a harness further up
+    (``claude`` started from a shell of another ``claude``: another model context) is a live
+    foreign owner, so the inner session gets a read-only digest and the outer keeps its lock.
+    Never raises: an unusable state dir or file is ``status="unusable"`` with the reason.
     """
     from ._procinfo import namespace_identity
 
@@ -247,7 +251,8 @@ def acquire_for_full_start(state_dir: StrPath, owner: ProcessId, harness: str, s
             unseen = unseen_reason(current) if current is not None else ""
             if current is not None and unseen and not take_unseen:
                 return LockOutcome("unseen", current, reason=unseen)
-            mine = current is not None and owned_by_session(current, ancestors, session_id)
+            mine = current is not None and owned_by_session(current, ancestors, session_id) \
+                and (not exact or current.ident.same(owner))
             if (current is not None and not unseen and not mine and not _foreign_namespace(current)
                     and is_alive(current.ident)):
                 return LockOutcome("foreign", current)  # (a foreign-namespace owner seen gone

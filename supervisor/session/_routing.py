@@ -303,6 +303,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     or config errors propagate to the command, which states them and exits 0.
     """
     action = route(context.source)
+    if action == "nudge" and context.source == "resume" and _drops_context(context.harness):
+        action = "reemit"  # Gemini -r: the resumed context holds no earlier digest
     if action == "nudge":
         from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript
         from ._refresh import reread_by_harness
@@ -310,9 +312,13 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         reread_by_harness(context.state_dir, context.session_id)  # it re-read its own files
 
         near = _ancestry.ancestry(_ancestry.NUDGE_HOPS)
+        found = _ancestry.find_harness(near, context.session_id)
         if not context.harness:
-            found = _ancestry.find_harness(near)
             context = _with(context, harness=found.harness if found else "")
+        if found is not None and context.source == "resume":
+            from ._starts import note_resume
+
+            note_resume(context.state_dir, found.ident, context.session_id)
         silent = (digest_ran_here(context.state_dir, near)
                   or restored_in_transcript(context.state_dir, context.harness, transcript))
         return SessionOutcome("" if silent else NUDGE_TEXT, "nudge")
@@ -324,6 +330,11 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         context = _with(context, harness_version=_ancestry.installed_version(
             harness_proc.ident.pid, harness))
     session_id = context.session_id
+    if harness_proc is not None and not repeat_checked and context.source == "startup":
+        from ._starts import spurious_startup
+
+        if spurious_startup(context.state_dir, harness_proc.ident, session_id, transcript):
+            return SessionOutcome("", "digest")  # the resume's second start: not a new context
     if harness_proc is not None and not repeat_checked:
         from ._starts import once, start_key
 
@@ -354,7 +365,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
                "lock was taken. Use `--take-lock` to take it from a terminal.")
         return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)
     outcome = _lock.acquire_for_full_start(context.state_dir, owner, harness or "terminal",
-                                           session_id, ancestors, take_unseen=take_lock)
+                                           session_id, ancestors, take_unseen=take_lock,
+                                           exact=harness_proc is not None)
     if outcome.status == "foreign" and outcome.record is not None:
         why = f"Another live session holds the lock: {owner_line(outcome.record)}."
         return _read_only(config, _with(context, harness=harness), why, exclusive)
@@ -385,6 +397,14 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
     record_digest(context.state_dir, result, ctx)
     return _structured(text, result, "", tail, mode="full", truncation=result.reason)
+
+
+def _drops_context(harness: str) -> bool:
+    """The harness table says a resume of ``harness`` keeps none of the earlier context."""
+    from .._harnesses import BY_NAME
+
+    row = BY_NAME.get(harness)
+    return row is not None and row.resume_drops_context
 
 
 def _started_elsewhere(view: _lock.LockView, state_dir: StrPath, ancestors: list[_ancestry.ProcessId],

@@ -169,3 +169,61 @@ def _prune(folder: object) -> None:
         if st is not None and now - st.st_mtime > KEEP:
             folder.remove(name)
             folder.remove(name[:-5] + ".flock")
+
+
+RESUMED_WINDOW = 30.0
+"""Seconds after a harness process resumed a session during which a ``startup`` of another
+session id, whose transcript does not exist, is that resume's spurious second start."""
+
+
+def _resume_name(owner: ProcessId) -> str:
+    raw = _jsontext.dumps(["resumed", owner.pid, int(owner.create_time)])
+    return "resumed-" + sha256(raw.encode()).hexdigest()[:32] + ".json"
+
+
+def note_resume(state_dir: StrPath, owner: ProcessId, session_id: str) -> None:
+    """Record that harness process ``owner`` resumed ``session_id`` now. Never raises."""
+    from .._errors import StateError
+    from ..state._statedir import StateDir
+
+    try:
+        with StateDir.open(state_dir, create=True) as top:
+            folder = top.sub(FOLDER, create=True)
+            if folder is None:
+                return
+            with folder:
+                folder.write(_resume_name(owner), _jsontext.dumps(
+                    {"at": time.time(), "session_id": session_id}).encode("utf-8", "replace"))
+    except (StateError, OSError):
+        pass
+
+
+def spurious_startup(state_dir: StrPath, owner: ProcessId, session_id: str,
+                     transcript: str | None) -> bool:
+    """True for Claude Code's second start after an interactive resume (claude-code #23932,
+    #24265, #30825): a ``startup`` with a new session id whose transcript does not exist, in
+    a harness process that resumed another session less than :data:`RESUMED_WINDOW` seconds
+    ago. That start is no new model context: it gets nothing and runs nothing. Never raises
+    (no record, or a state dir that cannot be used: False)."""
+    import os
+
+    if not transcript or os.path.lexists(transcript):
+        return False
+    from .._errors import StateError
+    from ..state._statedir import StateDir
+
+    try:
+        existing = StateDir.open_existing(state_dir)
+        if existing is None:
+            return False
+        with existing as top:
+            folder = top.sub(FOLDER, create=False)
+            if folder is None:
+                return False
+            with folder:
+                data = folder.read(_resume_name(owner), 4096)
+        rec = _jsontext.loads(data) if data else None
+        return (isinstance(rec, dict) and rec.get("session_id") != session_id
+                and 0 <= time.time() - float(rec.get("at", 0)) <= RESUMED_WINDOW)
+    except (StateError, OSError, ValueError, TypeError, RecursionError):
+        return False
