@@ -21,21 +21,35 @@ def _files(*roots: Path) -> list[Path]:
     return sorted(p for root in roots for p in root.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize(("harness", "second"), [("claude", "local"), ("pi", "user"),
-                                                 ("opencode", "user")])
+@pytest.mark.parametrize(("harness", "first", "second"), [
+    ("claude", "project", "local"), ("pi", "user", "project"), ("opencode", "user", "project")])
 def test_install_at_a_second_scope_defers_to_the_first(git_repo: Path, isolated_home: Path,
-                                                       harness: str, second: str) -> None:
+                                                       harness: str, first: str,
+                                                       second: str) -> None:
     """Both would fire in one session (Claude loads settings.json and settings.local.json;
-    Pi and OpenCode load the project's and the user's extension): install writes nothing
-    and says how to move it. (A user-scope hook registration carries ``--opt-in`` and stays
+    Pi and OpenCode load the user's extension in every project): install writes nothing and
+    says how to move it. (A user-scope hook registration carries ``--opt-in`` and stays
     silent where the project's serves, so it is no second one.)"""
-    code, out = _install(git_repo, harness)
+    code, out = _install(git_repo, harness, "--scope", first)
     assert code == 0, out
     before = _files(isolated_home, git_repo)
     code, out = _install(git_repo, harness, "--scope", second)
     assert code == 0, out
-    assert "already" in out and f"supervise uninstall {harness} --scope project" in out, out
+    assert "already" in out and f"supervise uninstall {harness} --scope {first}" in out, out
     assert _files(isolated_home, git_repo) == before  # nothing written at the second scope
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_user_scope_extension_replaces_the_projects(git_repo: Path, isolated_home: Path,
+                                                      harness: str) -> None:
+    """The user's extension loads in the project and its subfolders too: placing it takes the
+    project's out, so one extension loads (a session in a subfolder needs the user's)."""
+    assert _install(git_repo, harness)[0] == 0
+    code, out = _install(git_repo, harness, "--scope", "user")
+    assert code == 0 and "replaced by the user-scope extension" in out, out
+    run = run_cli("doctor", harness, cwd=git_repo, timeout=120)
+    text = run.stdout.decode() + run.stderr.decode()
+    assert "registered 2 times" not in text and "bridge placed in" in text, text
 
 
 def test_a_user_scope_opt_in_registration_is_no_double(git_repo: Path, isolated_home: Path) -> None:

@@ -359,10 +359,15 @@ def test_install_claude_local_scope_stays_out_of_the_repo(git_repo: Path) -> Non
     code = run_cli("doctor", "claude", cwd=git_repo)
     assert code.returncode == 0, code.stdout
     assert b"registered in" in code.stdout and b"settings.local.json" in code.stdout
-    # registered twice: doctor warns and says how to keep one
-    run_cli("install", "claude", cwd=git_repo)
+    # a second scope that would fire beside it: install defers and says how to move it
+    proc = run_cli("install", "claude", cwd=git_repo)
+    assert "already registered in .claude/settings.local.json" in proc.stderr.decode()
+    assert not (git_repo / ".claude" / "settings.json").exists()
+    # registered twice all the same (a hand copy): doctor fails and says how to keep one
+    (git_repo / ".claude" / "settings.json").write_text(local.read_text())
     lines = run_cli("doctor", "claude", cwd=git_repo).stdout.decode().splitlines()
-    assert any(l.startswith("warn  claude: registered in") and "keep one" in l for l in lines)
+    assert any(l.startswith("FAIL") and "registered 2 times" in l for l in lines), lines
+    assert any("keep one" in l and "--scope local" in l for l in lines), lines
     # harnesses without a local file skip it, they do not fail
     proc = run_cli("install", "codex", "pi", "--scope", "local", cwd=git_repo)
     assert proc.returncode == 0 and proc.stderr.decode().count("has no local settings file") == 2
@@ -390,13 +395,19 @@ def test_install_harnesses_shows_progress_and_why(tmp_path: Path) -> None:
                            env=env, timeout=60)
     assert first.returncode == 0, first.stderr
     out = first.stdout
-    assert "end-to-end tests" in out and "1.3 GB" in out and 'not e2e' in out  # why, how big
-    assert "[1/2] claude: Claude Code CLI @anthropic-ai/claude-code@2.1.197 ..." in out
-    assert "[2/2] pi: Pi coding agent @mariozechner/pi-coding-agent@0.73.1 ..." in out
-    assert "[2/2] pi installed in" in out and "install-harnesses: done in" in out
+    from supervisor._harnesses import BY_NAME
+
+    claude, pi = BY_NAME["claude"], BY_NAME["pi"]
+    assert "end-to-end tests" in out and " GB " in out and 'not e2e' in out  # why, how big
+    # the pins are the harness table's: the newest, then a floor that differs (the second set)
+    assert f"[1/3] claude: Claude Code @anthropic-ai/claude-code@{claude.newest} ..." in out
+    assert f"[2/3] claude (floor): Claude Code @anthropic-ai/claude-code@{claude.floor} ..." in out
+    assert f"[3/3] pi: Pi @mariozechner/pi-coding-agent@{pi.newest} ..." in out
+    assert "[3/3] pi installed in" in out and "install-harnesses: done in" in out
+    assert (tmp_path / "cache" / "floor" / "node_modules" / "@anthropic-ai" / "claude-code").is_dir()
     second = subprocess.run(["bash", str(script), "claude", "pi"], capture_output=True,
                             text=True, env=env, timeout=60)
-    assert second.stdout.count("already installed") == 2 and "[1/" not in second.stdout
+    assert second.stdout.count("already installed") == 3 and "[1/" not in second.stdout
 
 
 def test_prompt_hook_delivers_one_result_per_stage(tmp_path: Path) -> None:

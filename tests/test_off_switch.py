@@ -88,12 +88,12 @@ def test_per_prompt_and_read_hooks_add_nothing(project: Path, claude: FakeHarnes
 
 def test_an_explicit_on_wins_over_the_project_file(project: Path, claude: FakeHarness) -> None:
     turn_off_by_file(project)
-    for value in ("0", "false", "", "NO"):
-        run = claude.run(["hook", "claude"], cwd=project, stdin=payload(project),
+    for value in ("0", "false", "", "NO"):  # each its own session: a repeat prints nothing
+        run = claude.run(["hook", "claude"], cwd=project, stdin=payload(project, session_id=value or "e"),
                          env={"SUPERVISE_OFF": value})
         assert "STAGE-RAN" in run.text and LINE not in run.text, value
     os.unlink(project / ".supervise" / "off")
-    run = claude.run(["hook", "claude"], cwd=project, stdin=payload(project))
+    run = claude.run(["hook", "claude"], cwd=project, stdin=payload(project, session_id="last"))
     assert "STAGE-RAN" in run.text and LINE not in run.text
 
 

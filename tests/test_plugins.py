@@ -201,8 +201,9 @@ def test_doctor_sees_the_plugin_beside_settings_hooks_and_a_plugin_not_installed
     local.write_text(json.dumps({"enabledPlugins": {"watchkeeper@my-fork": True}}))
     doctor = _supervise(["doctor", "claude"], project, home, path)
     lines = doctor.stdout.splitlines()
-    [twice] = [ln for ln in lines if "registered in" in ln and "the plugin watchkeeper@my-fork" in ln]
-    assert twice.startswith("warn")
+    # the one double-registration rule (doctor, issue 22): FAIL, with the fix
+    [twice] = [ln for ln in lines if "registered 2 times" in ln and "the plugin watchkeeper@my-fork" in ln]
+    assert twice.startswith("FAIL") and "keep one" in twice
     [absent] = [ln for ln in lines if "not installed" in ln]
     assert absent.startswith("FAIL") and "supervise install claude --plugin --scope local" in absent
     assert doctor.returncode == 1
@@ -297,7 +298,7 @@ json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, "
     assert _supervise(["install", "gemini"], project, home, path).returncode == 0
     doctor = _supervise(["doctor", "gemini"], project, home, path)
     [twice] = [ln for ln in doctor.stdout.splitlines() if "the plugin extension watchkeeper" in ln]
-    assert twice.startswith("warn")
+    assert twice.startswith("FAIL") and "supervise install gemini --plugin" in twice
     again = _supervise(["install", "gemini", "--plugin"], project, home, path)
     assert again.returncode == 0 and len(log.read_text().splitlines()) == 1  # linked already
 

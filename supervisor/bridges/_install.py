@@ -251,15 +251,21 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
         from .._home import home_dir
 
         home = Path(home_dir() or "~")  # "~": refused before (install's link_refusals)
-        other = "user" if scope == "project" else "project"
-        if verb == "install" and (other == "project" or home_dir()):
-            entry = bridge.entry(other, project_dir, home)
-            if MARK in _read(entry):  # a second extension would load and deliver too: defer
-                print(f"{name}: already placed in {entry} ({other} scope); not placed at the "
-                      f"{scope} scope too: both would load. To move it, run `supervise "
-                      f"uninstall {name} --scope {other}` first", file=sys.stderr)
-                continue
         try:
+            if verb == "install" and scope == "project" and home_dir() \
+                    and MARK in _read(bridge.entry("user", project_dir, home)):
+                # the user's extension loads in every project and folder: defer to it
+                print(f"{name}: already placed in {bridge.entry('user', project_dir, home)} "
+                      "(user scope), which loads in every project; not placed in the project "
+                      f"too: both would load. To move it, run `supervise uninstall {name} "
+                      "--scope user` first", file=sys.stderr)
+                continue
+            if verb == "install" and scope == "user" \
+                    and MARK in _read(bridge.entry("project", project_dir, home)):
+                # the user's extension replaces the project's: it loads here too (and in every
+                # subfolder, which the project's does not serve), two would both load
+                print(uninstall(bridge, "project", project_dir, home)
+                      + " (replaced by the user-scope extension, which loads here too)")
             if verb == "install":
                 print(install(bridge, scope, project_dir, home, budget))
             else:

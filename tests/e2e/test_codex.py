@@ -101,3 +101,29 @@ def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(project: Project, fa
         codex(project, codex_home, "resume", tid, f"turn {i}")
         last = tally(fake_model.bodies(since)[-1], project.mark)
         assert last == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, last)
+
+
+def test_an_agents_md_edited_between_two_processes_arrives_once(
+        project: Project, fake_model: FakeModel, codex_home: Path) -> None:
+    """Issue 22, item 3: Codex loads AGENTS.md itself; edited between ``codex exec`` and
+    ``codex exec resume``, the new process reads the new version, so the prompt hook must not
+    inject it again under INSTRUCTIONS CHANGED (the old code did: two copies)."""
+    import os
+    import time
+
+    old, new = f"RULEONE{project.mark}", f"RULETWO{project.mark}"
+    agents = project.path / "AGENTS.md"
+    agents.write_text(f"# Rules\n- {old}\n")
+    past = time.time() - 60
+    os.utime(agents, (past, past))
+    project.configure(matrix_toml(project.mark) + (
+        '\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n'))
+    tid = start(project, codex_home)
+    assert fake_model.seen(old)
+    agents.write_text(f"# Rules\n- {old}\n- {new}\n")
+    since = fake_model.count()
+    codex(project, codex_home, "resume", tid, "turn 2")
+    turn2 = fake_model.bodies(since)
+    assert turn2 and new in turn2[-1], "the resumed process did not read the new AGENTS.md"
+    assert turn2[-1].count(new) == 1, turn2[-1][:3000]
+    assert "INSTRUCTIONS CHANGED" not in turn2[-1]
