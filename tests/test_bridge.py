@@ -127,34 +127,6 @@ def test_bad_usage_is_a_failed_document_exit_0(project: Path, argv: list[str]) -
     assert bridge_doc(proc.stdout)["kind"] == "failed"
 
 
-ARGVS = [
-    ["--harness", "pi"], ["--harness", "opencode", "--source", "compact", "--session-id", "a b",
-                          "--cwd", "/some dir"],
-    ["--cwd", "/x", "--harness", "pi", "--prerequisite"], ["--prerequisite", "--harness", "pi"],
-    [], ["--harness"], ["--harness", "pi", "--what"], ["--harness", "pi", "--source"],
-    ["--harness=pi"], ["--harn", "pi"], ["--harness", "pi", "--harness", "opencode"],
-    ["--harness", "pi", "--source", ""], ["--harness", "pi", "--cwd", "-x"], ["--source", "startup"],
-    ["--harness", "pi", "--prerequisite", "--prerequisite"], ["--harness", "pi", "extra"],
-    ["--harness", "pi", "--session-id", "--cwd"], ["-h"],
-]
-
-
-@pytest.mark.parametrize("argv", ARGVS)
-def test_the_quick_parse_answers_as_argparse(argv: list[str]) -> None:
-    """`parse_args` reads the extensions' usual shapes without argparse; every argv gets the
-    result argparse gives (or argparse's own usage error, or its --help exit)."""
-    from supervisor.commands.bridge import BridgeArgs, _parser, parse_args
-
-    def outcome(parse: object) -> object:
-        try:
-            got = parse(argv)  # type: ignore[operator]
-        except (ValueError, SystemExit) as err:
-            return type(err).__name__, str(err)
-        return got if isinstance(got, BridgeArgs) else BridgeArgs(**vars(got))
-
-    assert outcome(parse_args) == outcome(lambda a: _parser().parse_args(a))
-
-
 def test_a_missing_cwd_is_failed(project: Path, tmp_path: Path) -> None:
     doc = bridge_doc(run_cli("bridge", "--harness", "pi", "--cwd", str(tmp_path / "nope"), cwd=project).stdout)
     assert doc["kind"] == "failed" and "not a directory" in doc["error"]

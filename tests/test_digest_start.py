@@ -228,53 +228,6 @@ def test_the_repo_stage_without_git_says_nothing(git_repo: Path, tmp_path: Path)
 
 # --- the digest's arguments without argparse ------------------------------------------------
 
-def _argparse_result(argv: list[str]) -> object:
-    from supervisor.commands.digest import DigestArgs, build_parser
-
-    return DigestArgs(**vars(build_parser().parse_args(argv)))
-
-
-def test_the_quick_parser_agrees_with_argparse(tmp_path: Path) -> None:
-    """Every shape the quick path takes gives argparse's very result."""
-    from supervisor.commands.digest import _quick_parse, parse_args
-
-    (tmp_path / "sub dir").mkdir()
-    home = Path(os.path.expanduser("~"))
-    shapes = [[], ["-C", str(tmp_path)], ["--project", str(tmp_path / "sub dir")],
-              ["-C", "~"] if home.is_dir() else [], ["--format", "json"],
-              ["--format", "json", "--format", "text"], ["--only", "a", "--only", "b c"],
-              ["--budget", "2.5", "--grace", "0"], ["--budget", "1e3"], ["--budget", " 7 "],
-              ["--config", "x=y.toml"], ["--source", "compact", "--harness", "codex"],
-              ["-C", str(tmp_path), "--only", "repo", "--format", "json", "--source", "resume"]]
-    for argv in shapes:
-        assert _quick_parse(argv) is not None, argv
-        assert parse_args(argv) == _argparse_result(argv), argv
-
-
-@pytest.mark.parametrize("argv", [["--format=json"], ["--form", "json"], ["--only", ""],
-                                  ["--budget", "-1"], ["--budget", "nan"], ["-C", "relative"],
-                                  ["--harness", "terminal"], ["--source", "bogus"], ["-C"],
-                                  ["--only", "--format"], ["extra"], ["-Cdir"], ["--", "x"]])
-def test_other_shapes_are_argparses_to_parse_or_refuse(argv: list[str], tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The quick path declines (or, for a plain number, agrees); argparse's result or its
-    exit 2 with its own message is what the user gets, as before."""
-    from supervisor.commands.digest import _quick_parse, parse_args
-
-    monkeypatch.chdir(tmp_path)
-    quick = _quick_parse(argv)
-    try:
-        expected: object = _argparse_result(argv)
-    except SystemExit as exit_:
-        assert quick is None
-        with pytest.raises(SystemExit) as got:
-            parse_args(argv)
-        assert got.value.code == exit_.code
-        return
-    assert repr(parse_args(argv)) == repr(expected)  # repr: nan is not equal to itself
-    assert quick is None or repr(quick) == repr(expected)
-
-
 def test_the_usual_digest_imports_no_argparse(git_repo: Path) -> None:
     """``supervise digest -C DIR --format json`` (the usual call) never imports argparse."""
     (git_repo / "supervise.toml").write_text('[[stages]]\nname = "t"\nrun = "true"\n')

@@ -75,7 +75,7 @@ adapter.ADAPTER = Adapter(row=new, shape="groups", envelope="hook-specific")
 sys.modules[adapter.__name__] = adapter
 
 from supervisor.adapters import ADAPTERS, render
-from supervisor.commands.hook import build_parser
+from supervisor.commands.hook import help_text
 from supervisor.commands.install import hook_command, entries, parser
 from supervisor.config._plan import WHEN_HARNESSES
 from supervisor.session._ancestry import match_harness
@@ -84,7 +84,7 @@ assert "newone" in ADAPTERS and ADAPTERS["newone"] is adapter.ADAPTER, list(ADAP
 assert "newone" in WHEN_HARNESSES, WHEN_HARNESSES
 assert match_harness("newone-cli", ["newone-cli"]) == "newone"
 assert match_harness("node", ["node", "/x/node_modules/@example/newone/cli.js"]) == "newone"
-assert "newone" in build_parser().format_help()
+assert "newone" in help_text()
 assert "newone" in parser("supervise install", "").format_help()
 assert hook_command(ADAPTERS["newone"], "prompt").split()[2] == "--early-exit"
 assert [e.timeout for e in entries(ADAPTERS["newone"], 60)] == [120_000, 30_000]

@@ -227,49 +227,15 @@ def test_the_engine_path_gives_the_same_answers(tmp_path: Path) -> None:
     assert late.returncode == 124 and late.stdout == b"ready\n"
 
 
-QUICK_CASES = [
-    [], ["--"], ["true"], ["--", "true"], ["--budget", "5", "--", "sleep", "1"],
-    ["--budget=5", "--grace=0.5", "--format=json", "--", "x"], ["--budget", "-1", "--", "x"],
-    ["--budget", "nan", "x"], ["--budget", "1e400", "x"], ["--budget", " 5 ", "x"],
-    ["--budget", "1_000", "x"], ["--budget", "5", "--budget", "6", "x"],
-    ["x", "--budget", "5"], ["--", "--budget", "5"], ["--", "--", "x"], ["-", "x"],
-    ["--format", "json", "--grace", "0", "sh", "-c", "exit 3"],
-    # argparse decides these (quick_parse says None): they must still parse the same way
-    ["--bud", "5", "x"], ["--budget"], ["--budget", "--", "x"], ["--budget=", "x"],
-    ["--format", "xml", "x"], ["-h"], ["--help"], ["-5", "x"], ["--grace", "abc", "x"],
-]
-
-
-@pytest.mark.parametrize("argv", QUICK_CASES)
-def test_quick_parse_answers_as_argparse_or_not_at_all(argv: list[str]) -> None:
-    """`run` parses its usual spellings without importing argparse; whatever it answers is
-    argparse's answer (NaN compared as NaN)."""
-    import math
-
-    from supervisor.commands import run
-
-    quick = run.quick_parse(argv)
-    if quick is None:
-        return
-    args = run.build_parser().parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    expected = (args.budget, args.grace, args.format, command)
-    same = [a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b))
-            for a, b in zip(quick, expected)]
-    assert all(same), (quick, expected)
-
-
-def test_quick_parse_defers_help_and_mistakes() -> None:
-    from supervisor.commands import run
-
-    for argv in (["-h"], ["--bud", "5", "x"], ["--budget"], ["--format", "xml", "x"]):
-        assert run.quick_parse(argv) is None
-    parser = run.build_parser()
-    assert run.DEFAULTS == tuple(parser.get_default(k) for k in ("budget", "grace", "format"))
+def test_help_and_usage_errors_come_from_the_table() -> None:
+    """`--help` lists the table's options (exit 0); a bad value is one usage error, exit 125."""
     help_out = run_cli("run", "--help")
-    assert help_out.returncode == 0 and b"--budget" in help_out.stdout
+    assert help_out.returncode == 0 and b"--budget S" in help_out.stdout
+    assert b"(default 120)" in help_out.stdout  # the record's default, not a second copy
     bad = run_cli("run", "--format", "xml", "--", "true")
-    assert bad.returncode == 125 and b"invalid choice" in bad.stderr
+    assert bad.returncode == 125
+    assert bad.stderr.decode().splitlines()[-1] == (
+        "supervise run: error: unknown --format 'xml' (known: text, json)")
 
 
 from test_cgroup import cgroup_root  # noqa: E402,F401  (the fixture: a writable cgroup v2 root)

@@ -449,7 +449,8 @@ def test_a_bad_registered_timeout_is_a_one_line_problem_and_ignored(project: Pat
     run = h.run(["hook", "claude", "--registered-timeout", "soon"], cwd=project,
                 stdin=payload("startup", project))
     assert run.returncode == 0 and "FLEET-EXCLUSIVE" in context_of(run)
-    assert b"--registered-timeout needs a positive number" in run.stderr
+    assert run.stderr.splitlines() == [b"supervise hook: argument --registered-timeout: soon: "
+                                       b"not a positive number of seconds (ignored)"], run.stderr
 
 
 def test_doctor_flags_a_timeout_that_differs_from_what_install_recorded(project: Path) -> None:

@@ -1,35 +1,32 @@
-"""Argument helpers every verb shares: one ``-C DIR`` check, the format option, ``--help``
-for the harness-facing verbs (which must never exit on a bad argument).
+"""Argument helpers the argparse verbs share (``config``, ``status``, ``doctor``, ``install``,
+``uninstall``): one ``-C DIR`` check, the format option, a one-line error.
 
-Stdlib only: ``hook`` and ``nudge`` import it on the hot path.
+The verbs a harness or an extension calls often (``hook``, ``nudge``, ``digest``, ``run``,
+``bridge``) use the table-driven parser of :mod:`supervisor.commands._args` instead, without
+argparse's import; the ``-C DIR`` rule is that module's (:func:`supervisor.commands._args.existing_dir`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import NoReturn
 
 from .._sanitize import short
+from . import _args
 
 
 def existing_dir(value: str) -> Path:
-    """argparse ``type=`` for ``-C DIR``: an existing directory, made absolute; never created.
+    """argparse ``type=`` for ``-C DIR``: :func:`supervisor.commands._args.existing_dir`.
 
     Raises:
         argparse.ArgumentTypeError: ``DIR`` is missing or not a directory (argparse prints it
             as ``supervise VERB: error: argument -C/--project: ...`` and exits 2).
     """
-    path = Path(os.path.expanduser(value))  # never raises: Path's does for "~nouser"
     try:
-        if not path.exists():
-            raise argparse.ArgumentTypeError(f"{value}: no such directory")
-        if not path.is_dir():
-            raise argparse.ArgumentTypeError(f"{value}: not a directory")
-    except OSError as err:
-        raise argparse.ArgumentTypeError(f"{value}: cannot be read ({err.strerror})") from None
-    return path.absolute()
+        return _args.existing_dir(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"{value}: {err}") from None
 
 
 def add_directory(parser: argparse.ArgumentParser) -> None:
@@ -53,16 +50,3 @@ class VerbParser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Print the usage and ``message`` (shortened) on stderr; exit 2."""
         super().error(short(message))
-
-
-class ArgumentProblem(Exception):
-    """A bad argument to a verb that must not exit on one (``hook``, ``nudge``)."""
-
-
-class TolerantParser(VerbParser):
-    """An argparse parser that raises :class:`ArgumentProblem` instead of exiting: a harness
-    path reports a bad argument on stderr and carries on (it always exits 0)."""
-
-    def error(self, message: str) -> NoReturn:
-        """Raise :class:`ArgumentProblem` with argparse's ``message`` (shortened)."""
-        raise ArgumentProblem(short(message))

@@ -21,10 +21,7 @@ import sys
 
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 from .._record import mutable_record
-
-TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
-if TYPE_CHECKING:
-    import argparse
+from . import _args
 
 
 @mutable_record
@@ -39,68 +36,37 @@ class BridgeArgs:
     prerequisite: bool = False
 
 
-_VALUED = {"--harness": "harness", "--source": "source", "--session-id": "session_id",
-           "--cwd": "cwd"}
+BRIDGE = _args.Command("supervise bridge", "machine interface for extension bridges (Pi, "
+                       "OpenCode): prints one JSON document (docs/bridge-protocol.md)", (
+    _args.Option(("--harness",), "harness", "pi or opencode (SUPERVISE_HARNESS)",
+                 metavar="HARNESS", required=True),
+    _args.Option(("--source",), "source", "startup, new, clear, compact, resume, reload or fork; "
+                 "anything else routes as a full start", metavar="SOURCE"),
+    _args.Option(("--session-id",), "session_id", "the harness session id (display only)",
+                 metavar="SESSION_ID"),
+    _args.Option(("--cwd",), "cwd", "the harness's working directory (default: ours)",
+                 metavar="CWD"),
+    _args.Option(("--prerequisite",), "prerequisite", "print nothing; exit 3 to stand down "
+                 "(gate or scope), 0 to go on"),
+))
+"""``bridge``'s argument table: the parse and ``--help`` read it."""
 
 
 def parse_args(argv: list[str]) -> BridgeArgs:
-    """``argv`` parsed: the shape the Pi extension and the OpenCode plugin send (``--option
-    VALUE`` pairs of the options below, each at most once, values neither empty nor starting
-    with ``-``; ``--prerequisite`` once) without argparse, whose import (``re``, ``gettext``,
-    ``shutil`` with ``bz2`` and ``lzma``) and parser would cost every bridge call as much as
-    a Python hook's other imports ({S}); anything else (``-h``, ``--option=VALUE``, an
-    abbreviation, a missing ``--harness``) by argparse, which gives the same result or the same
-    usage error, as it always did.
+    """``argv`` parsed by :data:`BRIDGE`, strictly (no argparse: its import, with ``re``,
+    ``gettext`` and ``shutil``, would cost every bridge call).
 
     Raises:
-        ValueError: a usage error (one line).
-        SystemExit: ``--help`` (0).
+        ValueError: a usage error (:class:`supervisor.commands._args.UsageError`, one line).
+        SystemExit: ``--help`` (0, the help printed).
     """
     args = BridgeArgs()
-    seen: set[str] = set()
-    i = 0
-    while i < len(argv):
-        flag = argv[i]
-        if flag in seen:
-            break
-        seen.add(flag)
-        if flag == "--prerequisite":
-            args.prerequisite = True
-            i += 1
-            continue
-        dest = _VALUED.get(flag)
-        value = argv[i + 1] if i + 1 < len(argv) else ""
-        if dest is None or not value or value.startswith("-"):
-            break
-        setattr(args, dest, value)
-        i += 2
-    else:
-        if args.harness:
-            return args
-    return BridgeArgs(**vars(_parser().parse_args(argv)))
-
-
-def _parser() -> argparse.ArgumentParser:
-    import argparse
-
-    class _Parser(argparse.ArgumentParser):
-        def error(self, message: str) -> None:  # type: ignore[override]
-            from .._sanitize import short
-
-            raise ValueError(short(message))
-
-    p = _Parser(prog="supervise bridge", add_help=True,
-                description="machine interface for extension bridges (Pi, OpenCode): "
-                            "prints one JSON document (docs/bridge-protocol.md)")
-    p.add_argument("--harness", required=True, help="pi or opencode (SUPERVISE_HARNESS)")
-    p.add_argument("--source", default="",
-                   help="startup, new, clear, compact, resume, reload or fork; anything else "
-                        "routes as a full start")
-    p.add_argument("--session-id", default="", help="the harness session id (display only)")
-    p.add_argument("--cwd", default=None, help="the harness's working directory (default: ours)")
-    p.add_argument("--prerequisite", action="store_true",
-                   help="print nothing; exit 3 to stand down (gate or scope), 0 to go on")
-    return p
+    parsed = _args.parse(BRIDGE, argv, args)
+    if parsed.help:
+        sys.stdout.write(_args.format_help(BRIDGE))
+        raise SystemExit(EXIT_OK)
+    parsed.refuse()
+    return args
 
 
 def _print(line: str) -> str:

@@ -14,10 +14,9 @@ from typing import TYPE_CHECKING
 from .._errors import describe_os_error
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from .._record import mutable_record, replace
+from . import _args
 
 if TYPE_CHECKING:
-    import argparse
-
     from ..config._context import SessionContext
     from ..config._plan import DigestPlan
     from ..engine._launch import Prestart
@@ -45,101 +44,62 @@ class DigestArgs:
     session_start: bool = False
 
 
-_VALUED = {"--budget": "budget", "--grace": "grace", "--config": "config", "--format": "format",
-           "--only": "only", "-C": "directory", "--project": "directory", "--source": "source",
-           "--harness": "harness"}
+def command() -> _args.Command:
+    """``digest``'s argument table (:mod:`supervisor.commands._args`): the parse and
+    ``--help`` both read it."""
+    from ..config._plan import WHEN_HARNESSES, WHEN_SOURCES
+
+    return _args.Command("supervise digest", __doc__ or "", (
+        _args.Option(("--budget",), "budget", "seconds for the whole digest, kill time included "
+                     "(default: SUPERVISE_TIMEOUT, else the config's budget: 120 in the "
+                     "embedded default)", metavar="S", convert=_args.number),
+        _args.Option(("--grace",), "grace", "seconds between TERM and KILL (default: "
+                     "SUPERVISE_GRACE, else the config's grace: 1 in the embedded default)",
+                     metavar="S", convert=_args.number),
+        _args.Option(("--config",), "config", "read this file instead of the project's "
+                     "supervise.toml or pyproject.toml [tool.supervise] (default: those, else "
+                     "the embedded default)", metavar="FILE", convert=_args.a_path),
+        _args.Option(("--format",), "format", "print the digest as text for a person (default) "
+                     "or as one JSON document for a program", choices=("text", "json")),
+        _args.Option(("--only",), "only", "run only this stage (repeatable); the others are "
+                     "skipped", metavar="STAGE", repeat=True),
+        _args.Option(("-C", "--project"), "directory", "run as if started in DIR, which must "
+                     "exist (default: the current directory); the project is its git top "
+                     "level", metavar="DIR", convert=_args.existing_dir),
+        _args.Option(("--source",), "source", "run as for this session source "
+                     "(SUPERVISE_SOURCE, stage conditions); default: none, which conditions "
+                     "treat as startup", choices=WHEN_SOURCES),
+        _args.Option(("--harness",), "harness", "run as for this harness (SUPERVISE_HARNESS, "
+                     "stage conditions); default: none, a terminal",
+                     choices=tuple(h for h in WHEN_HARNESSES if h != "terminal")),
+        _args.Option(("--session-start",), "session_start", "this run is a session's start "
+                     "(what the nudge asks a model to run): the handoff delivery is counted, "
+                     "deferred results are delivered, the run is recorded. Without it the "
+                     "digest is a preview that changes no record"),
+    ), defaults=DigestArgs)
 
 
 def parse_args(argv: list[str]) -> DigestArgs:
-    """``argv`` parsed: the usual shapes (``--option VALUE`` pairs of the digest's own options,
-    every value well-formed) without argparse, whose import and first parser would cost every
-    session start (docs/benchmarks.md, row "embedded default digest, 20,000 tracked files");
-    anything else (``-h``, ``--option=VALUE``, an abbreviation, a value starting with ``-`` or
-    empty, a bad number, choice or directory) by argparse, which gives the same result or
-    reports the error and exits 2, as it always did.
+    """``argv`` parsed by :func:`command`'s table, strictly (no argparse: its import and
+    first parser would cost every session start, docs/benchmarks.md, row "embedded default
+    digest, 20,000 tracked files").
 
     Raises:
-        SystemExit: argparse's exit on ``--help`` (0) or a usage error (2).
+        SystemExit: after ``--help`` (0, the help printed) or a usage error (2, the usage line
+            and the error printed on stderr).
     """
-    flags = [a for a in argv if a == "--session-start"]
-    quick = _quick_parse([a for a in argv if a != "--session-start"])
-    if quick is not None:
-        quick.session_start = bool(flags)
-        return quick
-    return DigestArgs(**vars(build_parser().parse_args(argv)))
-
-
-def _quick_parse(argv: list[str]) -> DigestArgs | None:
-    from ..config._plan import WHEN_HARNESSES, WHEN_SOURCES
-
-    if len(argv) % 2:
-        return None
+    table = command()
     args = DigestArgs()
-    for flag, value in zip(argv[::2], argv[1::2]):
-        dest = _VALUED.get(flag)
-        if dest is None or not value or value.startswith("-"):
-            return None
-        if dest in ("budget", "grace"):
-            try:
-                setattr(args, dest, float(value))
-            except ValueError:
-                return None
-        elif dest == "config":
-            args.config = Path(value)
-        elif dest == "only":
-            args.only = [*(args.only or ()), value]
-        elif dest == "directory":
-            path = Path(os.path.expanduser(value))  # "~nouser" stays as written
-            try:
-                if not path.is_dir():
-                    return None
-            except OSError:
-                return None
-            args.directory = path.absolute()
-        elif dest == "format" and value in ("text", "json") or (
-                dest == "source" and value in WHEN_SOURCES) or (
-                dest == "harness" and value in WHEN_HARNESSES and value != "terminal"):
-            setattr(args, dest, value)
-        else:
-            return None
+    parsed = _args.parse(table, argv, args)
+    if parsed.help:
+        sys.stdout.write(_args.format_help(table))
+        raise SystemExit(EXIT_OK)
+    try:
+        parsed.refuse()
+    except _args.UsageError as err:
+        _args.refuse_usage(table, err)
+        raise SystemExit(EXIT_USAGE) from None
     return args
-
-
-def build_parser() -> argparse.ArgumentParser:
-    """The ``digest`` argument parser (argparse; :func:`parse_args` leaves to it what its
-    quick path does not take, ``--help`` included)."""
-    from ._cli import VerbParser, add_directory, add_format
-
-    p = VerbParser(prog="supervise digest", description=__doc__)
-    p.add_argument("--budget", type=float, metavar="S",
-                   help="seconds for the whole digest, kill time included (default: "
-                        "SUPERVISE_TIMEOUT, else the config's budget: 120 in the embedded "
-                        "default)")
-    p.add_argument("--grace", type=float, metavar="S",
-                   help="seconds between TERM and KILL (default: SUPERVISE_GRACE, else the "
-                        "config's grace: 1 in the embedded default)")
-    p.add_argument("--config", type=Path, metavar="FILE",
-                   help="read this file instead of the project's supervise.toml or "
-                        "pyproject.toml [tool.supervise] (default: those, else the embedded "
-                        "default)")
-    add_format(p, "the digest")
-    p.add_argument("--only", action="append", metavar="STAGE",
-                   help="run only this stage (repeatable); the others are skipped")
-    add_directory(p)
-    from ..config._plan import WHEN_HARNESSES, WHEN_SOURCES
-
-    p.add_argument("--source", choices=WHEN_SOURCES, default="",
-                   help="run as for this session source (SUPERVISE_SOURCE, stage conditions); "
-                        "default: none, which conditions treat as startup")
-    p.add_argument("--harness", choices=[h for h in WHEN_HARNESSES if h != "terminal"],
-                   default="", help="run as for this harness (SUPERVISE_HARNESS, stage "
-                                    "conditions); default: none, a terminal")
-    p.add_argument("--session-start", action="store_true",
-                   help="this run is a session's start (what the nudge asks a model to run): "
-                        "the handoff delivery is counted, deferred results are delivered, the "
-                        "run is recorded. Without it the digest is a preview that changes no "
-                        "record")
-    return p
 
 
 def _rerun_hint(args: DigestArgs, project: Path) -> str:

@@ -27,11 +27,12 @@ import sys
 from .._exitcodes import EXIT_OK, EXIT_STAND_DOWN
 from .._interrupts import leaving
 from .._record import mutable_record, replace
+from .._harnesses import HOOKS
+from . import _args
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from _typeshed import StrPath
-    import argparse
     from collections.abc import Mapping
 
     from ..config._context import SessionContext
@@ -72,151 +73,45 @@ Prints the one-line nudge that asks the model to run `supervise digest`, unless 
 harness session already ran the digest. Always exits 0."""
 
 
-def build_parser(verb: str = "hook") -> argparse.ArgumentParser:
-    """The ``hook`` (or ``nudge``) parser, for ``--help`` only: the arguments themselves are
-    read by :func:`parse_hook_args` (argparse, its help formatter and gettext cost the hook
-    several milliseconds of imports per event). It never exits (:class:`TolerantParser`)."""
-    import argparse
-
-    from .._harnesses import HOOKS
-    from ._cli import TolerantParser
-
-    p = TolerantParser(prog=f"supervise {verb}", add_help=False, allow_abbrev=False,
-                       description=HOOK_DESCRIPTION if verb == "hook" else NUDGE_DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("harness", nargs="?", default="", metavar="HARNESS",
-                   help=f"the harness that calls us ({', '.join(HOOKS)}): picks the output "
-                   "envelope")
-    p.add_argument("-h", "--help", action="store_true", help="show this help and exit")
-    if verb == "nudge":
-        return p
-    for name, metavar, text in _VALUED_HELP:
-        p.add_argument(name, nargs="?", metavar=metavar, help=text)
-    p.add_argument("--take-lock", action="store_true",
-                   help="when no harness process is among our ancestors (a terminal), let the "
-                   "calling shell take the session lock instead of running read-only")
-    p.add_argument("--opt-in", action="store_true",
-                   help="a user-scope registration (install writes it): silent in a project "
-                   "that did not opt in (no supervise.toml, no [tool.supervise], no "
-                   "project-scope registration), and where the project's own registration "
-                   "serves the session")
-    p.add_argument("--prerequisite", action="store_true",
-                   help="for bridges: print nothing, exit 3 when a gate or the scope says "
-                   "stand down, else 0")
-    return p
-
-
-_VALUED_HELP = (
-    ("--source", "SOURCE", "the session source when the payload does not carry it (startup, "
-     "clear, compact, resume, ...)"),
-    ("--event", "EVENT", f"which hook this is: {', '.join(EVENTS)} (default session-start)"),
-    ("--registered-timeout", "SECONDS", "the hook timeout registered with the harness (install "
-     "writes it): the budget is clamped to fit inside it"),
-)
-_VALUED = ("--source", "--event", "--registered-timeout")
-"""The hook's options that take a value (``--opt VALUE`` or ``--opt=VALUE``)."""
-_FLAGS = ("--take-lock", "--prerequisite", "--opt-in")
-
-
-def _is_option(arg: str) -> bool:
-    """``arg`` reads as an option (``-x``, ``--x``), not a value: a lone ``-`` and a negative
-    number are values, as argparse has them."""
-    if not arg.startswith("-") or arg == "-":
-        return False
-    try:
-        float(arg)
-    except ValueError:
-        return True
-    return False
-
-
-def _shown(value: str | None) -> str:
-    """``repr(value)`` as one line cut to 100 characters (:func:`supervisor._sanitize.short`;
-    imported only when an argument is wrong: not on the hot path)."""
-    from .._sanitize import short
-
-    return short(repr(value), 100)
+HARNESS = _args.Positional("harness", "HARNESS", f"the harness that calls us "
+                           f"({', '.join(HOOKS)}): picks the output envelope")
+HOOK = _args.Command("supervise hook", HOOK_DESCRIPTION, (
+    _args.Option(("--source",), "source", "the session source when the payload does not carry "
+                 "it (startup, clear, compact, resume, ...)", metavar="SOURCE"),
+    _args.Option(("--event",), "event", "which hook this is (default session-start)",
+                 choices=EVENTS),
+    _args.Option(("--registered-timeout",), "registered_timeout", "the hook timeout registered "
+                 "with the harness (install writes it): the budget is clamped to fit inside it",
+                 metavar="SECONDS", convert=_args.positive_seconds),
+    _args.Option(("--take-lock",), "take_lock", "when no harness process is among our ancestors "
+                 "(a terminal), let the calling shell take the session lock instead of running "
+                 "read-only"),
+    _args.Option(("--opt-in",), "opt_in", "a user-scope registration (install writes it): "
+                 "silent in a project that did not opt in (no supervise.toml, no "
+                 "[tool.supervise], no project-scope registration), and where the project's own "
+                 "registration serves the session"),
+    _args.Option(("--prerequisite",), "prerequisite", "for bridges: print nothing, exit 3 when a "
+                 "gate or the scope says stand down, else 0"),
+), HARNESS)
+"""``hook``'s arguments: read by :func:`parse_hook_args`, shown by ``--help``."""
+NUDGE = _args.Command("supervise nudge", NUDGE_DESCRIPTION, (), HARNESS)
+"""``nudge``'s arguments (the harness alone)."""
 
 
 def parse_hook_args(argv: list[str], verb: str = "hook") -> HookArgs:
-    """Tolerant parse of the ``hook`` (or ``nudge``) arguments: never exits, never raises;
-    unknown or malformed arguments become ``problems`` (one line each) and are ignored.
-
-    Grammar (argparse's, without its import on the per-event path): an optional positional
-    ``HARNESS``; ``-h``/``--help``; for ``hook`` also ``--source [SOURCE]``, ``--event
-    [EVENT]``, ``--registered-timeout [SECONDS]`` (``--opt VALUE`` or ``--opt=VALUE``; a
-    following option is not taken as the value; the last one given wins) and the flags
-    ``--take-lock``, ``--prerequisite``. After ``--`` every argument is positional. No
-    abbreviations."""
+    """Tolerant parse of the ``hook`` (or ``nudge``) arguments by the :data:`HOOK` (or
+    :data:`NUDGE`) table (:func:`supervisor.commands._args.parse`): never exits, never
+    raises; unknown or malformed arguments become ``problems`` (one line each) and are
+    ignored."""
     args = HookArgs()
-    problems: list[str] = []
-    values: dict[str, str | None] = {}
-    harness: str | None = None
-    rest = argv[::-1]  # popped from the end: 100,000 stray arguments cost O(n), not O(n^2)
-    unexpected: list[str] = []
-    only_positional = False
-    while rest:
-        arg = rest.pop()
-        if not only_positional and arg == "--":
-            only_positional = True
-            continue
-        if only_positional or not _is_option(arg):
-            if harness is None:
-                harness = arg
-            else:
-                unexpected.append(arg)
-            continue
-        name, eq, value = arg.partition("=")
-        if name in ("-h", "--help") and not eq:
-            args.help = True
-        elif verb == "hook" and name in _FLAGS:
-            if eq:
-                problems.append(f"argument {name}: ignored explicit argument {_shown(value)}")
-            elif name == "--take-lock":
-                args.take_lock = True
-            elif name == "--opt-in":
-                args.opt_in = True
-            else:
-                args.prerequisite = True
-        elif verb == "hook" and name in _VALUED:
-            if eq:
-                values[name] = value
-            else:
-                values[name] = rest.pop() if rest and not _is_option(rest[-1]) else None
-        else:
-            unexpected.append(arg)
-    if unexpected:  # one line, however many: a harness's stderr is not a place for 100,000
-        more = f" and {len(unexpected) - 3} more" if len(unexpected) > 3 else ""
-        problems.insert(0, f"unexpected argument{'s' if len(unexpected) > 1 else ''} "
-                        f"{', '.join(_shown(a) for a in unexpected[:3])}{more}")
-    args.harness = harness or ""
-    if "--source" in values:
-        source = values["--source"]
-        if source is None:
-            problems.append("--source needs a value")
-        else:
-            args.source = source
-    if "--registered-timeout" in values:
-        raw = values["--registered-timeout"]
-        try:
-            seconds = float(raw) if raw is not None else float("nan")
-        except ValueError:
-            seconds = float("nan")
-        if 0 < seconds < float("inf"):
-            args.registered_timeout = seconds
-        else:
-            problems.append(f"--registered-timeout needs a positive number of seconds "
-                            f"(got {_shown(raw)})")
-    if "--event" in values:
-        event = values["--event"]
-        if event is None:
-            problems.append("--event needs a value")
-        elif event in EVENTS:
-            args.event = event
-        else:
-            problems.append(f"unknown --event {_shown(event)} (known: {', '.join(EVENTS)})")
-    args.problems = tuple(problems)
+    parsed = _args.parse(HOOK if verb == "hook" else NUDGE, argv, args)
+    args.help, args.problems = parsed.help, parsed.problems
     return args
+
+
+def help_text(verb: str = "hook") -> str:
+    """``supervise hook --help`` (or ``nudge``), from the same table as the parse."""
+    return _args.format_help(HOOK if verb == "hook" else NUDGE)
 
 
 def emit(harness: str, text: str, *, state_dir: StrPath, kind: str,
@@ -533,7 +428,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parse_hook_args(argv)
         if args.help:
-            sys.stdout.write(build_parser().format_help())
+            sys.stdout.write(help_text())
             return EXIT_OK
         for problem in args.problems:
             print(f"supervise hook: {problem} (ignored)", file=sys.stderr)

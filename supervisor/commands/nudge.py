@@ -14,7 +14,7 @@ import sys
 
 from .._exitcodes import EXIT_OK
 from .._interrupts import leaving
-from .hook import (HookArgs, build_parser, emit, parse_hook_args, quiet_exit_on_signals,
+from .hook import (HookArgs, emit, help_text, parse_hook_args, quiet_exit_on_signals,
                    report_internal_error)
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parse_hook_args(argv, verb="nudge")
         if args.help:
-            sys.stdout.write(build_parser("nudge").format_help())
+            sys.stdout.write(help_text("nudge"))
             return EXIT_OK
         for problem in args.problems:
             print(f"supervise nudge: {problem} (ignored)", file=sys.stderr)

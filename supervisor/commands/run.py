@@ -17,34 +17,36 @@ import sys
 from ..engine import _runwait
 from .._exitcodes import EXIT_RUN_FAILURE, EXIT_TIMEOUT
 from ..config._limits import MAX_GRACE, MAX_SECONDS
-
-TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
-if TYPE_CHECKING:
-    import argparse
+from . import _args
 
 EXIT_RUN_USAGE = EXIT_RUN_FAILURE
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``run`` argument parser (imported only when :func:`quick_parse` cannot answer)."""
-    import argparse
+class RunArgs:
+    """``supervise run``'s arguments: ``budget`` and ``grace`` in seconds, ``format``
+    (``text``/``json``) and ``command`` (argv; empty when none was given). A plain class:
+    ``run -- true`` does not import :mod:`supervisor._record`."""
 
-    from ._cli import VerbParser
+    __slots__ = ("budget", "grace", "format", "command")
 
-    p = VerbParser(prog="supervise run", description=__doc__,
-                   formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--budget", type=float, default=120.0, metavar="S",
-                   help="seconds until the whole tree is killed (default 120)")
-    p.add_argument("--grace", type=float, default=1.0, metavar="S",
-                   help="seconds between TERM and KILL (default 1)")
-    p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="text: CMD uses our stdin, stdout and stderr (default); json: its output "
-                   "is captured and printed in one JSON document with its status and seconds")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ARGS",
-                   help="the command to run, after `--` (no shell)")
-    return p
+    def __init__(self) -> None:
+        self.budget, self.grace, self.format = 120.0, 1.0, "text"
+        self.command: list[str] = []
+
+
+RUN = _args.Command("supervise run", __doc__ or "", (
+    _args.Option(("--budget",), "budget", "seconds until the whole tree is killed (default "
+                 "{default})", metavar="S", convert=_args.number),
+    _args.Option(("--grace",), "grace", "seconds between TERM and KILL (default {default})",
+                 metavar="S", convert=_args.number),
+    _args.Option(("--format",), "format", "text: CMD uses our stdin, stdout and stderr "
+                 "(default); json: its output is captured and printed in one JSON document "
+                 "with its status and seconds", choices=("text", "json")),
+), _args.Positional("command", "-- CMD ARGS", "the command to run, after `--` (no shell)",
+                    rest=True), defaults=RunArgs)
+"""``run``'s argument table: the parse (:func:`main`) and ``--help`` read it."""
 
 
 def _check_program(program: str) -> int | None:
@@ -74,60 +76,19 @@ def _named(program: str) -> str:
     return short(program)
 
 
-DEFAULTS = (120.0, 1.0, "text")
-"""``--budget``, ``--grace`` and ``--format`` when not given (as in :func:`build_parser`)."""
-
-
-def quick_parse(argv: list[str]) -> tuple[float, float, str, list[str]] | None:
-    """``(budget, grace, format, command)`` for the common spellings, without argparse (whose
-    import costs about what the interpreter's start does): ``--budget S``, ``--budget=S``,
-    ``--grace``, ``--format``, then ``--`` or the first word that is not an option. None for
-    anything else (``--help``, an abbreviation, a value argparse would refuse): argparse then
-    decides, with its own messages. Where it answers, it answers as :func:`build_parser`."""
-    budget, grace, fmt = DEFAULTS
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        if arg == "--":
-            return budget, grace, fmt, argv[i + 1:]
-        if not arg.startswith("-") or arg == "-":
-            return budget, grace, fmt, argv[i:]
-        name, eq, value = arg.partition("=")
-        if name not in ("--budget", "--grace", "--format"):
-            return None
-        if not eq:
-            if i + 1 >= len(argv):
-                return None
-            value = argv[i + 1]
-        i += 1 if eq else 2
-        if name == "--format":
-            if value not in ("text", "json"):
-                return None
-            fmt = value
-            continue
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-        if name == "--budget":
-            budget = number
-        else:
-            grace = number
-    return budget, grace, fmt, []
-
-
 def main(argv: list[str]) -> int:
     """Run CMD under the budget; see the module docstring for exit statuses."""
-    quick = quick_parse(argv)
-    if quick is not None:
-        budget, grace, fmt, command = quick
-    else:
-        try:
-            args = build_parser().parse_args(argv)
-        except SystemExit as exc:
-            return EXIT_RUN_USAGE if exc.code else 0
-        budget, grace, fmt = args.budget, args.grace, args.format
-        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    args = RunArgs()
+    parsed = _args.parse(RUN, argv, args)
+    if parsed.help:
+        sys.stdout.write(_args.format_help(RUN))
+        return 0
+    try:
+        parsed.refuse()
+    except _args.UsageError as err:
+        _args.refuse_usage(RUN, err)
+        return EXIT_RUN_USAGE
+    budget, grace, fmt, command = args.budget, args.grace, args.format, args.command
     if not command:
         print("supervise run: no command given (usage: supervise run [--budget S] -- CMD ARGS)",
               file=sys.stderr)
