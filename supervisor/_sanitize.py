@@ -201,6 +201,19 @@ MESSAGE_LIMIT = 300
 printed a 200 KB "unrecognized arguments" line)."""
 
 
+def well_formed(text: str) -> str:
+    """``text`` as valid Unicode, encodable as UTF-8: each lone surrogate (a byte that
+    ``surrogateescape`` decoded, a file name that is not UTF-8, half of a pair) becomes
+    U+FFFD, the replacement character, as invalid UTF-8 in a stage's output does; a high and
+    low surrogate in a row become the one character they encode. ``text`` itself when it is
+    valid (the common case: one C-speed check). Never raises."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def short(message: str, limit: int = MESSAGE_LIMIT) -> str:
     """``message`` as one readable line: control characters, escape sequences and line breaks
     of the user's arguments written as escapes (:func:`one_line`), and cut to ``limit``

@@ -60,6 +60,26 @@ def test_never_prints_json_lookalike_that_does_not_parse(harness: str, text: str
         assert ADAPTERS.get(harness) is None or ADAPTERS[harness].envelope == "plain"
 
 
+@pytest.mark.parametrize("harness", ["claude", "cursor", "grok"])
+def test_lone_surrogates_become_the_replacement_character(harness: str, tmp_path: Path) -> None:
+    """A file name that is not UTF-8 (decoded with surrogateescape) reaches the model as
+    U+FFFD, as the docstring says and as invalid UTF-8 in stage output does (it was `?`, a
+    real character); a surrogate pair becomes the character it encodes."""
+    data = render(harness, "file a\udcffb.md \ud83d\ude00\n", state_dir=tmp_path, kind="digest")
+    text = data.decode("utf-8")
+    if harness != "grok":
+        doc = json.loads(text)
+        text = doc.get("additional_context") or doc["hookSpecificOutput"]["additionalContext"]
+    assert text == "file a\ufffdb.md \U0001f600\n"
+
+
+def test_the_bridge_document_replaces_lone_surrogates_alike() -> None:
+    from supervisor.bridges._protocol import BridgeResult
+
+    doc = json.loads(BridgeResult("ready", text="a\udcffb").to_json())
+    assert doc["text"] == "a\ufffdb"
+
+
 @pytest.mark.parametrize("harness", list(ADAPTERS))
 def test_blank_text_prints_nothing(harness: str, tmp_path: Path) -> None:
     assert render(harness, "", state_dir=tmp_path) == b""

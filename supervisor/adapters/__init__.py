@@ -163,7 +163,10 @@ def render(harness: str, text: str, *, state_dir: StrPath, kind: str = "digest",
         raise ValueError(f"unknown output kind {kind!r} (one of {', '.join(KINDS)})")
     if not text.strip():
         return b""
-    text = text.encode("utf-8", "replace").decode("utf-8")  # lone surrogates -> '?'
+    if not text.isascii():
+        from .._sanitize import well_formed
+
+        text = well_formed(text)  # lone surrogates -> U+FFFD
     limit = cap if cap is not None else inline_cap(harness)
     if kind != "nudge" and len(text) > limit:
         from ._inline import fit_inline as _fit, fit_prefix, split_sections

@@ -48,9 +48,10 @@ def save_full(text: str, state_dir: StrPath) -> Path:
             symlink: nothing is written through a link (via :mod:`supervisor.state._statedir`).
     """
     from .._errors import StateError
+    from .._sanitize import well_formed
     from ..state._statedir import StateDir
 
-    data = text.encode("utf-8", "replace")
+    data = well_formed(text).encode("utf-8")
     name = f"digest-{sha256(data).hexdigest()[:12]}.txt"
     try:
         with StateDir.open(Path(state_dir).absolute(), create=True) as state:

@@ -79,11 +79,12 @@ class BridgeResult:
     protocol: int = PROTOCOL
 
     def to_json(self) -> str:
-        """One line of JSON (non-ASCII kept as UTF-8; lone surrogates replaced)."""
+        """One line of JSON (non-ASCII kept as UTF-8; lone surrogates as U+FFFD)."""
         from .._jsontext import dumps
+        from .._sanitize import well_formed
 
         data = asdict(self)
-        data["text"] = self.text.encode("utf-8", "replace").decode("utf-8")
+        data["text"] = well_formed(self.text)
         return dumps(data, ensure_ascii=False)
 
 
