@@ -135,3 +135,30 @@ def test_status_bounds_each_shown_line(git_repo: Path) -> None:
     doc = json.loads(run_cli("status", "--format", "json", cwd=git_repo).stdout)
     tail = next(d for d in doc["stderr_logs"] if d["stage"] == "flood")["tail"]
     assert max(len(line) for line in tail) < 360
+
+
+@pytest.mark.parametrize("stderr", ["log", "drop"])
+def test_a_kill_that_needed_sigkill_is_in_the_stage_log_and_status(git_repo: Path,
+                                                                   stderr: str) -> None:
+    """A stage that ignores TERM is killed at its timeout with SIGKILL: the kill's report
+    (members, how many needed SIGKILL, survivors) goes to the stage log, whatever `stderr`
+    says, and `supervise status` shows it; the model's context does not get it. Before, the
+    report was computed and dropped."""
+    (git_repo / "supervise.toml").write_text(
+        f'budget = 30\ngrace = 0.2\n[[stages]]\nname = "stubborn"\ntimeout = 1\n'
+        f'stderr = "{stderr}"\n'
+        f'run = ["sh", "-c", "trap \'\' TERM; echo READY; sleep 30 & wait"]\n')
+    digest = run_cli("digest", "--format", "json", cwd=git_repo)
+    doc = json.loads(digest.stdout)
+    assert doc["stages"][0]["status"] == "timed_out", doc
+    assert "SIGKILL" not in doc["stages"][0]["output"]
+    log = (logs(git_repo) / "stubborn.log").read_text()
+    assert "[supervise] the kill reached" in log and "needed SIGKILL" in log, log
+    status = run_cli("status", cwd=git_repo).stdout.decode()
+    assert "needed SIGKILL" in status, status
+
+
+def test_a_quiet_stage_logs_no_kill(project: Path) -> None:
+    """A stage that exits by itself logs no kill line."""
+    run_cli("digest", cwd=project)
+    assert "the kill reached" not in (logs(project) / "noisy.log").read_text()

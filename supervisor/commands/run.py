@@ -19,6 +19,10 @@ from .._exitcodes import EXIT_RUN_FAILURE, EXIT_TIMEOUT
 from ..config._limits import MAX_GRACE, MAX_SECONDS
 from . import _args
 
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
+if TYPE_CHECKING:
+    from ..engine._tree import KillReport
+
 EXIT_RUN_USAGE = EXIT_RUN_FAILURE
 EXIT_CANNOT_EXEC = 126
 EXIT_NOT_FOUND = 127
@@ -117,13 +121,18 @@ def main(argv: list[str]) -> int:
         print(f"supervise run: {_named(command[0])}: {why}", file=sys.stderr)
         return code
     return _finish(command, budget, capture, outcome.status, outcome.exit_code,
-                   outcome.signum, outcome.seconds, outcome.output)
+                   outcome.signum, outcome.seconds, outcome.output, outcome.kill)
 
 
 def _finish(command: list[str], budget: float, capture: bool, status: str,
-            exit_code: int | None, signum: int | None, seconds: float, output: bytes) -> int:
+            exit_code: int | None, signum: int | None, seconds: float, output: bytes,
+            kill: KillReport | None = None) -> int:
     """Map how CMD ended to our exit status (the module docstring), print the budget notice
-    and, with ``--format json``, the document."""
+    and, with ``--format json``, the document. A kill that needed SIGKILL or left a survivor
+    (``kill``) is one line on stderr; the document carries the kill's report (``"kill"``,
+    null when no kill sequence ran)."""
+    if kill is not None and kill.notable:
+        print(f"supervise run: {kill.describe()}", file=sys.stderr)
     if status == "killed" and signum is not None:
         code = 128 + signum
     elif status == "killed":
@@ -143,6 +152,7 @@ def _finish(command: list[str], budget: float, capture: bool, status: str,
         doc = {"command": command, "status": status, "exit_code": exit_code,
                "seconds": round(seconds, 3), "bytes": len(output), "budget": budget,
                "timed_out": code == EXIT_TIMEOUT,
+               "kill": kill.as_dict() if kill is not None else None,
                "output": output.decode("utf-8", "replace")}
         sys.stdout.write(json.dumps(doc, ensure_ascii=False) + "\n")
     return code

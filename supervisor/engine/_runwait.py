@@ -49,6 +49,8 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ._tree import KillReport
+
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
 """Signals to us that we forward to the command's process group, as GNU ``timeout`` does
 (its own handlers run: a Python command's ``KeyboardInterrupt`` and ``finally``), instead of
@@ -79,14 +81,16 @@ class Outcome:
         signum: the first of :data:`FORWARDED` we received while it ran, or None.
         output: what the command printed (stdout and stderr merged), when captured; else b"".
         swept: whether the watchdog ran (a kill, or leftovers looked for after an exit).
+        kill: what the kill sequence did (:class:`supervisor.engine._tree.KillReport`), when
+            one ran; else None.
     """
 
-    __slots__ = ("status", "exit_code", "seconds", "signum", "output", "swept")
+    __slots__ = ("status", "exit_code", "seconds", "signum", "output", "swept", "kill")
 
     def __init__(self, status: str, exit_code: int | None, seconds: float, signum: int | None,
-                 output: bytes, swept: bool) -> None:
+                 output: bytes, swept: bool, kill: KillReport | None = None) -> None:
         self.status, self.exit_code, self.seconds = status, exit_code, seconds
-        self.signum, self.output, self.swept = signum, output, swept
+        self.signum, self.output, self.swept, self.kill = signum, output, swept, kill
 
 
 def available() -> bool:
@@ -262,11 +266,12 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         if reason != "exited":
             swept = True
             # after a forwarded signal the command had its grace: the kill starts hard
-            raw = (dog or _Watchdog(pid, token, cgroup)).kill(0.0 if reason == "signal" else grace,
-                                                                end_at)
+            dog = dog or _Watchdog(pid, token, cgroup)
+            raw = dog.kill(0.0 if reason == "signal" else grace, end_at)
         elif _may_have_leftovers(pid, cgroup, subreaper):
             swept = True
-            (dog or _Watchdog(pid, token, cgroup)).sweep(grace, end_at)
+            dog = dog or _Watchdog(pid, token, cgroup)
+            dog.sweep(grace, end_at)
         if out_r >= 0:
             until = min(time.monotonic() + DRAIN, end_at)
             while (left := until - time.monotonic()) > 0:
@@ -298,7 +303,8 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         ended = "killed"
     else:
         ended = "ok" if code == 0 else "failed"
-    return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept)
+    return Outcome(ended, code, seconds, got[0] if got else None, b"".join(chunks), swept,
+                   dog.report if dog is not None else None)
 
 
 def _found(program: str, env: dict[str, str]) -> str:
@@ -363,6 +369,8 @@ class _Watchdog:
         self.watch.add(self.tree)
         self.next_scan = time.monotonic()
         """When the next scan is due (monotonic seconds)."""
+        self.report: KillReport | None = None
+        """What the kill sequence did, once it ran (a sweep that found nothing runs none)."""
 
     def scan(self, until: float) -> None:
         """One bounded scan (returns by ``until``, monotonic seconds, and by the watchdog's
@@ -422,10 +430,10 @@ class _Watchdog:
                 tg.start_soon(watch.monitor)
                 with anyio.CancelScope(shield=True):
                     if not sweep:
-                        await watch.kill_stage(tree, grace, kill_deadline())
+                        self.report = await watch.kill_stage(tree, grace, kill_deadline())
                     elif await watch.has_leftovers(
                             tree, min(anyio.current_time() + KILL_WAIT, limit)):
-                        await watch.kill_stage(tree, grace, kill_deadline())
+                        self.report = await watch.kill_stage(tree, grace, kill_deadline())
                 tg.cancel_scope.cancel()
 
         anyio.run(body)

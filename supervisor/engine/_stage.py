@@ -285,6 +285,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
 
     status: StageStatus
     outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
+    kill: _tree.KillReport | None = None
     try:
         async with anyio.create_task_group() as tg:
             if proc.stdout is not None:
@@ -321,13 +322,13 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                         if proc.poll() is not None:
                             outcome = "exited"
                 if outcome != "exited":
-                    await run.watch.kill_stage(
+                    kill = await run.watch.kill_stage(
                         tree, 0.0 if outcome == "cap" or forwarded else run.grace,
                         kill_deadline())
                 elif await run.watch.has_leftovers(tree, min(now() + KILL_WAIT,
                                                               run.end_at - DRAIN_RESERVE)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
-                    await run.watch.kill_stage(tree, run.grace, kill_deadline())
+                    kill = await run.watch.kill_stage(tree, run.grace, kill_deadline())
                 with anyio.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
                     await err_eof.wait()
@@ -397,6 +398,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         status = "killed"
         if run.abort_reason is None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
+    if kill is not None and kill.notable and not run.transparent:
+        # SIGKILL was needed, or something survived it: the stage log says so (`status`
+        # shows it), never the model's context.
+        capture.feed(f"[supervise] {kill.describe()}\n".encode())
     if capture.data:
         try:
             _stagelog.write_entry(Path(run.context.state_dir), spec.name,

@@ -144,13 +144,31 @@ class _SharedListing:
 
 @dataclass(frozen=True)
 class KillReport:
-    """What a kill did: members found, how many needed SIGKILL, how many survived it, and its
-    duration in seconds."""
+    """What a kill did: members found, how many needed SIGKILL (alive when the hard phase
+    began), how many survived it, and its duration in seconds."""
 
     members: int
     hard_killed: int
     survivors: int
     seconds: float
+
+    @property
+    def notable(self) -> bool:
+        """Whether it is worth a log line: SIGKILL was needed or something survived it."""
+        return bool(self.hard_killed or self.survivors)
+
+    def describe(self) -> str:
+        """One line: ``the kill reached 3 processes: 2 needed SIGKILL, 1 survived it
+        (1.25 s)``."""
+        survived = (f", {self.survivors} SURVIVED it (still running: see `ps`)"
+                    if self.survivors else ", none survived it")
+        return (f"the kill reached {self.members} process(es): {self.hard_killed} needed "
+                f"SIGKILL{survived} ({self.seconds:.2f} s)")
+
+    def as_dict(self) -> dict[str, float]:
+        """``{"members", "hard_killed", "survivors", "seconds"}`` for a JSON document."""
+        return {"members": self.members, "hard_killed": self.hard_killed,
+                "survivors": self.survivors, "seconds": round(self.seconds, 3)}
 
 
 class Watch:
@@ -837,12 +855,16 @@ class Watch:
             _cgroup.freeze(tree.cgroup)
         kill_by = deadline - HARD_PHASE / 3
         await self._freeze(tree, kill_by, seen)
+        # Counted before the SIGKILL, not after (by then most are gone): every process alive
+        # past the grace needed it, the leader too when no scan listed it yet.
+        hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
+        if tree.leader not in seen and tree.leader_unreaped() and _live(tree.leader):
+            hard += 1
         if tree.cgroup is not None:
             _cgroup.kill(tree.cgroup)
         self._signal(tree, signal.SIGKILL)
         self._signal(tree, signal.SIGKILL, list(seen.values()))
         killed_at = now()
-        hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
         while now() < deadline and self._anything_alive(tree, killed_at):
             self.reap()
             await anyio.sleep(0.005)
