@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["home_dir", "xdg_dir"]
+__all__ = ["cache_dir", "home_dir", "xdg_dir"]
 
 
 def home_dir() -> str | None:
@@ -35,3 +35,11 @@ def xdg_dir(variable: str, *fallback: str) -> str | None:
         return value
     home = home_dir()
     return os.path.join(home, *fallback) if home is not None else None
+
+
+def cache_dir() -> str | None:
+    """watchkeeper's folder in the user's cache dir (``$XDG_CACHE_HOME/watchkeeper`` or
+    ``~/.cache/watchkeeper``: the plan cache, the crash log when there is no state dir); None
+    when there is no home. Not created here."""
+    base = xdg_dir("XDG_CACHE_HOME", ".cache")
+    return os.path.join(base, "watchkeeper") if base is not None else None

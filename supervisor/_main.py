@@ -196,7 +196,13 @@ def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
             sys.exit(exit_status(signum))
         while isinstance(err, BaseExceptionGroup) and len(err.exceptions) == 1:
             err = err.exceptions[0]  # name the real error, not "unhandled errors in a TaskGroup"
-        print(f"supervise: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+        try:  # the traceback and version go to the crash log the line names
+            from .config._crashlog import crash_line
+
+            line = crash_line(verb, err)
+        except BaseException:  # noqa: BLE001 - the one line still goes out
+            line = f"internal error: {type(err).__name__}: {err}"
+        print(f"supervise: {line}", file=sys.stderr)
         sys.exit(EXIT_OK if harness_facing else EXIT_UNEXPECTED)
 
 

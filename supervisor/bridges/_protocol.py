@@ -176,7 +176,9 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
                 pass
         outcome = run_session(config, context)
     except Exception as err:  # noqa: BLE001 - the extension must get a document, not a traceback
-        return BridgeResult("failed", error=f"internal error: {type(err).__name__}: {err}", **base)
+        from ..config._crashlog import crash_line
+
+        return BridgeResult("failed", error=crash_line("bridge", err, cwd), **base)
     mode = "nudge" if outcome.kind == "nudge" else outcome.mode
     if outcome.truncation not in (None, "budget"):  # a signal ended it: the bridge cancelled us
         kind: Kind = "cancelled"

@@ -443,9 +443,16 @@ def main(argv: list[str]) -> int:
 
 
 def report_internal_error(verb: str, harness: str, err: BaseException, kind: str | None) -> None:
-    """State an internal error on stderr and, unless ``kind`` is None, in the harness's
-    output (so the model knows the digest did not run). Never raises."""
-    print(f"supervise {verb}: internal error: {type(err).__name__}: {err}", file=sys.stderr)
+    """State an internal error on stderr, its traceback and version kept in the crash log it
+    names (:func:`supervisor.config._crashlog.crash_line`), and, unless ``kind`` is None, in
+    the harness's output (so the model knows the digest did not run). Never raises."""
+    try:
+        from ..config._crashlog import crash_line
+
+        line = crash_line(verb, err)
+    except BaseException:  # noqa: BLE001 - the one line still goes out
+        line = f"internal error: {type(err).__name__}: {err}"
+    print(f"supervise {verb}: {line}", file=sys.stderr)
     if kind is None:
         return
     try:

@@ -76,13 +76,12 @@ def default_cache_dir(project_dir: StrPath) -> str | None:
     a terminal digest must not create ``.supervise/`` in a project that never installed us.
     None when there is no home (:func:`supervisor._home.home_dir`): then no cache at all,
     never a relative ``~/.cache`` in the working directory."""
-    from .._home import xdg_dir
+    from .._home import cache_dir
 
-    base = xdg_dir("XDG_CACHE_HOME", ".cache")
+    base = cache_dir()
     if base is None:
         return None
-    return os.path.join(base, "watchkeeper",
-                        _short_name(os.fspath(project_dir).encode("utf-8", "surrogateescape")))
+    return os.path.join(base, _short_name(os.fspath(project_dir).encode("utf-8", "surrogateescape")))
 
 
 def _with_env(plan: DigestPlan, on_env_error: Callable[[str], None] | None) -> DigestPlan:
