@@ -92,28 +92,39 @@ def get(harness: str) -> Adapter:
         raise KeyError(f"unknown harness {harness!r} (known: {', '.join(ADAPTERS)})") from None
 
 
-def inline_cap(harness: str, overrides: Mapping[str, int] | None = None) -> int:
-    """``harness``'s inline cap in characters: ``overrides[harness]`` (the config's
-    ``inline_cap`` table) if given, else the adapter's default."""
-    if overrides and harness in overrides:
-        return int(overrides[harness])
-    adapter = ADAPTERS.get(harness)
+def resolve(harness: str | Adapter | None) -> Adapter | None:
+    """``harness`` as its :class:`Adapter`: an adapter is returned as is (a caller that looked
+    it up once, the hook), a name is looked up, an unknown name or None gives None."""
+    if harness is None or isinstance(harness, Adapter):
+        return harness
+    return ADAPTERS.get(harness)
+
+
+def inline_cap(harness: str | Adapter | None, overrides: Mapping[str, int] | None = None) -> int:
+    """``harness``'s inline cap in characters (a name or a resolved adapter):
+    ``overrides[name]`` (the config's ``inline_cap`` table) if given, else the adapter's
+    default."""
+    adapter = resolve(harness)
+    name = adapter.name if adapter is not None else harness if isinstance(harness, str) else ""
+    if overrides and name in overrides:
+        return int(overrides[name])
     return adapter.inline_cap if adapter else DEFAULT_CAP
 
 
-def is_foreign(harness: str, payload: Mapping[str, object] | None, env: Mapping[str, str]) -> bool:
+def is_foreign(harness: str | Adapter | None, payload: Mapping[str, object] | None,
+               env: Mapping[str, str]) -> bool:
     """True when ``harness``'s registration is being run by a different harness.
 
     Grok loads ``.claude/settings.json`` too (it sets ``GROK_HOOK_EVENT``), and Cursor can load
     Claude hooks as third-party hooks (its payload has a string ``cursor_version``); the hook
     should then print nothing, the other harness's own registration does the work.
     """
-    adapter = ADAPTERS.get(harness)
+    adapter = resolve(harness)
     if adapter is None:
         return False
     if any(env.get(name) for name in adapter.standdown_env):
         return True
-    return harness != "cursor" and isinstance((payload or {}).get("cursor_version"), str)
+    return adapter.name != "cursor" and isinstance((payload or {}).get("cursor_version"), str)
 
 
 def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notices: str = "") -> str:
@@ -135,12 +146,13 @@ def _looks_like_json(text: str) -> bool:
     return text.lstrip()[:1] in ("{", "[")
 
 
-def render(harness: str, text: str, *, state_dir: StrPath, kind: str = "digest",
+def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind: str = "digest",
            cap: int | None = None) -> bytes:
     """The exact bytes our hook prints on stdout for ``harness``.
 
     Args:
-        harness: adapter name; an unknown name gets the plain envelope and :data:`DEFAULT_CAP`.
+        harness: adapter name, or the adapter itself (:func:`resolve`); an unknown name gets
+            the plain envelope and :data:`DEFAULT_CAP`.
         text: what the model should see (digest, re-emit, nudge line, deferred result).
         state_dir: where a digest over the inline cap is saved whole.
         kind: one of :data:`KINDS`; picks the ``hookEventName`` (``prompt`` -> the harness's
@@ -176,7 +188,7 @@ def render(harness: str, text: str, *, state_dir: StrPath, kind: str = "digest",
             text = fit_prefix(parts[0][1], limit, state_dir, notices)
         else:
             text = _fit(parts, limit, state_dir, notices)
-    adapter = ADAPTERS.get(harness)
+    adapter = resolve(harness)
     envelope = adapter.envelope if adapter else "plain"
     if envelope == "plain":
         if _looks_like_json(text):

@@ -127,10 +127,8 @@ def _nudge_tier_parent() -> str:
     found = find_harness(ancestry())
     if found is None:  # the usual terminal: no adapter to ask (importing them all costs ms)
         return ""
-    try:
-        from ..adapters import ADAPTERS
-    except ImportError:
-        return ""
+    from ..adapters import ADAPTERS
+
     adapter = ADAPTERS.get(found.harness)
     return adapter.name if adapter is not None and adapter.tier == "nudge" else ""
 

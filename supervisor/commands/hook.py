@@ -33,9 +33,11 @@ from . import _args
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from _typeshed import StrPath
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
+    from typing import Any
 
     from ..config._context import SessionContext
+    from ..adapters._base import Adapter
     from ..state._delivery import Delivery
     from ..config._plan import DigestPlan
 
@@ -114,12 +116,13 @@ def help_text(verb: str = "hook") -> str:
     return _args.format_help(HOOK if verb == "hook" else NUDGE)
 
 
-def emit(harness: str, text: str, *, state_dir: StrPath, kind: str,
+def emit(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind: str,
          caps: Mapping[str, int] | None = None) -> str:
-    """Write ``text`` to stdout in ``harness``'s envelope; nothing at all for empty text.
+    """Write ``text`` to stdout in ``harness``'s envelope (a name, or the adapter the hook
+    resolved once); nothing at all for empty text.
 
-    The envelope comes from :func:`supervisor.adapters.render`; without it, plain text.
-    ``caps`` is the config's ``inline_cap`` table (characters per harness). The envelope is
+    The envelope comes from :func:`supervisor.adapters.render`. ``caps`` is the config's
+    ``inline_cap`` table (characters per harness). The envelope is
     written whole (:func:`supervisor.state._delivery.write_whole`: partial writes and ``EAGAIN`` on a
     non-blocking pipe are retried for up to ``WRITE_DEADLINE`` seconds, issue 11 item 6).
 
@@ -138,13 +141,9 @@ def emit(harness: str, text: str, *, state_dir: StrPath, kind: str,
         raise SystemExit(0)  # the harness asked us to stop and a library swallowed the exit
     if not text:
         return ""
-    try:
-        from ..adapters import inline_cap, render
+    from ..adapters import inline_cap, render
 
-        data = render(harness, text, state_dir=state_dir, kind=kind,
-                      cap=inline_cap(harness, caps))
-    except ImportError:
-        data = text.encode("utf-8", "replace")
+    data = render(harness, text, state_dir=state_dir, kind=kind, cap=inline_cap(harness, caps))
     if not data:
         return ""
     from ..state._delivery import WriteFailed, write_whole
@@ -182,21 +181,35 @@ def internal_error_text(verb: str, err: BaseException) -> str:
             "this error.\n")
 
 
+@mutable_record
+class _Hook:
+    """One hook run, as its event handlers see it: the arguments, the adapter (resolved once;
+    None for an unknown harness: plain output), the payload (raw ``data`` and parsed), the
+    effective plan, the session context and the notice that goes before the output."""
+
+    args: HookArgs
+    adapter: Adapter | None
+    data: dict[str, Any] | None
+    payload: Any
+    config: DigestPlan
+    context: SessionContext
+    notice: str = ""
+
+
 def _run(args: HookArgs) -> int:
+    """The hook's entry after the arguments: read the payload, the gates and the off switch,
+    then hand the run to the handler of its event (:data:`_HANDLERS`)."""
+    from ..adapters import ADAPTERS, is_foreign
     from ..session import _payload
 
+    adapter = ADAPTERS.get(args.harness)  # the one lookup: every step below gets the adapter
     data = _payload.read_payload_data()
     payload = _payload.parse_payload(data, args.harness)
     source = (_payload.recognize_source(args.source) if args.source is not None
               else _payload.payload_source(payload))
     project, session_cwd = _payload.session_place(payload)
-    try:
-        from ..adapters import is_foreign
-    except ImportError:
-        pass
-    else:
-        if is_foreign(args.harness, data, os.environ):
-            return EXIT_OK  # another harness runs this registration; its own one does the work
+    if is_foreign(adapter, data, os.environ):
+        return EXIT_OK  # another harness runs this registration; its own one does the work
     if args.opt_in:
         from ..session._gates import opt_in_silence
 
@@ -231,15 +244,16 @@ def _run(args: HookArgs) -> int:
             from ..config._context import state_dir_for
             from ..session._off import off_line
 
-            emit(args.harness, off_line(off), state_dir=state_dir_for(project), kind="digest")
+            emit(adapter, off_line(off), state_dir=state_dir_for(project), kind="digest")
         return EXIT_OK
-    if _nudge_tier(args.harness):
-        _nudge_only(args, project)
+    if adapter is not None and adapter.tier == "nudge":
+        # The harness drops hook output (Grok: ``agent.ts`` discards SessionStart's context)
+        _nudge_only(args, adapter, project)
         return EXIT_OK
     context = SessionContext.for_project(project, source=source, harness=args.harness,
                                          session_id=_payload.payload_session_id(payload),
                                          cwd=session_cwd)
-    config_notice = ""
+    notice = ""
     if config is None:
         # A bad file never stops the digest: the embedded default runs, and the error comes
         # first so the model (and the user) see it.
@@ -248,73 +262,104 @@ def _run(args: HookArgs) -> int:
 
         print(f"supervise hook: {config_error}", file=sys.stderr)
         config = as_plan(embedded_default())
-        config_notice = (f"[supervise] configuration error: {config_error}; the embedded "
-                         "default digest ran instead. Fix the file, then run `supervise digest`.\n")
+        notice = (f"[supervise] configuration error: {config_error}; the embedded default "
+                  "digest ran instead. Fix the file, then run `supervise digest --session-start`.\n")
     if args.registered_timeout is not None and args.event == "session-start":
         config, clamped = clamp_budget(config, args.registered_timeout, args.harness)
-        config_notice += clamped
-    if args.event == "post-tool":
-        try:
-            from ..session._nested import handle_post_tool
-        except ImportError:
-            return EXIT_OK
-        from ..state._delivery import open_delivery
-        from .._errors import SupervisorError
+        notice += clamped
+    hook = _Hook(args, adapter, data, payload, config, context, notice)
+    _HANDLERS[args.event](hook)
+    return EXIT_OK
 
-        with open_delivery(context.state_dir) as delivery:
-            try:
-                text = handle_post_tool(data or {}, context) or ""
-            except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
-                print(f"supervise hook: post-tool: {err}", file=sys.stderr)
-                return EXIT_OK
-            problem = emit(args.harness, text, state_dir=context.state_dir, kind="post-tool")
-            settle(delivery, problem, "nested instructions")
-        return EXIT_OK
-    if args.event == "prompt":
-        try:
-            from ..engine._deferred import result_cap, take_undelivered
-        except ImportError:
-            return EXIT_OK
-        # only stages the effective config marks deferred: a result for any other is refused
-        caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
-                if s.deferred}
-        from ..state._delivery import open_delivery
 
-        # two-phase: deferred claims and the refresh baseline commit only once the envelope
-        # went out whole (issue 11 item 5)
-        with open_delivery(context.state_dir) as delivery:
-            texts = list(take_undelivered(context.state_dir, caps))
-            texts.append(_refreshed(context))  # instruction files changed during the session
-            problem = emit(args.harness, "".join(t if t.endswith("\n") or not t else t + "\n"
-                                                 for t in texts),
-                           state_dir=context.state_dir, kind="prompt")
-            settle(delivery, problem, "per-prompt context (deferred results, refreshed instructions)")
-        return EXIT_OK
-    _settle_nested(context)
+def _deliver(hook: _Hook, what: str | None,
+             produce: Callable[[Delivery], tuple[str, str] | None],
+             caps: Mapping[str, int] | None = None) -> str:
+    """The one delivery block of every event: open a delivery, ``produce`` the text and its
+    kind (None: nothing to deliver), write it in the adapter's envelope, then commit what it
+    proves or roll it back (:func:`settle`, which says on stderr what was not delivered:
+    ``what``, else the kind). Returns the write's problem (``""``: delivered)."""
     from ..state._delivery import open_delivery
+
+    with open_delivery(hook.context.state_dir) as delivery:
+        made = produce(delivery)
+        if made is None:
+            return ""  # rolled back on the way out
+        text, kind = made
+        problem = emit(hook.adapter, text, state_dir=hook.context.state_dir, kind=kind, caps=caps)
+        settle(delivery, problem, what or kind)
+    return problem
+
+
+def _post_tool(hook: _Hook) -> None:
+    """``--event post-tool``: nested instructions for the folder a read reached."""
+    from ..session._nested import handle_post_tool
+    from .._errors import SupervisorError
+
+    def produce(delivery: Delivery) -> tuple[str, str] | None:
+        try:
+            return handle_post_tool(hook.data or {}, hook.context) or "", "post-tool"
+        except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
+            print(f"supervise hook: post-tool: {err}", file=sys.stderr)
+            return None
+
+    _deliver(hook, "nested instructions", produce)
+
+
+def _prompt(hook: _Hook) -> None:
+    """``--event prompt``: finished deferred results once each, and the instruction files that
+    changed; the claims and the refresh baseline commit only once the envelope went out whole
+    (issue 11 item 5)."""
+    from ..engine._deferred import result_cap, take_undelivered
+
+    config, context = hook.config, hook.context
+    # only stages the effective config marks deferred: a result for any other is refused
+    caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
+            if s.deferred}
+
+    def produce(delivery: Delivery) -> tuple[str, str]:
+        texts = list(take_undelivered(context.state_dir, caps))
+        texts.append(_refreshed(context))  # instruction files changed during the session
+        return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts), "prompt"
+
+    _deliver(hook, "per-prompt context (deferred results, refreshed instructions)", produce)
+
+
+def _session_start(hook: _Hook) -> None:
+    """``--event session-start`` (the default): the routed start (digest, re-emit, nudge or
+    nothing), fitted to the adapter's inline cap. Records meaning "delivered" (completion,
+    started-session ledger, handoff count, deferred claims, the delivered digest's
+    fingerprint) are reserved while the digest runs and committed only once the envelope
+    went out whole (issue 11 item 5)."""
     from ..session._routing import run_session
 
-    transcript = getattr(payload, "transcript_path", None)
-    # Records meaning "delivered" (completion, started-session ledger, handoff count, deferred
-    # claims, the delivered digest's fingerprint) are reserved while the digest runs and
-    # committed only once the envelope went out whole (issue 11 item 5).
-    with open_delivery(context.state_dir) as delivery:
-        outcome = run_session(config, context, take_lock=args.take_lock,
+    config, context, notice = hook.config, hook.context, hook.notice
+    _settle_nested(context)
+    transcript = getattr(hook.payload, "transcript_path", None)
+    sent: list[tuple[str, str]] = []
+
+    def produce(delivery: Delivery) -> tuple[str, str]:
+        outcome = run_session(config, context, take_lock=hook.args.take_lock,
                               transcript=transcript if isinstance(transcript, str) else None)
-        text = config_notice + outcome.text
+        text = notice + outcome.text
         if outcome.parts is not None and text:
             from ..adapters import fit_inline, inline_cap
 
-            cap = inline_cap(args.harness, config.inline_cap)
+            cap = inline_cap(hook.adapter, config.inline_cap)
             if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
                 text = fit_inline(list(outcome.parts), cap, context.state_dir,
-                                  config_notice + outcome.notices)
-        problem = emit(args.harness, text, state_dir=context.state_dir, kind=outcome.kind,
-                       caps=config.inline_cap)
-        settle(delivery, problem, outcome.kind)
-        if not problem and outcome.kind in ("digest", "reemit") and text.strip():
-            _remember_delivery(context, text, outcome.kind)
-    return EXIT_OK
+                                  notice + outcome.notices)
+        sent.append((text, outcome.kind))
+        return text, outcome.kind
+
+    problem = _deliver(hook, None, produce, caps=config.inline_cap)
+    if sent and not problem and sent[0][1] in ("digest", "reemit") and sent[0][0].strip():
+        _remember_delivery(context, *sent[0])
+
+
+_HANDLERS: dict[str, Callable[[_Hook], None]] = {
+    "session-start": _session_start, "post-tool": _post_tool, "prompt": _prompt}
+"""The hook's event handlers, one per ``--event`` (:data:`EVENTS`)."""
 
 
 PRINT_RESERVE = 5.0
@@ -340,17 +385,7 @@ def clamp_budget(config: DigestPlan, registered: float, harness: str) -> tuple[D
     return replace(config, budget=budget), notice
 
 
-def _nudge_tier(harness: str) -> bool:
-    """The harness drops hook output (Grok: ``agent.ts`` discards SessionStart's context)."""
-    try:
-        from ..adapters import ADAPTERS
-    except ImportError:
-        return False
-    adapter = ADAPTERS.get(harness)
-    return adapter is not None and adapter.tier == "nudge"
-
-
-def _nudge_only(args: HookArgs, project: StrPath) -> None:
+def _nudge_only(args: HookArgs, adapter: Adapter, project: StrPath) -> None:
     """A nudge-tier harness gets the nudge alone, and only at session start: whatever it
     printed would be dropped, so nothing may happen that assumes the model saw it. No stage
     runs, no lock is taken, no handoff is counted, no deferred result is claimed, no ledger
@@ -364,7 +399,7 @@ def _nudge_only(args: HookArgs, project: StrPath) -> None:
 
     state_dir = state_dir_for(project)
     if not digest_ran_here(state_dir, ancestry(NUDGE_HOPS)):
-        problem = emit(args.harness, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
+        problem = emit(adapter, NUDGE_TEXT, state_dir=state_dir, kind="nudge")
         if problem:
             print(f"supervise hook: the nudge was NOT delivered: {problem}", file=sys.stderr)
 
