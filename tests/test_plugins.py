@@ -353,5 +353,5 @@ def test_doctor_sees_an_extension_package_and_one_beside_the_placed_bridge(tmp_p
     assert "package" in doctor.stdout and "is loaded from" in doctor.stdout
     assert _supervise(["install", harness], project, home, path).returncode == 0
     doctor = _supervise(["doctor", harness], project, home, path)
-    [twice] = [ln for ln in doctor.stdout.splitlines() if "both load" in ln]
-    assert twice.startswith("warn")
+    [twice] = [ln for ln in doctor.stdout.splitlines() if "registered 2 times" in ln]
+    assert twice.startswith("FAIL") and f"supervise uninstall {harness}" in twice

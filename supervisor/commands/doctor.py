@@ -563,10 +563,15 @@ def _bridge_checks(name: str, project: Path, budget: float, named: bool) -> list
             "FAIL", name, "supervise-hook, which the package runs, is not on PATH",
             "install watchkeeper with `pipx install` or `uv tool install` (they put "
             "supervise-hook on PATH)"))
-        if any(c.status == "ok" and "bridge placed in" in c.text for c in placed):
-            checks.append(Check("warn", name, f"the placed bridge and the package both load: "
-                                f"the digest would arrive twice; keep one (`supervise uninstall "
-                                f"{name}` removes the placed bridge)"))
+        bridged = [c.text.split(" bridge placed in ", 1)[1] for c in placed
+                   if c.status == "ok" and " bridge placed in " in c.text]
+        double = _settings.double_registration(name, bridge(name).title, [
+            *((f"the package {source} ({path})", f"remove {source} from {path}")
+              for path, source in packages),
+            *((where, f"supervise uninstall {name}") for where in bridged)])
+        if double:  # the placed bridge beside the package: both load, each delivers
+            status, text, fix = double
+            checks.append(Check(status, name, text, fix))
     return checks
 
 
