@@ -182,12 +182,17 @@ def _resume_name(owner: ProcessId) -> str:
 
 
 def note_resume(state_dir: StrPath, owner: ProcessId, session_id: str) -> None:
-    """Record that harness process ``owner`` resumed ``session_id`` now. Never raises."""
+    """Record that harness process ``owner`` resumed ``session_id`` now, in an existing state
+    dir only (a resume writes no state of its own: without one, no digest ran here and there
+    is no start to repeat). Never raises."""
     from .._errors import StateError
     from ..state._statedir import StateDir
 
     try:
-        with StateDir.open(state_dir, create=True) as top:
+        existing = StateDir.open_existing(state_dir)
+        if existing is None:
+            return
+        with existing as top:
             folder = top.sub(FOLDER, create=True)
             if folder is None:
                 return
