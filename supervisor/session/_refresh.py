@@ -291,13 +291,13 @@ def reread_by_harness(state_dir: StrPath, session_id: str) -> int:
         return 0
     from ..state._statedir import StateDir
 
-    existing = StateDir.open_existing(state_dir)
-    if existing is None:
-        return 0
-    existing.close()
     name = f"{session_key(session_id)}.json"
     moved = 0
     try:
+        existing = StateDir.open_existing(state_dir)
+        if existing is None:
+            return 0
+        existing.close()
         with _folder(state_dir) as folder:
             with folder.flock(".flock", timeout=5.0) as held:
                 if not held:
@@ -320,7 +320,7 @@ def reread_by_harness(state_dir: StrPath, session_id: str) -> int:
                     doc["written"] = time.time()
                     folder.write_json(name, doc)
             _restamp(state_dir, folder, force=True)
-    except StateError:
+    except (StateError, OSError):
         return 0
     return moved
 
