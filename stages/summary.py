@@ -103,12 +103,13 @@ def main() -> int:
         common.log(env, line)
         common.emit(f"{TITLE}\n{line}\n")
         return 0
-    try:
-        with path.open("rb") as f:
-            raw = f.read(READ_LIMIT)
-    except OSError as err:
-        common.log(env, f"cannot read {path}: {err.strerror or err}; no summary injected")
+    from supervisor.state._intake import Refused
+
+    got = common.read_memory(path, READ_LIMIT)  # the one door: no link, FIFO or device
+    if isinstance(got, Refused):
+        common.log(env, f"cannot read {path}: {got.reason}; no summary injected")
         return 0
+    raw = got.data
     try:
         meta, body = split_record(common.decode(raw))
         body, hidden_note = common.decode_clean(body.encode("utf-8"), path)

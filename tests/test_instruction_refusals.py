@@ -31,6 +31,8 @@ def _digest(project: Path, harness: str = "", extra: str = "") -> str:
         payload = json.dumps({"session_id": "s", "cwd": str(project), "source": "startup"})
         run = run_cli("hook", harness, "--take-lock", cwd=project, input=payload.encode(), env=env)
         assert run.returncode == 0, run.stderr
+        if not run.stdout.strip():
+            return ""  # nothing to supply
         return str(json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"])
     run = run_cli("digest", cwd=project)
     assert run.returncode == 0, run.stderr
@@ -109,7 +111,7 @@ def test_oversized_file_is_named_with_its_size(git_repo: Path) -> None:
         f.seek(0)
         f.write(b"# rules\n")
     text = _digest(git_repo)
-    assert (f"- {big}: too large ({4 * 1024 * 1024 + 1} bytes; instruction files over "
+    assert (f"- {big}: too large ({4 * 1024 * 1024 + 1} bytes; files over "
             f"{4 * 1024 * 1024} bytes are not read)") in text
 
 
@@ -180,8 +182,9 @@ def test_digest_listing_and_post_tool_name_the_same_nested_file(git_repo: Path) 
     listed = run.stdout.decode().split("before working in it):\n", 1)[1].splitlines()
     expected = {
         "ovr": ("ovr/AGENTS.override.md", None),
-        "zero": ("zero/AGENTS.md", "refused: it resolves to /dev/zero (a kernel or device file system)"),
-        "fifo": ("fifo/AGENTS.md", "not a regular file (a FIFO, socket or device); not read"),
+        "zero": ("zero/AGENTS.md", "refused: it resolves to /dev/zero, in /dev (a kernel or "
+                                   "device file system); never read"),
+        "fifo": ("fifo/AGENTS.md", "a FIFO, not a regular file; not read"),
         "out": ("out/AGENTS.md", "refused: it resolves to /etc/passwd, outside the project"),
         "deep/er": ("deep/er/AGENTS.md", None),
     }
@@ -227,3 +230,36 @@ def test_memory_link_out_of_the_project_is_refused(git_repo: Path) -> None:
     text = _memory(git_repo)
     assert "root:" not in text
     assert f"Refused {store / 'identity.md'}: a symlink" in text
+
+
+# -- issue 20: one file under two names, an import loop ---------------------------------------
+
+def test_a_hard_link_of_claude_md_is_not_supplied_to_claude(git_repo: Path) -> None:
+    """``ln AGENTS.md CLAUDE.md``: no symlink to resolve, one inode. Claude loads CLAUDE.md
+    itself, so ``hook claude`` must not supply AGENTS.md (its copy); the old code compared
+    real paths and supplied ``### AGENTS.md`` (issue 20 item 5)."""
+    (git_repo / "AGENTS.md").write_text("the one rule\n")
+    os.link(git_repo / "AGENTS.md", git_repo / "CLAUDE.md")
+    text = _digest(git_repo, "claude")
+    assert "the one rule" not in text and "### AGENTS.md" not in text
+
+
+def test_a_hard_linked_pair_is_printed_once_in_the_terminal(git_repo: Path) -> None:
+    """The terminal digest supplies both conventions: a hard-linked pair is one file, printed
+    once (the old code printed the text twice)."""
+    (git_repo / "AGENTS.md").write_text("the one rule\n")
+    os.link(git_repo / "AGENTS.md", git_repo / "CLAUDE.md")
+    text = _digest(git_repo)
+    assert text.count("the one rule") == 1, text
+
+
+def test_an_import_that_is_a_link_loop_names_its_reason(git_repo: Path) -> None:
+    """Issue 20 item 6: ``@loop.md`` where loop.md is a symlink loop was named "not found";
+    now the reason is given."""
+    (git_repo / "loop.md").symlink_to(git_repo / "loop2.md")
+    (git_repo / "loop2.md").symlink_to(git_repo / "loop.md")
+    (git_repo / "AGENTS.md").write_text("rules\nsee @loop.md\n")
+    text = _digest(git_repo)
+    assert ("- @loop.md in AGENTS.md: a symbolic link loop (too many levels of symbolic "
+            "links); not read") in text
+    assert "not found" not in text

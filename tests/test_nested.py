@@ -143,8 +143,7 @@ def test_unreadable_file_is_skipped_then_retried_without_a_read_storm(project: P
     c = ctx(project)
     payload = read_payload(project, "sub dir/déep/file.txt")
     assert handle_post_tool(payload, c, retry_after=3600) == (  # named, never silently skipped
-        f"Instructions at {nested} not injected: not a regular file (a FIFO, socket or "
-        "device); not read.\n")
+        f"Instructions at {nested} not injected: a FIFO, not a regular file; not read.\n")
     nested.unlink()
     nested.write_text("SUB-RULES now readable\n")
     # Inside the retry window the file is not tried again (negative cache)...

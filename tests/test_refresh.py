@@ -152,7 +152,8 @@ def test_no_session_id_no_baseline_and_a_fifo_never_hangs(project: Path) -> None
     start(project, "s1")
     (project / "AGENTS.md").unlink()
     os.mkfifo(project / "AGENTS.md")
-    assert "AGENTS.md (which the session-start digest gave you) was deleted" in prompt(project, "s1")
+    assert ("AGENTS.md (which the session-start digest gave you) changed during this session and "
+            "is no longer given to you (a FIFO, not a regular file; not read)") in prompt(project, "s1")
 
 
 def test_the_option_turns_it_off(project: Path) -> None:

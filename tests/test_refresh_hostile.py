@@ -33,3 +33,41 @@ def test_refresh_into_dev_full_is_delivered_next_time(project: Path) -> None:
     assert b"was NOT delivered" in run.stderr, run.stderr
     assert "changed rule" in prompt(project, "s1")  # not lost: the baseline did not move
     assert prompt(project, "s1") == ""  # and now once only
+
+
+def _prompt_with(project: Path, sid: str, extra: dict[str, str]) -> str:
+    argv = [sys.executable, "-P", "-m", "supervisor", "hook", "claude", "--event", "prompt"]
+    run = subprocess.run(argv, input=payload(project, sid), capture_output=True, cwd=project,
+                         env={**env(), **extra}, timeout=60)
+    assert run.returncode == 0, run.stderr
+    return str(json.loads(run.stdout)["hookSpecificOutput"]["additionalContext"]) if run.stdout.strip() else ""
+
+
+def test_a_file_turned_into_a_link_to_proc_environ_is_refused_not_injected(project: Path) -> None:
+    """Issue 20 item 1: a plain AGENTS.md at start that becomes ``-> /proc/self/environ``
+    during the session (a `git pull`) was injected whole by the next prompt, API keys
+    included. The refresh reads through the one door: refused and named, never read (fails
+    on the old ``_refresh.read_file``, which checked the file type but not where it led)."""
+    start(project, "s1")
+    (project / "AGENTS.md").unlink()
+    (project / "AGENTS.md").symlink_to("/proc/self/environ")
+    text = _prompt_with(project, "s1", {"MY_API_KEY": "sk-secret-of-the-hook"})
+    assert "sk-secret" not in text and "MY_API_KEY" not in text
+    assert ("INSTRUCTIONS CHANGED: AGENTS.md (which the session-start digest gave you) changed "
+            "during this session and is no longer given to you (refused: it resolves to /proc/"
+            ) in text
+    assert "in /proc (a kernel or device file system); never read)" in text
+    assert _prompt_with(project, "s1", {}) == ""  # said once
+
+
+def test_a_file_turned_into_a_link_out_of_the_project_is_refused(project: Path) -> None:
+    """``-> /etc/passwd`` mid-session injected the password file; now refused like the digest
+    refuses it, in the door's one wording."""
+    start(project, "s1")
+    (project / "CLAUDE.md").unlink()
+    (project / "CLAUDE.md").symlink_to("/etc/passwd")  # loaded by Claude itself at start
+    text = prompt(project, "s1")
+    assert "root:" not in text
+    assert ("CLAUDE.md (which Claude Code loaded at start) changed during this session and is "
+            "no longer given to you (refused: it resolves to /etc/passwd, outside the project)"
+            ) in text

@@ -60,7 +60,7 @@ def ran_python(project: Path, tmp_path: Path, sid: str, *, harness: str = "claud
 
 def baseline(project: Path, sid: str) -> None:
     record_baseline(project / ".supervise", sid, "claude",
-                    [(str(project / "CLAUDE.md"), "CLAUDE.md", "harness")])
+                    [(str(project / "CLAUDE.md"), "CLAUDE.md", "harness")], project)
 
 
 def test_a_second_session_starting_keeps_the_first_ones_change(project: Path,
@@ -71,8 +71,8 @@ def test_a_second_session_starting_keeps_the_first_ones_change(project: Path,
     (project / "CLAUDE.md").write_text("rule one, revised\n")
     baseline(project, "sB")  # re-stamps the list: A's baseline is still stale
     assert ran_python(project, tmp_path, "sA")
-    assert take_changed(state, "sA").startswith("INSTRUCTIONS CHANGED: CLAUDE.md")
-    assert take_changed(state, "sB") == ""
+    assert take_changed(state, "sA", project).startswith("INSTRUCTIONS CHANGED: CLAUDE.md")
+    assert take_changed(state, "sB", project) == ""
     assert not ran_python(project, tmp_path, "sA")  # settled: no Python for either
     assert not ran_python(project, tmp_path, "sB")
 
@@ -83,14 +83,14 @@ def test_a_deleted_file_is_quiet_once_delivered_and_its_return_is_a_change(
     baseline(project, "sA")
     (project / "CLAUDE.md").unlink()
     assert ran_python(project, tmp_path, "sA")
-    assert "was deleted" in take_changed(state, "sA")
+    assert "was deleted" in take_changed(state, "sA", project)
     assert not ran_python(project, tmp_path, "sA")  # delivered: no Python on every prompt
-    assert take_changed(state, "sA") == ""
+    assert take_changed(state, "sA", project) == ""
     (project / "CLAUDE.md").write_text("back again\n")
     assert ran_python(project, tmp_path, "sA")
-    assert "back again" in take_changed(state, "sA")
+    assert "back again" in take_changed(state, "sA", project)
     (project / "CLAUDE.md").unlink()
-    assert "was deleted" in take_changed(state, "sA")
+    assert "was deleted" in take_changed(state, "sA", project)
     (project / "CLAUDE.md").symlink_to(tmp_path / "nowhere")  # a dangling link: a change
     assert ran_python(project, tmp_path, "sA")
 
@@ -101,10 +101,11 @@ def test_a_deleted_file_with_its_folder_is_quiet_once_delivered(project: Path,
     sub = project / "sub"
     sub.mkdir()
     (sub / "AGENTS.md").write_text("x\n")
-    record_baseline(state, "sA", "claude", [(str(sub / "AGENTS.md"), "sub/AGENTS.md", "digest")])
+    record_baseline(state, "sA", "claude", [(str(sub / "AGENTS.md"), "sub/AGENTS.md", "digest")],
+                    project)
     (sub / "AGENTS.md").unlink()
     sub.rmdir()
-    assert "was deleted" in take_changed(state, "sA")
+    assert "was deleted" in take_changed(state, "sA", project)
     assert not ran_python(project, tmp_path, "sA")
 
 
@@ -115,8 +116,8 @@ def test_an_edit_between_the_hash_and_the_watch_stamp_is_seen(
     real = _refresh.read_file
     edited: list[str] = []
 
-    def read_then_edit(path: str) -> tuple[str, bytes] | None:
-        found = real(path)
+    def read_then_edit(path: str, scope: object) -> object:
+        found = real(path, scope)  # type: ignore[arg-type]
         if not edited:  # the hook point: right after the baseline's hash, before its stamp
             rules.write_text("edited while the baseline was written\n")
             edited.append(path)
@@ -127,7 +128,7 @@ def test_an_edit_between_the_hash_and_the_watch_stamp_is_seen(
     monkeypatch.setattr(_refresh, "read_file", real)
     assert edited
     assert ran_python(project, tmp_path, "sA")
-    assert "edited while the baseline" in take_changed(state, "sA")
+    assert "edited while the baseline" in take_changed(state, "sA", project)
 
 
 def test_baselines_without_a_watch_list_run_python(project: Path, tmp_path: Path) -> None:
@@ -137,4 +138,4 @@ def test_baselines_without_a_watch_list_run_python(project: Path, tmp_path: Path
     (state / "fastpath" / "watch").unlink()
     (project / "CLAUDE.md").write_text("changed\n")
     assert ran_python(project, tmp_path, "sA")
-    assert "changed" in take_changed(state, "sA")
+    assert "changed" in take_changed(state, "sA", project)

@@ -120,10 +120,14 @@ def codex_settings(place: Place) -> tuple[tuple[str, ...], int]:
     """``(project_doc_fallback_filenames, project_doc_max_bytes)`` from Codex's config.toml."""
     import tomllib  # only for Codex: its regular expressions would cost every other digest
 
-    try:
-        with open(codex_home(place) / "config.toml", "rb") as fh:
-            cfg = tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
+    from supervisor._errors import ConfigError
+    from supervisor.state._fsutil import read_small_file
+
+    try:  # never blocking on a FIFO, capped (the guarded read of a small user file)
+        data = read_small_file(codex_home(place) / "config.toml", 1 << 20,
+                               what="a Codex config file", missing_ok=True)
+        cfg = tomllib.loads(data.decode("utf-8")) if data else {}
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         return (), CODEX_PROJECT_DOC_MAX_BYTES
     fallbacks = cfg.get("project_doc_fallback_filenames", [])
     if not isinstance(fallbacks, list):

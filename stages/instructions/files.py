@@ -9,13 +9,12 @@ Nothing here imports anyio or pydantic: a stage must start fast.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 from supervisor._record import record  # not dataclasses: inspect, ast, dis cost every start
+from supervisor.state._intake import MAX_BYTES as MAX_READ_BYTES, Refused, Scope, Text, read_text
+from supervisor.state._intake import special_location as special_location
 
-#: Largest instruction file read at all (bytes); bigger ones are named, never read.
-MAX_READ_BYTES = 4 * 1024 * 1024
 
 def find_git_root(start: Path) -> Path | None:
     """Nearest ancestor of ``start`` (itself included) holding a ``.git`` entry, else None."""
@@ -81,23 +80,13 @@ def real(path: str | Path) -> str:
     return os.path.realpath(path)
 
 
-@record
-class FileText:
-    """An instruction file read from disk.
+FileText = Text
+"""An instruction file as read: :class:`supervisor.state._intake.Text` (``text`` cleaned of
+hidden text, ``size`` in bytes, ``lossy``, ``hidden``, ``ident``, ``real``)."""
 
-    Attributes:
-        text: its content decoded as UTF-8 (invalid bytes replaced by U+FFFD), with hidden
-            text removed (:func:`supervisor._sanitize.clean`).
-        size: its size in bytes on disk.
-        lossy: True when the bytes were not valid UTF-8 (the text carries replacements).
-        hidden: characters removed as hidden text (escape sequences, controls, bidi and
-            invisible characters); the stage names the file with that count.
-    """
-
-    text: str
-    size: int
-    lossy: bool
-    hidden: int = 0
+ANYWHERE = Scope((), anywhere=True)
+"""Any location but ``/proc``, ``/sys`` and ``/dev``: files the harness loads by itself (read
+for their imports), its documented home files, the files the config names."""
 
 
 def is_regular(path: str | Path) -> bool:
@@ -117,81 +106,15 @@ def present(path: str | Path) -> bool:
         return False
 
 
-#: Kernel and device file systems: an instruction file resolving there is never read, whatever
-#: the allow options say (``/proc/self/environ`` holds secrets, ``/dev/zero`` never ends).
-SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
-
-
-def special_location(real_path: str) -> str | None:
-    """The kernel or device file system ``real_path`` lies in (``/proc``...), else None."""
-    for root in SPECIAL_ROOTS:
-        if real_path == root or real_path.startswith(root + "/"):
-            return root
-    return None
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a directory")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def examine(path: str | Path) -> tuple[FileText | None, str]:
-    """Read ``path`` without ever blocking: ``(content, "")``, or ``(None, why not)``.
-
-    The reasons, each true and specific (issue 11 item 7): ``not found``, ``unreadable
-    (Permission denied)``, ``a FIFO, not a regular file; not read`` (also sockets, devices,
-    directories), ``too large (N bytes; ...)``, ``binary (it contains NUL bytes); not read``.
-    A leading BOM is dropped; hidden text is removed (:class:`FileText`).
-    """
-    where = special_location(real(path))
-    if where is not None:  # checked before any open: /dev/tty, /proc/kmsg are never touched
-        return None, (f"refused: it resolves to {real(path)}, in {where} (a kernel or device "
-                      "file system); never read")
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return None, "not found"
-    except OSError as err:
-        return None, f"unreadable ({err.strerror or err})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return None, f"{_kind(st.st_mode)}, not a regular file; not read"
-        if st.st_size > MAX_READ_BYTES:
-            return None, (f"too large ({st.st_size} bytes; instruction files over "
-                          f"{MAX_READ_BYTES} bytes are not read)")
-        chunks = []
-        total = 0
-        while total <= MAX_READ_BYTES:
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-    except OSError as err:
-        return None, f"unreadable ({err.strerror or err})"
-    finally:
-        os.close(fd)
-    data = b"".join(chunks)
-    if len(data) > MAX_READ_BYTES:  # it grew while we read
-        return None, (f"too large (over {MAX_READ_BYTES} bytes; instruction files over "
-                      f"{MAX_READ_BYTES} bytes are not read)")
-    if b"\0" in data:
-        return None, "binary (it contains NUL bytes); not read"
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    from supervisor._sanitize import clean
-
-    try:
-        text, lossy = data.decode("utf-8"), False
-    except UnicodeDecodeError:
-        text, lossy = data.decode("utf-8", errors="replace"), True
-    text, hidden = clean(text)
-    return FileText(text, len(data), lossy, hidden), ""
+def examine(path: str | Path, scope: Scope = ANYWHERE) -> tuple[FileText | None, str]:
+    """Read ``path`` through the one door (:func:`supervisor.state._intake.read_text`):
+    ``(content, "")``, or ``(None, why not)`` in the door's one wording (outside ``scope``, in
+    ``/proc``/``/sys``/``/dev``, not found, a FIFO or device, too large, binary, a link loop,
+    unreadable). Never blocks."""
+    got = read_text(path, scope)
+    if isinstance(got, Refused):
+        return None, got.reason
+    return got, ""
 
 
 def read_instruction(path: str | Path) -> FileText | None:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from pathlib import Path
 
-from instructions.files import FileText, examine, real, special_location
+from instructions.files import ANYWHERE, FileText, real
+from supervisor.state._intake import Refused, Scope, identity, read_text
 from supervisor._record import field, mutable_record, record
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
@@ -104,8 +104,8 @@ class Entry:
 
     Attributes:
         path: absolute path as discovered (not resolved), for display.
-        real: its real path (the dedup key).
-        content: the file as read.
+        real: its real path (what the refresh baseline records).
+        content: the file as read (its ``ident``, ``(st_dev, st_ino)``, is the dedup key).
         importer: the file that imported it, or None for a discovered file.
     """
 
@@ -126,78 +126,73 @@ class Skipped:
 
 @mutable_record
 class Walk:
-    """Depth-first expansion of discovered files and their imports.
+    """Depth-first expansion of discovered files and their imports, every file read through
+    the one door (:func:`supervisor.state._intake.read_text`).
 
     Args:
-        known: real paths already supplied by the harness: never emitted; traversed for
-            imports only when ``follow_known`` (False when the harness expands imports itself).
+        known: identities ``(st_dev, st_ino)`` of the files the harness loads itself: never
+            emitted (a hard link of one is the same file); traversed for imports only when
+            ``follow_known`` (False when the harness expands imports itself).
         imports: expand ``@path`` imports at all.
         max_depth: hop limit; a file reached through more hops than this is not read.
-        allowed: predicate on a target's real path; False means "outside the project".
+        scope: where a discovered project file or an import may lead (the project, the main
+            checkout of a linked worktree, ``allow_paths``; anywhere with ``allow_outside``).
         home: the home directory for ``@~/`` imports.
     """
 
-    known: set[str]
+    known: set[tuple[int, int]]
     imports: bool
     max_depth: int
-    allowed: Callable[[str], bool]
+    scope: Scope
     home: Path
     follow_known: bool = True
     entries: list[Entry] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
     _traversed: set[str] = field(default_factory=set)
-    _emitted: set[str] = field(default_factory=set)
+    _emitted: set[tuple[int, int]] = field(default_factory=set)
 
     def visit(self, path: Path, *, emit: bool = True, importer: Path | None = None,
-              depth: int = 0, trusted: bool = False) -> None:
+              depth: int = 0, trusted: bool = False, what: str = "") -> None:
         """Visit ``path`` (emitting it unless known or already emitted), then its imports.
 
-        A discovered file (``importer`` None) must resolve inside the project like an import
-        (``allowed``), unless ``trusted``: the harness's own documented locations in the
-        user's home (``~/.claude/CLAUDE.md``, Codex's global AGENTS.md), which may link
-        anywhere but into ``/proc``, ``/sys`` or ``/dev`` (issue 11 item 7: ``ln -s
-        /etc/passwd AGENTS.md`` put the password file in the model's context).
+        A discovered file (``importer`` None) must resolve inside :attr:`scope` like an import,
+        unless ``trusted``: the harness's own documented locations in the user's home
+        (``~/.claude/CLAUDE.md``, Codex's global AGENTS.md) and the files the config names,
+        which may link anywhere but into ``/proc``, ``/sys`` or ``/dev`` (issue 11 item 7:
+        ``ln -s /etc/passwd AGENTS.md`` put the password file in the model's context). A file
+        the harness loads itself is read for its imports wherever it is. ``what``: how a
+        refusal names an import (``@token``, listed with its importer).
         """
         key = real(path)
         if key in self._traversed:
             return  # a cycle or a second route: each file once
         self._traversed.add(key)
-        if emit and importer is None and not trusted and key not in self.known \
-                and not special_location(key) and not self.allowed(key):
-            self.skipped.append(Skipped(str(path), f"refused: it resolves to {key}, outside the "
-                                        "project; allow it with the allow_outside or "
-                                        "allow_paths option", path))
+        ident = identity(path)
+        known = ident is not None and ident in self.known
+        scope = ANYWHERE if (trusted or known or not emit) else self.scope
+        content = read_text(path, scope)
+        if isinstance(content, Refused):
+            if emit and not known:
+                reason = (f"not found ({path})" if importer is not None and content.kind == "missing"
+                          else content.reason)
+                self.skipped.append(Skipped(what or str(path), reason,
+                                            importer if what else path))
             return
-        content, why = examine(path)
-        if content is None:
-            if emit and key not in self.known:
-                self.skipped.append(Skipped(str(path), why, path))
-            return
-        if emit and key not in self.known and key not in self._emitted and content.text.strip():
-            self._emitted.add(key)
-            self.entries.append(Entry(path, key, content, importer))
-        if not self.imports or (key in self.known and not self.follow_known):
+        known = content.ident in self.known
+        if emit and not known and content.ident not in self._emitted and content.text.strip():
+            self._emitted.add(content.ident)
+            self.entries.append(Entry(path, content.real, content, importer))
+        if not self.imports or (known and not self.follow_known):
             return
         for token in import_tokens(content.text):
             token, target = resolve_token(token, path, self.home)
             what = f"@{token}"
-            if not os.path.exists(target):
+            if not os.path.lexists(target):
                 self.skipped.append(Skipped(what, f"not found ({target})", path))
                 continue
-            target_key = real(target)
-            if target_key in self._traversed:
-                continue
-            where = special_location(target_key)
-            if where is not None:
-                self.skipped.append(Skipped(what, f"refused: it resolves to {target_key}, in "
-                                                  f"{where} (a kernel or device file system); "
-                                                  "never read", path))
+            if real(target) in self._traversed:
                 continue
             if depth + 1 > self.max_depth:
                 self.skipped.append(Skipped(what, f"hop limit {self.max_depth} reached", path))
                 continue
-            if not self.allowed(target_key):
-                self.skipped.append(Skipped(what, f"outside the project ({target}); "
-                                                  "allow it with the allow_outside or allow_paths option", path))
-                continue
-            self.visit(target, emit=True, importer=path, depth=depth + 1)
+            self.visit(target, emit=True, importer=path, depth=depth + 1, what=what)

@@ -26,11 +26,13 @@ description. Which harness loads which convention itself is its loader's busines
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from pathlib import Path
 
-from instructions.files import FileText, Place, examine, is_regular, is_within, real
-from supervisor._record import record
+from instructions.files import FileText, Place, examine, is_regular, real
+from supervisor._record import record, replace
 from supervisor.session._rules import INDEX_DIR, index_name, split_frontmatter
+from supervisor.state._intake import project_scope
 
 CONVENTIONS = {"claude": (".claude/rules", (".md",)), "cursor": (".cursor/rules", (".mdc", ".md"))}
 """Convention -> (rules folder relative to a directory, file suffixes)."""
@@ -86,11 +88,7 @@ def classify(convention: str, path: Path, root: Path) -> Rule:
     """Read and classify one rules file (see the module docstring); one whose real path
     leaves the project ``root`` is refused unread, as a project instruction file is. Never
     raises."""
-    key = real(path)
-    if not is_within(Path(key), Path(real(root))):
-        return Rule(path, convention, "broken", problem=f"refused: it resolves to {key}, "
-                    "outside the project")
-    content, why = examine(path)
+    content, why = examine(path, project_scope(root))  # the one door, confined to the project
     if content is None:
         return Rule(path, convention, "broken", problem=why)
     front, body = split_frontmatter(content.text)
@@ -106,7 +104,7 @@ def classify(convention: str, path: Path, root: Path) -> Rule:
             return Rule(path, convention, "broken", problem=f"its frontmatter is not valid YAML{at}")
     if not isinstance(meta, dict):
         return Rule(path, convention, "broken", problem="its frontmatter is not a YAML mapping")
-    text = FileText(body, content.size, content.lossy, content.hidden)
+    text = replace(content, text=body)
     description = meta.get("description")
     description = " ".join(description.split()) if isinstance(description, str) else ""
     if convention == "claude":
@@ -120,7 +118,7 @@ def classify(convention: str, path: Path, root: Path) -> Rule:
     return Rule(path, convention, "requested" if description else "manual", (), description, text)
 
 
-def rules_for(place: Place, loaded: set[str]) -> list[Rule]:
+def rules_for(place: Place, loaded: Container[str]) -> list[Rule]:
     """The rules of the project the harness does not load itself (``loaded``: real paths of
     what it loads, from its loader), classified, in :func:`rule_files` order."""
     return [classify(convention, path, place.root) for convention, path in rule_files(place)

@@ -11,34 +11,41 @@ import sys
 from pathlib import Path
 
 from _common import expand_home, opt_bool, opt_int, opt_strings, stage_options, warn
-from instructions.files import Place, is_within, present, real
+from instructions.files import ANYWHERE, Place, is_within, present, real
 from instructions.discover import LOADERS, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
 from instructions.listing import Listing, on_demand
 from instructions.rules import Rule, rules_for, write_index
-from supervisor.session._nested import listing_note, subtree_file
+from supervisor.session._nested import listing_note, scope_of, subtree_file
 from supervisor._harnesses import BY_NAME, label
 from supervisor._sanitize import one_line, removed_note
+from supervisor.state._intake import identity, project_scope
 
 DEFAULT_MAX_BYTES = 32 * 1024
 DEFAULT_MAX_DEPTH = 5
 MAX_NESTED_LISTED = 20
 
 
-def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], set[str]]:
-    """``(top-level files the harness loads, real paths of everything it loads incl. imports)``."""
+def native_files(place: Place, harness: str, max_depth: int) -> tuple[list[Path], dict[str, tuple[int, int]]]:
+    """``(top-level files the harness loads, {real path: identity} of everything it loads,
+    imports included)``; identities are ``(st_dev, st_ino)``, so a hard link of a loaded file
+    counts as loaded."""
     row = BY_NAME.get(harness)
     loads = LOADERS.get(row.loads_at(os.environ.get("SUPERVISE_HARNESS_VERSION", ""))) if row else None
     if row is None or loads is None:
-        return [], set()
+        return [], {}
     tops = loads(place)
+    loaded: dict[str, tuple[int, int]] = {}
+    for p in tops:
+        ident = identity(p)
+        if ident is not None:
+            loaded[real(p)] = ident
     if not row.imports:
-        return tops, {real(p) for p in tops}
-    walk = Walk(known=set(), imports=True, max_depth=max_depth, allowed=lambda _r: True,
-                home=place.home)
+        return tops, loaded
+    walk = Walk(known=set(), imports=True, max_depth=max_depth, scope=ANYWHERE, home=place.home)
     for p in tops:
         walk.visit(p)
-    return tops, {e.real for e in walk.entries} | {real(p) for p in tops}
+    return tops, {**{e.real: e.content.ident for e in walk.entries}, **loaded}
 
 
 def extra_files(place: Place, names: tuple[str, ...]) -> list[Path]:
@@ -79,13 +86,13 @@ def nested_listing(place: Place, listing: Listing | None = None) -> tuple[list[s
         while parent and parent not in dirs:
             dirs.add(parent)  # every folder on the way: a folder may hold only folders
             parent = parent.rpartition("/")[0]
-    roots = {real(place.cwd), real(place.root)}
+    scope = scope_of(place.root, place.cwd)
     cwd = str(place.cwd)
     out = []
     for d in sorted(dirs, key=lambda d: d.split("/")):  # Path order: by component
         found = subtree_file(os.path.join(cwd, d))
         if found is not None:
-            why = listing_note(found, roots)
+            why = listing_note(found, scope)
             out.append(one_line(place.show(found)) + (f": {one_line(why)}" if why else ""))
     return out, ""
 
@@ -102,18 +109,14 @@ def main(listing: Listing | None = None) -> int:
     place = Place.from_env()
 
     tops, known = native_files(place, harness, max_depth)
-    root_real = real(place.root)
-    allowed_roots = [real(expand_home(p)) for p in opt_strings(options, "allow_paths", ())]
-    allow_outside = opt_bool(options, "allow_outside", False)
-
-    def allowed(target_real: str) -> bool:
-        return allow_outside or any(is_within(Path(target_real), Path(r))
-                                    for r in (root_real, *allowed_roots))
-
+    scope = project_scope(place.root,
+                          allow=tuple(expand_home(p) for p in opt_strings(options, "allow_paths", ())),
+                          anywhere=opt_bool(options, "allow_outside", False),
+                          hint="; allow it with the allow_outside or allow_paths option")
     row = BY_NAME.get(harness)
     loads_self = row is not None and row.loads_at(os.environ.get("SUPERVISE_HARNESS_VERSION", "")) in LOADERS
-    walk = Walk(known=known, imports=opt_bool(options, "imports", True), max_depth=max_depth,
-                allowed=allowed, home=place.home,
+    walk = Walk(known=set(known.values()), imports=opt_bool(options, "imports", True),
+                max_depth=max_depth, scope=scope, home=place.home,
                 follow_known=not (loads_self and row is not None and row.imports))
     if loads_self and row is not None and not row.imports:
         for p in tops:  # the harness loads these but not their imports: we supply those
@@ -145,7 +148,8 @@ def main(listing: Listing | None = None) -> int:
         if problem:
             warn(problem)
     if opt_bool(options, "refresh", True):
-        record_baseline(place, harness, kept_entries(walk.entries, max_bytes), known)
+        record_baseline(place, harness, kept_entries(walk.entries, max_bytes), known,
+                        {real(p) for p in tops if not is_within(p, place.root)})
     return 0
 
 
@@ -159,23 +163,33 @@ def _rule_bodies(walk: Walk, rules: list[Rule]) -> None:
             walk.entries[i] = Entry(entry.path, entry.real, body, entry.importer)
 
 
-def record_baseline(place: Place, harness: str, injected: list[Entry], loaded: set[str]) -> None:
+def record_baseline(place: Place, harness: str, injected: list[Entry],
+                    loaded: dict[str, tuple[int, int]], user_files: set[str]) -> None:
     """The session's instruction-file baseline (``supervisor.session._refresh``): what the digest
     injected and what the harness loads itself, so a file edited during the session is
-    re-injected once at the next prompt. Needs a session id; a problem is one warning."""
+    re-injected once at the next prompt. A file outside the project is marked a user file
+    (read anywhere but ``/proc``, ``/sys``, ``/dev`` at refresh) when this stage injected it
+    (its door allowed it) or it is one of ``user_files``, the real paths of the harness's own
+    home files; any other file stays confined to the project. Needs a session id; a problem
+    is one warning."""
     session_id = os.environ.get("SUPERVISE_SESSION_ID", "")
     state = os.environ.get("SUPERVISE_STATE_DIR", "")
     if not session_id or not state:
         return
-    files = [(e.real, place.show(e.path), "digest") for e in injected]
-    files += [(p, place.show(p), "harness") for p in sorted(loaded)]
+    project = project_scope(place.root)
+
+    def user(real_path: str) -> bool:  # allowed outside the project: judged by this stage
+        return not any(is_within(Path(real_path), Path(root)) for root in project.roots)
+
+    files = [(e.real, place.show(e.path), "digest", user(e.real)) for e in injected]
+    files += [(p, place.show(p), "harness", p in user_files) for p in sorted(loaded)]
     try:
         from supervisor._errors import SupervisorError
         from supervisor.session._refresh import record_baseline as record
     except ImportError:  # a stage copied out of the package: no refresh, nothing else lost
         return
     try:
-        record(Path(state), session_id, harness, files)
+        record(Path(state), session_id, harness, files, place.root)
     except (SupervisorError, OSError) as err:
         warn(f"cannot record the instruction files for refresh: {err}")
 

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date as _date
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from supervisor.state._intake import Got, Refused
 
 GIT_TIMEOUT = 5.0
 """Seconds the ``git ls-files`` refusal check may take before it is abandoned (fail closed)."""
@@ -210,6 +213,19 @@ def decode_clean(data: bytes, source: Path) -> tuple[str, str]:
 
     text, removed = clean(decode(data))
     return text, removed_note(removed, str(source))
+
+
+def read_memory(path: Path, limit: int) -> Got | Refused:
+    """The first ``limit`` bytes of memory file ``path`` through the one door
+    (:func:`supervisor.state._intake.read`, ``follow=False``: a link is refused, never
+    followed; a FIFO or device never read; ``/proc``, ``/sys``, ``/dev`` never opened), as a
+    :class:`supervisor.state._intake.Got` (``data``, ``size``), or the door's
+    :class:`~supervisor.state._intake.Refused` (``reason``) when it cannot be read.
+    The store may lie anywhere the config puts it (``dir``); the refusals of planted memory
+    (links on the way, files the project's git tracks) are the callers'."""
+    from supervisor.state._intake import Scope, read
+
+    return read(path, Scope((), anywhere=True), cap=limit, follow=False, whole=False)
 
 
 def emit(text: str) -> None:

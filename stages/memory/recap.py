@@ -146,15 +146,14 @@ def _special(path: Path) -> str:
 
 
 def _read(path: Path, limit: int) -> bytes | None:
-    """Up to ``limit`` bytes of regular file ``path``; never follows a link, never blocks (a
-    file swapped for a FIFO after the checks is not read: :func:`_common.read_regular`).
+    """Up to ``limit`` bytes of regular file ``path``, through the one door
+    (:func:`supervisor.state._intake.read`: never through a link, never blocking, never in
+    ``/proc``, ``/sys`` or ``/dev``; a file swapped for a FIFO after the checks is not read).
     None when it cannot be read."""
-    from _common import read_regular
+    from supervisor.state._intake import Got
 
-    try:
-        return read_regular(path, limit, follow_links=False)
-    except OSError:
-        return None
+    got = common.read_memory(path, limit)
+    return got.data if isinstance(got, Got) else None
 
 
 def untrack_fix(store: Path, project: Path) -> str:

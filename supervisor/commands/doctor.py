@@ -446,10 +446,13 @@ def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None,
                       "set HOME")]
     home = Path(override) if os.path.isabs(override) else Path(str(user_home), ".codex")
     conf_path = home / "config.toml"
-    try:
-        with conf_path.open("rb") as f:
-            conf = tomllib.load(f)
-    except (OSError, tomllib.TOMLDecodeError):
+    from .._errors import ConfigError
+    from ..state._fsutil import read_small_file
+
+    try:  # never blocking on a FIFO, capped (the guarded read of a small user file)
+        raw = read_small_file(conf_path, 1 << 20, what="a Codex config file", missing_ok=True)
+        conf = tomllib.loads(raw.decode("utf-8")) if raw else {}
+    except (ConfigError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
         conf = {}
     checks = []
     if project_scope:  # by scope, not path: the project may be the home folder itself

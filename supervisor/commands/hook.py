@@ -426,7 +426,7 @@ def _refreshed(context: SessionContext) -> str:
     from ..session._refresh import take_changed
 
     try:
-        return take_changed(context.state_dir, context.session_id)
+        return take_changed(context.state_dir, context.session_id, context.project_dir)
     except (SupervisorError, OSError) as err:
         print(f"supervise hook: prompt: cannot check instruction files: {err}", file=sys.stderr)
         return ""

@@ -29,14 +29,14 @@ and ``python -m supervisor.session._nested post-tool|advance-epoch`` (payload on
 from __future__ import annotations
 
 import os
-import stat
 import sys
 import time
 
 from .. import _jsontext
 from .._hashing import sha256
 from .._errors import StateError
-from .._sanitize import clean, one_line, removed_note
+from .._sanitize import one_line, removed_note
+from ..state._intake import MAX_BYTES, Refused, Scope, Text, identity, judge, project_scope, read_text
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ NAMES = ("AGENTS.override.md", "AGENTS.md")
 RETRY_AFTER = 30.0  # seconds before an unreadable instruction file is tried again
 LOCK_WAIT = 2.0  # seconds to wait for another hook process's in-flight load of this session
 MAX_INJECT_BYTES = 32 * 1024  # per injection, whole files only; bigger ones are named
-_MAX_READ = 4 * 1024 * 1024
+_MAX_READ = MAX_BYTES  # the door's cap: a bigger nested file is named, never read
 _MAX_LEDGER = 256 * 1024  # bytes: a session's ledger; a bigger file is corrupt (set aside)
 
 
@@ -159,46 +159,8 @@ def _index(claim: _Claim, plain: list[str]) -> None:
         mark_injected(claim.state_dir, claim.session_id, plain)
 
 
-def _read(path: StrPath) -> tuple[str, int, bool] | None:
-    """``(text, size in bytes, lossy)`` of a regular file, never blocking; None if unreadable."""
-    got = _examine(path)
-    return None if isinstance(got, str) else got
-
-
-_SPECIAL_ROOTS = ("/proc", "/sys", "/dev")
-
-
-def _examine(path: StrPath) -> tuple[str, int, bool] | str:
-    """``(text, size in bytes, lossy)`` of a regular text file, never blocking; else why not
-    (a FIFO or device, too large, binary, unreadable), one true reason (issue 11 item 7)."""
-    where = os.path.realpath(path)
-    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
-        return f"refused: it resolves to {where} (a kernel or device file system)"
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as err:
-        return f"unreadable ({err.strerror or err})"
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return "not a regular file (a FIFO, socket or device); not read"
-        if st.st_size > _MAX_READ:
-            return f"too large ({st.st_size} bytes); not read"
-        data = b""
-        while len(data) <= _MAX_READ and (chunk := os.read(fd, 1 << 16)):
-            data += chunk
-    except OSError as err:
-        return f"unreadable ({err.strerror or err})"
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_READ:
-        return f"too large (over {_MAX_READ} bytes); not read"
-    if b"\0" in data:
-        return "binary (it contains NUL bytes); not read"
-    try:
-        return data.decode("utf-8"), len(data), False
-    except UnicodeDecodeError:
-        return data.decode("utf-8", errors="replace"), len(data), True
+_ANYWHERE = Scope((), anywhere=True)
+"""The door's scope for a CLAUDE.md read only to see whether it imports its AGENTS.md."""
 
 
 def subtree_file(directory: str | os.PathLike[str]) -> str | None:
@@ -215,49 +177,33 @@ def subtree_file(directory: str | os.PathLike[str]) -> str | None:
     return None
 
 
-def listing_note(path: StrPath, roots: set[str]) -> str | None:
-    """Why :func:`handle_post_tool` would not inject ``path``, told without reading it (a link
-    out of ``roots``, real paths of the project and cwd, or into ``/proc``, ``/sys``, ``/dev``;
-    not a regular file; over 4 MiB), else None. For the digest's listing of nested files."""
-    where = os.path.realpath(path)
-    refused = _refusal(where, roots)
-    if refused:
-        return refused
-    try:
-        st = os.stat(where)
-    except OSError as err:
-        return f"unreadable ({err.strerror or err})"
-    if not stat.S_ISREG(st.st_mode):
-        return "not a regular file (a FIFO, socket or device); not read"
-    if st.st_size > _MAX_READ:
-        return f"too large ({st.st_size} bytes); not read"
-    return None
+def scope_of(project_dir: StrPath, cwd: StrPath) -> Scope:
+    """Where a nested instruction file may lead: the project, the session's cwd, the main
+    checkout of a linked worktree (:func:`supervisor.state._intake.project_scope`)."""
+    return project_scope(project_dir, cwd)
 
 
-def _refusal(where: str, roots: set[str]) -> str | None:
-    """Why the real path ``where`` is refused (in ``/proc``, ``/sys``, ``/dev``, or outside
-    ``roots``), else None."""
-    if any(where == r or where.startswith(r + "/") for r in _SPECIAL_ROOTS):
-        return f"refused: it resolves to {where} (a kernel or device file system)"
-    if not _inside(where, roots):
-        return f"refused: it resolves to {where}, outside the project"
-    return None
-
-
-def _inside(real_path: str, roots: set[str]) -> bool:
-    return any(real_path == r or real_path.startswith(r.rstrip("/") + "/") for r in roots)
+def listing_note(path: StrPath, scope: Scope) -> str | None:
+    """Why :func:`handle_post_tool` would not inject ``path``, told without reading it (the
+    door's :func:`~supervisor.state._intake.judge`: a link out of ``scope`` or into
+    ``/proc``, ``/sys``, ``/dev``; not a regular file; over 4 MiB), else None. For the
+    digest's listing of nested files."""
+    refused = judge(path, scope, cap=_MAX_READ)
+    return None if refused is None else refused.reason
 
 
 def _claude_loads(directory: StrPath, candidate: StrPath) -> bool:
     """True when Claude Code itself loads ``candidate`` with the directory's nested CLAUDE.md:
     a CLAUDE.md that is the same file (symlinked pair) or that imports ``@AGENTS.md``."""
+    mine = identity(candidate)
     for claude in (os.path.join(directory, "CLAUDE.md"), os.path.join(directory, ".claude", "CLAUDE.md")):
         if not os.path.isfile(claude):
             continue
-        if os.path.realpath(claude) == os.path.realpath(candidate):
+        if mine is not None and identity(claude) == mine:  # a link or a hard link: one file
             return True
-        got = _read(claude)
-        if got and os.path.basename(candidate) == "AGENTS.md" and _imports_agents(got[0]):
+        got = read_text(claude, _ANYWHERE, cap=_MAX_READ)
+        if (isinstance(got, Text) and os.path.basename(candidate) == "AGENTS.md"
+                and _imports_agents(got.text)):
             return True
     return False
 
@@ -423,7 +369,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         blocks: list[str] = []
         delivered: list[str] = []
         plain: list[str] = []  # delivered files reached through no link: the shim's index
-        roots = {os.path.realpath(target[1]), os.path.realpath(context.project_dir)}
+        scope = scope_of(context.project_dir, target[1])
         used = 0
         now = time.time()
         for path in candidates:
@@ -432,26 +378,25 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             wait_until = retry_at.get(key)
             if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
                 continue
-            refused = _refusal(key, roots)
-            if refused:
+            got = read_text(path, scope, cap=_MAX_READ)
+            if isinstance(got, Refused) and got.kind == "location":
                 delivered.append(key)  # said once per epoch, like an injection
                 if key == os.fspath(path):
                     plain.append(key)
-                blocks.append(f"Instructions at {shown} not injected: {one_line(refused)}.")
+                blocks.append(f"Instructions at {shown} not injected: {got.reason}.")
                 continue
-            got = _examine(path)
-            if isinstance(got, str):
+            if isinstance(got, Refused):
                 retry_at[key] = now + retry_after  # negative cache: no read storm
-                if not got.startswith("unreadable") and os.path.lexists(path):
+                if got.kind not in ("unreadable", "missing") and os.path.lexists(path):
                     # a FIFO, binary or oversized file is named (with the true reason), not
                     # silently skipped; tried again after the window
-                    blocks.append(f"Instructions at {shown} not injected: {got}.")
+                    blocks.append(f"Instructions at {shown} not injected: {got.reason}.")
                 continue
             retry_at.pop(key, None)
             delivered.append(key)
             if key == os.fspath(path):
                 plain.append(key)
-            text, size, lossy = got
+            text, size, lossy = got.text, got.size, got.lossy
             if not text.strip():
                 continue
             if used + len(text.encode("utf-8")) > MAX_INJECT_BYTES:
@@ -460,8 +405,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
                 continue
             used += len(text.encode("utf-8"))
             flag = " (not valid UTF-8: decoded with replacement characters)" if lossy else ""
-            text, hidden = clean(text)
-            note = f"{removed_note(hidden, shown)}\n" if hidden else ""
+            note = f"{removed_note(got.hidden, shown)}\n" if got.hidden else ""
             globs = scoped.get(os.fspath(path))
             if globs is not None:  # a rule: its frontmatter is metadata, not instructions
                 from ._rules import split_frontmatter

@@ -33,6 +33,7 @@ import zlib
 from collections.abc import Iterable
 
 from .._errors import StateError
+from ..state._intake import Refused, Scope, project_scope, read
 from ..state._project import pure_path
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -54,6 +55,7 @@ BASELINE_CAP = TEXT_BUDGET * 2 + 256 * 1024
 """Bytes a baseline file may have when read back (bigger is not ours: set aside)."""
 KEEP_DAYS = 7.0
 """Baselines untouched for this many days are removed (sessions long gone)."""
+_USER = Scope((), anywhere=True)
 
 
 def session_key(session_id: str) -> str:
@@ -62,35 +64,31 @@ def session_key(session_id: str) -> str:
     return f"{zlib.crc32(raw):08x}{zlib.adler32(raw):08x}"
 
 
-def read_file(path: str) -> tuple[str, bytes] | None:
-    """``(sha256 hex of the first HASH_CAP bytes, those bytes up to FILE_CAP + 1)`` of the
-    regular file ``path`` (links followed: an instruction file is often a link), or None when
-    it is absent, not a regular file, or unreadable. Never blocks on a FIFO."""
+def scope_for(entry: dict[str, Any], project: Scope) -> Scope:
+    """Where baseline ``entry``'s file may lead: anywhere but ``/proc``, ``/sys``, ``/dev``
+    for a user file (``"user": true``: a home file the harness documents, a file the config
+    names or allows outside the project, as the instructions stage judged it), else inside
+    ``project`` (:func:`supervisor.state._intake.project_scope` of the hook's own project,
+    never a root taken from the record)."""
+    return _USER if entry.get("user") is True else project
+
+
+def read_file(path: str, scope: Scope) -> tuple[str, bytes] | Refused:
+    """``(sha256 hex of the first HASH_CAP bytes, those bytes up to FILE_CAP + 1)`` of
+    ``path`` read through the one door (:func:`supervisor.state._intake.read`: links
+    followed only within ``scope``, never into ``/proc``, ``/sys``, ``/dev``, never a FIFO or
+    device), or the door's :class:`~supervisor.state._intake.Refused` (``kind`` ``missing``
+    when it is gone)."""
     from .._hashing import sha256
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        digest = sha256()
-        head = b""
-        left = HASH_CAP
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            if len(head) <= FILE_CAP:
-                head += chunk[: FILE_CAP + 1 - len(head)]
-            digest.update(chunk)
-            left -= len(chunk)
-        return digest.hexdigest(), head
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    got = read(path, scope, cap=HASH_CAP, whole=False)
+    if isinstance(got, Refused):
+        return got
+    return sha256(got.data).hexdigest(), got.data[: FILE_CAP + 1]
+
+
+def _sha(found: tuple[str, bytes] | Refused) -> str | None:
+    return None if isinstance(found, Refused) else found[0]
 
 
 def _folder(state_dir: StrPath) -> Any:
@@ -109,42 +107,50 @@ def _check_baseline(value: Any) -> dict[str, Any]:
         if not (isinstance(entry, dict) and isinstance(entry.get("path"), str)
                 and isinstance(entry.get("shown"), str)
                 and (entry.get("sha") is None or isinstance(entry.get("sha"), str))
-                and (entry.get("text") is None or isinstance(entry.get("text"), str))):
+                and (entry.get("text") is None or isinstance(entry.get("text"), str))
+                and isinstance(entry.get("user", False), bool)):
             raise ValueError("not a baseline entry")
     return value
 
 
 def record_baseline(state_dir: StrPath, session_id: str, harness: str,
-                    files: Iterable[tuple[str, str, str]]) -> int:
+                    files: Iterable[tuple[str, str, str] | tuple[str, str, str, bool]],
+                    project_dir: StrPath) -> int:
     """Record what session ``session_id`` has now: ``files`` are ``(absolute path, shown
-    name, how)`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded by the harness
-    itself). Replaces the session's baseline, prunes baselines older than :data:`KEEP_DAYS`
-    and refreshes the fast path's watch list. Returns the number of files recorded.
+    name, how[, user])`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded by the
+    harness itself) and ``user`` True for a file allowed outside the project (a home file the
+    harness documents, one the config names or allows; :func:`scope_for`). Each file is read
+    through the one door with that scope (``project_dir``'s otherwise), so one refused now has
+    no hash and is refused the same way later. Replaces the session's baseline, prunes
+    baselines older than :data:`KEEP_DAYS` and refreshes the fast path's watch list. Returns
+    the number of files recorded.
 
     Raises:
         StateError: the state dir cannot be used.
     """
     if not session_id:
         return 0
+    project = project_scope(project_dir)
     entries: list[dict[str, Any]] = []
     seen: set[str] = set()
     text_left = TEXT_BUDGET
-    for path, shown, how in files:
+    for path, shown, how, *rest in files:
         if path in seen or len(entries) >= MAX_FILES:
             continue
         seen.add(path)
-        found = read_file(path)
+        entry: dict[str, Any] = {"path": path, "shown": shown, "how": how,
+                                 "user": bool(rest and rest[0])}
+        found = read_file(path, scope_for(entry, project))
         text = None
-        if found is not None and len(found[1]) <= min(FILE_CAP, text_left):
+        if not isinstance(found, Refused) and len(found[1]) <= min(FILE_CAP, text_left):
             text = found[1].decode("utf-8", "replace")
             text_left -= len(found[1])
-        entries.append({"path": path, "shown": shown, "how": how,
-                        "sha": found[0] if found else None, "text": text})
+        entries.append({**entry, "sha": _sha(found), "text": text})
     doc = {"harness": harness, "written": time.time(), "files": entries}
     with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0):
         folder.write_json(f"{session_key(session_id)}.json", doc)
         _prune(folder)
-        _restamp(state_dir, folder, force=True)
+        _restamp(state_dir, folder, project, force=True)
     return len(entries)
 
 
@@ -156,7 +162,7 @@ def _prune(folder: Any) -> None:
             folder.remove(name)
 
 
-def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
+def _restamp(state_dir: StrPath, folder: Any, project: Scope, *, force: bool) -> None:
     """Re-write the fast path's watch list with every baseline's files (with ``force``, even
     when it looks current: a new baseline may add files). The stamp and the files' ctimes are
     taken BEFORE the baselines are compared with the files, so an edit made while this runs is
@@ -180,8 +186,7 @@ def _restamp(state_dir: StrPath, folder: Any, *, force: bool) -> None:
         for entry in (doc or {}).get("files", ()):
             path = entry["path"]
             if path not in current:
-                found = read_file(path)
-                current[path] = found[0] if found else None
+                current[path] = _sha(read_file(path, scope_for(entry, project)))
             if current[path] != entry.get("sha"):
                 stale.add(path)
     for path in stale:
@@ -232,10 +237,12 @@ def _note(entry: dict[str, Any], new: bytes) -> str:
     return f" (+{added} -{removed} lines, first change at line {first})"
 
 
-def take_changed(state_dir: StrPath, session_id: str) -> str:
-    """The refresh text for session ``session_id``: each file of its baseline whose content
-    changed since, once, whole (or a line saying it is too big or gone); ``""`` when nothing
-    changed or there is no baseline. The baseline moves to what was delivered.
+def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> str:
+    """The refresh text for session ``session_id`` of project ``project_dir``: each file of
+    its baseline whose content changed since, once, whole (or a line saying it is too big,
+    gone, or now refused by the one door: a file turned into a link out of the project or
+    into ``/proc``); ``""`` when nothing changed or there is no baseline. The baseline moves
+    to what was delivered.
 
     Raises:
         StateError: the state dir cannot be used.
@@ -250,6 +257,7 @@ def take_changed(state_dir: StrPath, session_id: str) -> str:
     existing.close()
     name = f"{session_key(session_id)}.json"
     blocks: list[str] = []
+    project = project_scope(project_dir)
     with _folder(state_dir) as folder:
         with folder.flock(".flock", timeout=5.0) as held:
             if not held:
@@ -258,14 +266,15 @@ def take_changed(state_dir: StrPath, session_id: str) -> str:
             if doc is None:
                 return ""
             for entry in doc["files"]:
-                found = read_file(entry["path"])
-                sha = found[0] if found else None
+                found = read_file(entry["path"], scope_for(entry, project))
+                sha = _sha(found)
                 if sha == entry.get("sha"):
                     continue
                 blocks.append(_block(entry, found, str(doc.get("harness") or "")))
                 entry["sha"] = sha
                 entry["text"] = (found[1].decode("utf-8", "replace")
-                                 if found and len(found[1]) <= FILE_CAP else None)
+                                 if not isinstance(found, Refused) and len(found[1]) <= FILE_CAP
+                                 else None)
             if blocks:
                 doc["written"] = time.time()
                 from ..state._delivery import current
@@ -276,7 +285,7 @@ def take_changed(state_dir: StrPath, session_id: str) -> str:
                 else:  # the baseline moves only once the refresh was delivered (issue 11)
                     delivery.reserve(lambda: _commit_baseline(state_dir, name, doc),
                                      lambda: None)
-        _restamp(state_dir, folder, force=False)
+        _restamp(state_dir, folder, project, force=False)
     return "\n".join(blocks)
 
 
@@ -342,21 +351,29 @@ def _commit_baseline(state_dir: StrPath, name: str, doc: dict[str, Any]) -> None
         raise OSError(str(err)) from err
 
 
-def _block(entry: dict[str, Any], found: tuple[str, bytes] | None, harness: str) -> str:
+def _block(entry: dict[str, Any], found: tuple[str, bytes] | Refused, harness: str) -> str:
     from .._harnesses import label
-    from .._sanitize import clean, one_line, removed_note
+    from .._sanitize import one_line, removed_note
+    from ..state._intake import decode
 
     shown = one_line(str(entry["shown"]))  # a path in the tree is untrusted text (ESC, LF)
     had = (f"{label(harness, 'the harness')} loaded at start"
            if entry.get("how") == "harness" else "the session-start digest gave you")
-    if found is None:
+    if isinstance(found, Refused) and found.kind in ("missing", "unreadable"):
         return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was deleted or became unreadable "
                 "during this session; stop following its old version.\n")
+    if isinstance(found, Refused):
+        return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) changed during this session and "
+                f"is no longer given to you ({found.reason}); stop following its old version.\n")
     if len(found[1]) > FILE_CAP:
         return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session; it is "
                 f"over the {FILE_CAP // 1024} KiB a refresh carries, so read it again directly "
                 "before going on.\n")
-    text, hidden = clean(found[1].decode("utf-8", "replace"))  # untrusted text (issue 11)
+    got = decode(found[1])
+    if isinstance(got, Refused):  # binary now
+        return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) changed during this session and "
+                f"is no longer given to you ({got.reason}); stop following its old version.\n")
+    text, _lossy, hidden = got  # untrusted text, cleaned (issue 11)
     note = f"{removed_note(hidden, str(shown))}\n" if hidden else ""
     return (f"INSTRUCTIONS CHANGED: {shown} (which {had}) was edited during this session"
             f"{_note(entry, found[1])}; its current version follows and replaces the one you "
