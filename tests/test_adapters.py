@@ -171,6 +171,34 @@ def test_same_digest_saved_twice_is_one_file(tmp_path: Path) -> None:
     assert len(list((tmp_path / "digests").iterdir())) == 1
 
 
+@pytest.mark.parametrize("plant", ["link", "fifo", "hardlink"])
+def test_the_spilled_digest_is_written_fresh_through_no_link(tmp_path: Path, plant: str) -> None:
+    """Issue 20: the file the model is told to read is written fresh, through no link, before
+    it is named: a planted link, FIFO or hard link at its (predictable, content-addressed) name
+    is replaced, never written through nor read back."""
+    import hashlib
+    import os
+
+    parts = [("a", "A" * 5_000), ("b", "B" * 5_000)]
+    full = "".join(text + "\n" for _, text in parts)  # each part ends its line
+    name = f"digest-{hashlib.sha256(full.encode()).hexdigest()[:12]}.txt"
+    folder = tmp_path / "state" / "digests"
+    folder.mkdir(parents=True)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the user's own file\n")
+    if plant == "link":
+        (folder / name).symlink_to(victim)
+    elif plant == "fifo":
+        os.mkfifo(folder / name)
+    else:
+        os.link(victim, folder / name)
+    text = fit_inline(parts, 9_000, tmp_path / "state")
+    assert str(folder / name) in text
+    assert not (folder / name).is_symlink() and (folder / name).is_file()
+    assert (folder / name).read_text() == full
+    assert victim.read_text() == "the user's own file\n"
+
+
 def test_is_foreign() -> None:
     assert is_foreign("claude", {}, {"GROK_HOOK_EVENT": "SessionStart"})
     assert is_foreign("claude", {"cursor_version": "1.7"}, {})

@@ -71,3 +71,35 @@ def test_a_file_turned_into_a_link_out_of_the_project_is_refused(project: Path) 
     assert ("CLAUDE.md (which Claude Code loaded at start) changed during this session and is "
             "no longer given to you (refused: it resolves to /etc/passwd, outside the project)"
             ) in text
+
+
+def test_a_planted_baseline_is_set_aside_not_replayed(project: Path, tmp_path: Path) -> None:
+    """A baseline is a record whose files become context: a planted one listing a secret
+    outside the project (marked a user file, with a stale hash) was injected as "changed" by
+    the next prompt. Only a baseline signed with the per-user key is used (issue 20 item 2);
+    the old code read any baseline of the right shape."""
+    from supervisor.session._refresh import session_key
+
+    secret = tmp_path / "id_rsa"
+    secret.write_text("PRIVATE KEY MATERIAL\n")
+    start(project, "s1")
+    folder = project / ".supervise" / "refresh"
+    planted = {"harness": "claude", "written": 0.0, "files": [
+        {"path": str(secret), "shown": "AGENTS.md", "how": "digest", "user": True,
+         "sha": "0" * 64, "text": None}]}
+    (folder / f"{session_key('s1')}.json").write_text(json.dumps(planted))
+    text = prompt(project, "s1")
+    assert "PRIVATE KEY" not in text
+    assert (folder / f"{session_key('s1')}.json.corrupt").exists()
+
+
+def test_no_home_means_no_baseline_and_no_refresh(project: Path) -> None:
+    """Without a home there is no key: no baseline is written, a prompt refreshes nothing."""
+    no_home = {"HOME": "", "XDG_STATE_HOME": ""}
+    argv = [sys.executable, "-P", "-m", "supervisor", "hook", "claude"]
+    run = subprocess.run(argv, input=payload(project, "s1", "startup"), capture_output=True,
+                         cwd=project, env={**env(), **no_home}, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert not list((project / ".supervise" / "refresh").glob("*.json"))
+    (project / "AGENTS.md").write_text("changed\n")
+    assert _prompt_with(project, "s1", no_home) == ""

@@ -204,8 +204,8 @@ def test_every_state_record_reader_survives_deep_json() -> None:
     """Readers that parse state bytes themselves treat 60,000-deep JSON as no record."""
     from supervisor.session import _starts
 
-    assert _starts._load(DEEP, 0.0, "x") is None
-    assert _starts._load(b"[" * 5_000, 0.0, "x") is None
+    assert _starts._load(DEEP, 0.0, "x", b"k" * 32) is None
+    assert _starts._load(b"[" * 5_000, 0.0, "x", b"k" * 32) is None
 
 
 def test_write_json_keeps_what_it_is_given(state: Path) -> None:

@@ -97,7 +97,15 @@ def read_record(path: Path) -> dict[str, str]:
 
 
 def _sanitize(value: str) -> str:
-    return " ".join(value.split())[:40]
+    """The record's ``first_delivered`` when it has our form (``YYYY-MM-DD HH:MM``, ASCII
+    digits), else ``""`` (unknown): the only text of this record that reaches the model
+    ("already delivered N times since T"), so a planted record can put no words there."""
+    text = value.strip()
+    digits = text[:4] + text[5:7] + text[8:10] + text[11:13] + text[14:]
+    if (len(text) == 16 and text.isascii() and digits.isdigit() and text[4] == text[7] == "-"
+            and text[10] == " " and text[13] == ":"):
+        return text
+    return ""
 
 
 def deliver(state_dir: Path | None, note: Path, content: bytes | None, *, compact: bool,

@@ -226,6 +226,7 @@ def _state_checks(project: Path) -> list[Check]:
     except StateError as err:
         checks.append(Check("FAIL", "state dir", f"{state} is not writable ({err})",
                             "make it writable by this user, or set SUPERVISE_STATE_DIR"))
+    checks += _lock_checks(state)
     try:
         inside = state.resolve().is_relative_to(project.resolve())
         rc = subprocess.run(["git", "-C", str(project), "check-ignore", "-q", str(state) + "/"],
@@ -238,6 +239,30 @@ def _state_checks(project: Path) -> list[Check]:
     elif inside and rc == 0:
         checks.append(Check("ok", "state dir", f"{state.name}/ is git-ignored"))
     return checks
+
+
+def _lock_checks(state: Path) -> list[Check]:
+    """The lock as the hook judges it (:func:`supervisor.session._lock.judge_lock`, the one
+    judgement ``status`` shows too); a record set aside as corrupt (a time in the future
+    included) is named."""
+    from .._errors import StateError
+    from .._sanitize import one_line
+    from ..session._lock import LOCK_FILE, LockRecord, judge_lock, read_record
+    from ..state._statedir import take_notices
+    from .status import lock_words
+
+    try:
+        lock = read_record(state / LOCK_FILE, LockRecord)
+    except StateError:
+        return []  # named by the state dir check
+    checks = [Check("warn", "lock", one_line(line.removeprefix("[supervise] ")) + " (the next "
+                    "start writes a fresh lock)") for line in take_notices()]
+    if lock is None:
+        return checks or [Check("ok", "lock", "free")]
+    judged = judge_lock(lock)
+    return [*checks, Check("warn" if judged.verdict == "unseen" else "ok", "lock",
+                           f"{one_line(lock.harness)} pid {lock.pid}: "
+                           f"{lock_words(judged.verdict, judged.reason)}")]
 
 
 def _command_check(adapter: Adapter, command: str, project: Path) -> Check:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
+from .._sanitize import one_line
 from ..session._routing import when
 from ._cli import VerbParser, add_directory, add_format
 
@@ -46,10 +47,10 @@ def _pending(state_dir: Path) -> list[dict[str, Any]]:
 
 def collect(project: Path) -> dict[str, Any]:
     """The status document (the ``--format json`` shape); ``error`` is set when unreadable."""
-    from ..session._ancestry import is_alive
     from ..config._context import state_dir_for
     from .._errors import StateError
-    from ..session._lock import COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, read_record
+    from ..session._lock import (COMPLETE_FILE, LOCK_FILE, CompletionRecord, LockRecord, judge_lock,
+                                 read_record)
     from ..state._records import dump_record
     from ..session._routing import HISTORY_FILE, LAST_DIGEST_FILE, DigestHistory, LastDigest
 
@@ -72,8 +73,10 @@ def collect(project: Path) -> dict[str, Any]:
         doc["error"] = str(err)
         return doc
     if lock is not None:
+        judged = judge_lock(lock)  # the hook's own judgement: status never disagrees with it
         doc["lock"] = {**dump_record(lock, exclude=frozenset({"nonce"})),
-                       "alive": is_alive(lock.ident)}
+                       "alive": judged.verdict == "alive", "judgement": judged.verdict,
+                       "reason": judged.reason}
     if done is not None:
         doc["completion"] = {**dump_record(done, exclude=frozenset({"nonce"})),
                              "matches_lock": lock is not None and done.nonce == lock.nonce}
@@ -100,22 +103,33 @@ def collect(project: Path) -> dict[str, Any]:
     return doc
 
 
+def lock_words(verdict: str, reason: str) -> str:
+    """What a lock judgement (:func:`supervisor.session._lock.judge_lock`) means for the
+    user, in one line (``status`` and ``doctor``)."""
+    if verdict == "alive":
+        return "alive (another session holds it: a start here runs read-only)"
+    if verdict == "unseen":
+        return (f"held, its owner cannot be seen from here: {one_line(reason)}; a start here runs "
+                "read-only (`supervise hook HARNESS --take-lock` takes it)")
+    return ("stale, not a problem: its owner is gone (that session ended); the next start "
+            "replaces it")
+
+
 def render_text(doc: dict[str, Any]) -> str:
     """The human table."""
-    lines = [f"project    {doc['project']}", f"state dir  {doc['state_dir']}"]
+    o = one_line  # every string from the tree or a state record: one line, hidden text escaped
+    lines = [f"project    {o(doc['project'])}", f"state dir  {o(doc['state_dir'])}"]
     if doc.get("off"):
-        lines.append(f"off        watchkeeper is off: {doc['off']}")
+        lines.append(f"off        watchkeeper is off: {o(doc['off'])}")
     if doc["error"]:
-        return "\n".join([*lines, f"error      {doc['error']}"]) + "\n"
+        return "\n".join([*lines, f"error      {o(doc['error'])}"]) + "\n"
     lock = doc["lock"]
     if lock is None:
         lines.append("lock       free")
     else:
-        state = "alive" if lock["alive"] else (
-            "stale, not a problem: its owner is gone (that session ended); the next start "
-            "replaces it")
-        sid = f", session {lock['session_id']}" if lock["session_id"] else ""
-        lines.append(f"lock       {lock['harness']} pid {lock['pid']}{sid}, since "
+        state = lock_words(lock["judgement"], lock["reason"])
+        sid = f", session {o(lock['session_id'])}" if lock["session_id"] else ""
+        lines.append(f"lock       {o(lock['harness'])} pid {lock['pid']}{sid}, since "
                      f"{when(lock['acquired_at'])}: {state}")
     done = doc["completion"]
     if done is None:
@@ -128,33 +142,34 @@ def render_text(doc: dict[str, Any]) -> str:
         lines.append("last       no digest recorded (a hook or `supervise digest --session-start` records one)")
     else:
         state = "truncated" if last["truncated"] else ("complete" if last["complete"] else "incomplete")
-        lines.append(f"last       {last['mode']} digest from {last['harness'] or 'a terminal'}, "
-                     f"source {last['source'] or '-'}, {last['seconds']:.2f}s, {state}, "
+        lines.append(f"last       {o(last['mode'])} digest from {o(last['harness']) or 'a terminal'}, "
+                     f"source {o(last['source']) or '-'}, {last['seconds']:.2f}s, {state}, "
                      f"{when(last['finished_at'])}")
         for stage in last["stages"]:
             cut = "  CUT by max_output" if stage.get("truncated") else ""
-            lines.append(f"  {stage['name']:<24} {stage['status']:<11} {stage['seconds']:7.2f}s "
+            lines.append(f"  {o(stage['name']):<24} {o(stage['status']):<11} {stage['seconds']:7.2f}s "
                          f"{stage['bytes']:>9} bytes{cut}")
     history = doc.get("history") or []
     if history:
         lines.append(f"recent     {len(history)} digest(s), newest first:")
         for item in history:
-            lines.append(f"  {when(item['finished_at'])}  {item['harness'] or 'terminal':<9} "
-                         f"source {item['source'] or '-':<8} {item['seconds']:7.2f}s of "
+            lines.append(f"  {when(item['finished_at'])}  {o(item['harness']) or 'terminal':<9} "
+                         f"source {o(item['source']) or '-':<8} {item['seconds']:7.2f}s of "
                          f"{item['budget']:g}s  {'TRUNCATED' if item['truncated'] else 'complete'}")
     pending = doc["pending"]
     lines.append(f"pending    {len(pending)} deferred result(s) awaiting delivery")
     for item in pending:
-        lines.append(f"  {item['stage']:<24} {item['status']:<11} finished {when(item['finished'])}")
+        lines.append(f"  {o(str(item['stage'])):<24} {o(str(item['status'])):<11} finished "
+                     f"{when(item['finished'])}")
     for text in doc.get("lost", []):
-        lines.append(f"lost       {text}")
+        lines.append(f"lost       {o(text)}")
     logs = doc.get("stderr_logs") or []
     if logs:
         lines.append(f"stderr     {len(logs)} stage log(s) (stderr kept out of the context)")
     for log in logs:
         new = f"{log['new']} new line(s) since the last view" if log["new"] else "nothing new"
-        lines.append(f"  {log['stage']:<24} {new}, {log['lines']} in all: {log['path']}")
-        lines += [f"    | {line}" for line in log["tail"]]
+        lines.append(f"  {o(log['stage']):<24} {new}, {log['lines']} in all: {o(log['path'])}")
+        lines += [f"    | {o(line)}" for line in log["tail"]]
     exposure = doc.get("_exposure_lines", [])
     if exposure == ["exposure: none recorded"]:
         exposure = ["exposure   none recorded: no memory file (summary, identity, handoff, ...) "

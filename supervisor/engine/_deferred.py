@@ -42,81 +42,38 @@ DEFAULT_MAX_OUTPUT = 1024 * 1024
 
 _spawned: set[int] = set()
 
-KEY_FILE = "deferred.key"
-"""The per-user secret (32 random bytes, mode 0600) every deferred result is signed with, kept
-under ``$XDG_STATE_HOME/watchkeeper/`` (``~/.local/state/watchkeeper/``): outside every project
-tree, so a result file planted in a cloned repository cannot carry a valid signature.
-With no home (:func:`supervisor._home.home_dir` None) and no absolute ``$XDG_STATE_HOME`` there
-is no key: a deferred stage is then refused with a one-line reason (never a key kept in the
-project's state dir, which a clone could ship with a key it knows)."""
-
 NO_KEY = ("no home directory (HOME unset, empty or relative, no XDG_STATE_HOME) to keep the "
           "deferred-result key in; set HOME to run deferred stages")
-"""The one-line reason a deferred stage is not launched when :func:`key_path` is None."""
-
-
-def key_path() -> str | None:
-    """Where the per-user result key lives (:data:`KEY_FILE`); None when there is no home."""
-    from .._home import xdg_dir
-
-    base = xdg_dir("XDG_STATE_HOME", ".local", "state")
-    return None if base is None else os.path.join(base, "watchkeeper", KEY_FILE)
+"""The one-line reason a deferred stage is not launched when there is no per-user key
+(:func:`supervisor.state._signing.key_path` None)."""
 
 
 def result_key(*, create: bool) -> bytes | None:
-    """The per-user result key (32 bytes); None when absent (and not ``create``) or unusable
-    (a link, a wrong size, a file other users can read).
+    """The per-user key every deferred result is signed with
+    (:func:`supervisor.state._signing.user_key`): outside every project tree, so a result
+    planted in a cloned repository cannot carry a valid signature.
 
     Raises:
-        OSError: ``create`` and the key cannot be made (an unwritable home, or no home:
-            :data:`NO_KEY`).
+        OSError: ``create`` and the key cannot be made (no home: :data:`NO_KEY`).
     """
-    path = key_path()
-    if path is None:
-        if create:
-            raise OSError(NO_KEY)
-        return None
-    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    for _attempt in range(2):
-        try:
-            fd = os.open(path, flags)
-        except FileNotFoundError:
-            if not create:
-                return None
-            os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            except FileExistsError:
-                continue  # another digest made it first: read theirs
-            try:
-                os.write(fd, os.urandom(32))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            continue
-        except OSError:
-            if create:
-                raise
-            return None
-        try:
-            info = os.fstat(fd)
-            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
-                    or info.st_mode & 0o077):
-                return None
-            key = os.read(fd, 64)
-        finally:
-            os.close(fd)
-        return key if len(key) == 32 else None
-    return None
+    from ..state._signing import user_key
+
+    try:
+        return user_key(create=create)
+    except FileNotFoundError as err:
+        from ..state._signing import key_path
+
+        if key_path() is None:
+            raise OSError(NO_KEY) from err
+        raise
 
 
 def _signature(data: dict[str, Any], key: bytes) -> str:
-    """Keyed BLAKE2b (32 bytes, hex) of the record without its ``sig`` field."""
-    from .._hashing import blake2b
+    """Keyed BLAKE2b (32 bytes, hex) of the record without its ``sig`` field
+    (:func:`supervisor.state._signing.signature`)."""
+    from ..state._signing import signature
 
-    body = {k: v for k, v in data.items() if k != "sig"}
-    raw = _jsontext.dumps(body, ensure_ascii=False, sort_keys=True).encode("utf-8", "replace")
-    return blake2b(raw, key=key, digest_size=32).hexdigest()
+    return signature(data, key)
 
 
 def _genuine(data: dict[str, Any], stage: str, run: str, key: bytes | None) -> bool:

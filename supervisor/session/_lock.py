@@ -68,6 +68,8 @@ class LockRecord:
     boot_id: str = ""
     """The owner's kernel boot id; ``""`` in records of older versions."""
 
+    __record_times__ = ("create_time", "acquired_at")  # judged at load: a future one is corrupt
+
     @property
     def ident(self) -> ProcessId:
         """The owner's identity: (pid, process create time)."""
@@ -105,6 +107,36 @@ def unseen_reason(record: LockRecord) -> str:
     return ""
 
 
+@record
+class LockJudgement:
+    """The one judgement of a lock record (:func:`judge_lock`): ``verdict`` is ``"mine"``
+    (owned by the asking session), ``"alive"`` (a live owner elsewhere: read-only),
+    ``"unseen"`` (an owner that cannot be seen from here: read-only unless ``--take-lock``;
+    ``reason`` says why) or ``"stale"`` (its owner is gone: the next start replaces it)."""
+
+    verdict: str
+    reason: str = ""
+
+
+def judge_lock(record: LockRecord, ancestors: list[ProcessId] | None = None,
+               session_id: str = "") -> LockJudgement:
+    """Judge ``record`` once, the same way for the hook (:func:`acquire_for_full_start`),
+    ``supervise status`` and ``doctor``, so they never disagree. ``ancestors`` and
+    ``session_id``: the asking hook's, to recognise its own lock (none for the verbs). A
+    record stamped in the future never gets here: it is corrupt at load
+    (:func:`supervisor.state._records.judge_times`)."""
+    unseen = unseen_reason(record)
+    if unseen:
+        return LockJudgement("unseen", unseen)
+    if ancestors is not None and owned_by_session(record, ancestors, session_id):
+        return LockJudgement("mine")
+    if not _foreign_namespace(record) and is_alive(record.ident):
+        return LockJudgement("alive")
+    # (a foreign-namespace owner seen gone from the host is stale: its pid names another
+    # process here)
+    return LockJudgement("stale")
+
+
 def _foreign_namespace(record: LockRecord) -> bool:
     """``record`` was taken in another pid namespace: its pid names nothing here."""
     from ._procinfo import namespace_identity
@@ -121,6 +153,8 @@ class CompletionRecord:
     pid: int
     session_id: str
     completed_at: float
+
+    __record_times__ = ("completed_at",)  # judged at load: a future one is corrupt
 
 
 def prepare_state_dir(state_dir: StrPath) -> StateDir:
@@ -248,15 +282,13 @@ def acquire_for_full_start(state_dir: StrPath, owner: ProcessId, harness: str, s
     try:
         with prepare_state_dir(state_dir) as sd, state_mutex(sd):
             current = sd.read_record(LOCK_FILE, LockRecord, _MAX_RECORD)
-            unseen = unseen_reason(current) if current is not None else ""
-            if current is not None and unseen and not take_unseen:
-                return LockOutcome("unseen", current, reason=unseen)
+            judged = judge_lock(current) if current is not None else None
+            if judged is not None and judged.verdict == "unseen" and not take_unseen:
+                return LockOutcome("unseen", current, reason=judged.reason)
             mine = current is not None and owned_by_session(current, ancestors, session_id) \
                 and (not exact or current.ident.same(owner))
-            if (current is not None and not unseen and not mine and not _foreign_namespace(current)
-                    and is_alive(current.ident)):
-                return LockOutcome("foreign", current)  # (a foreign-namespace owner seen gone
-                # from the host is stale: its pid names another process here)
+            if judged is not None and judged.verdict == "alive" and not mine:
+                return LockOutcome("foreign", current)
             pid, ctime = owner.pid, owner.create_time
             if current is not None and mine:
                 pid, ctime, harness = current.pid, current.create_time, current.harness or harness

@@ -100,6 +100,20 @@ def _folder(state_dir: StrPath) -> Any:
     return folder
 
 
+def _checker(key: bytes | None) -> Any:
+    """The shape check of a baseline read back: ours only when it carries our signature
+    (:func:`supervisor.state._signing.genuine`; a planted one listing ``~/.ssh/id_rsa`` would
+    otherwise be injected as "changed"), then its fields; a failure sets the file aside."""
+    from ..state._signing import genuine
+
+    def check(value: Any) -> dict[str, Any]:
+        if not genuine(value, key):
+            raise ValueError("not signed by this user's key")
+        return _check_baseline(value)
+
+    return check
+
+
 def _check_baseline(value: Any) -> dict[str, Any]:
     if not (isinstance(value, dict) and isinstance(value.get("files"), list)):
         raise ValueError("not a baseline")
@@ -130,6 +144,14 @@ def record_baseline(state_dir: StrPath, session_id: str, harness: str,
     """
     if not session_id:
         return 0
+    from ..state._signing import seal, user_key
+
+    try:
+        key = user_key(create=True)
+    except OSError:
+        key = None
+    if key is None:
+        return 0  # no home, no key: a baseline nobody could trust is not written (no refresh)
     project = project_scope(project_dir)
     entries: list[dict[str, Any]] = []
     seen: set[str] = set()
@@ -146,11 +168,11 @@ def record_baseline(state_dir: StrPath, session_id: str, harness: str,
             text = found[1].decode("utf-8", "replace")
             text_left -= len(found[1])
         entries.append({**entry, "sha": _sha(found), "text": text})
-    doc = {"harness": harness, "written": time.time(), "files": entries}
+    doc = seal({"harness": harness, "written": time.time(), "files": entries}, key)
     with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0):
         folder.write_json(f"{session_key(session_id)}.json", doc)
         _prune(folder)
-        _restamp(state_dir, folder, project, force=True)
+        _restamp(state_dir, folder, project, key, force=True)
     return len(entries)
 
 
@@ -162,7 +184,8 @@ def _prune(folder: Any) -> None:
             folder.remove(name)
 
 
-def _restamp(state_dir: StrPath, folder: Any, project: Scope, *, force: bool) -> None:
+def _restamp(state_dir: StrPath, folder: Any, project: Scope, key: bytes | None, *,
+             force: bool) -> None:
     """Re-write the fast path's watch list with every baseline's files (with ``force``, even
     when it looks current: a new baseline may add files). The stamp and the files' ctimes are
     taken BEFORE the baselines are compared with the files, so an edit made while this runs is
@@ -172,7 +195,7 @@ def _restamp(state_dir: StrPath, folder: Any, project: Scope, *, force: bool) ->
     or refreshing never hides a change from another."""
     from ._fastpath import ctimes_of, fastpath_dir, set_watch, snapshot, watch_complete
 
-    docs = [folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+    docs = [folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
             for name in folder.names("*.json")]
     paths: dict[str, None] = {}
     for doc in docs:
@@ -255,6 +278,11 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
     if existing is None:
         return ""
     existing.close()
+    from ..state._signing import seal, user_key
+
+    key = user_key(create=False)
+    if key is None:
+        return ""  # no key: no baseline is ours (none was written without one)
     name = f"{session_key(session_id)}.json"
     blocks: list[str] = []
     project = project_scope(project_dir)
@@ -262,7 +290,7 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
         with folder.flock(".flock", timeout=5.0) as held:
             if not held:
                 return ""  # another hook of this session is delivering right now
-            doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+            doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
             if doc is None:
                 return ""
             for entry in doc["files"]:
@@ -277,6 +305,7 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
                                  else None)
             if blocks:
                 doc["written"] = time.time()
+                doc = seal(doc, key)
                 from ..state._delivery import current
 
                 delivery = current()
@@ -285,7 +314,7 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
                 else:  # the baseline moves only once the refresh was delivered (issue 11)
                     delivery.reserve(lambda: _commit_baseline(state_dir, name, doc),
                                      lambda: None)
-        _restamp(state_dir, folder, project, force=False)
+        _restamp(state_dir, folder, project, key, force=False)
     return "\n".join(blocks)
 
 

@@ -81,6 +81,8 @@ class LastDigest:
     complete: bool
     stages: tuple[StageSummary, ...] = ()
 
+    __record_times__ = ("finished_at",)  # judged at load: a future one is corrupt
+
 
 def _structured(text: str, result: DigestResult, front: str, tail: str = "",
                 **kw: str | None) -> SessionOutcome:
@@ -192,6 +194,8 @@ class HistoryEntry:
     seconds: float
     budget: float
     truncated: bool
+
+    __record_times__ = ("finished_at",)  # judged at load: a future one is corrupt
 
 
 @record
@@ -428,7 +432,7 @@ def _started_elsewhere(view: _lock.LockView, state_dir: StrPath, ancestors: list
         # our own later full start decides: completed under the nonce we remembered
         return (held.nonce == nonce and view.completion is not None
                 and view.completion.nonce == nonce)
-    return not _ancestry.is_alive(held.ident)
+    return _lock.judge_lock(held).verdict == "stale"  # the one judgement of a lock
 
 
 def _remember_start(state_dir: StrPath, harness: str, session_id: str, nonce: str) -> None:

@@ -9,9 +9,13 @@ and Pi add both, byte-identical or not: issue 22, item 2).
 So a start is keyed by **(harness process, session id, source)**. The first start for a key
 holds an exclusive ``flock`` on ``<state dir>/starts/<key>.flock`` while it runs and then
 records its outcome in ``<key>.json`` once it was delivered, with a fingerprint of the lock
-and completion records as that start left them. A repeat within :data:`WINDOW` seconds of that
-record (concurrent: after waiting for the first to finish) that finds those records unchanged
-prints nothing (the recorded outcome, its text emptied) and runs nothing. When anything changed the lock in
+and completion records as that start left them, signed with the per-user key
+(:mod:`supervisor.state._signing`): every input of the key and the fingerprint is readable to
+a process below the harness, so an unsigned record (planted) is no record, and with no home
+(no key) nothing is recorded or replayed: the start simply runs. A repeat within
+:data:`WINDOW` seconds of that record (concurrent: after waiting for the first to finish)
+that finds those records unchanged prints nothing (the recorded outcome, its text emptied)
+and runs nothing. When anything changed the lock in
 between (another session took or released it, a completion was written or cleared), the
 event is a new one and runs. The key is a SHA-256 of its parts: a session id is never
 a path part. A start with no harness process (a terminal) is never deduplicated.
@@ -61,31 +65,39 @@ def _fingerprint(top: object) -> str:
     return digest.hexdigest()
 
 
-def _load(data: bytes | None, now: float, fingerprint: str) -> SessionOutcome | None:
+def _load(data: bytes | None, now: float, fingerprint: str, key: bytes | None) -> SessionOutcome | None:
+    """The outcome a start record holds, or None: no record, no key, a record without our
+    signature (planted: every input of the key and the fingerprint is readable to a process
+    below the harness), out of its window (a time after now included) or of another lock
+    state. Its text is cleaned again on the way out (hidden text never replays)."""
+    from .._sanitize import clean
+    from ..state._signing import genuine
     from ._outcome import SessionOutcome
 
-    if not data:
+    if not data or key is None:
         return None
     try:
         rec = _jsontext.loads(data)
-        if not isinstance(rec, dict) or not 0 <= now - float(rec["at"]) <= WINDOW \
+        if not genuine(rec, key) or not 0 <= now - float(rec["at"]) <= WINDOW \
                 or rec.get("state") != fingerprint:
             return None
         parts = rec.get("parts")
         return SessionOutcome(
-            str(rec["text"]), str(rec["kind"]), str(rec["mode"]), rec.get("truncation"),
-            tuple((str(n), str(t)) for n, t in parts) if isinstance(parts, list) else None,
-            str(rec.get("notices", "")))
+            clean(str(rec["text"]))[0], str(rec["kind"]), str(rec["mode"]), rec.get("truncation"),
+            tuple((str(n), clean(str(t))[0]) for n, t in parts) if isinstance(parts, list) else None,
+            clean(str(rec.get("notices", "")))[0])
     except (ValueError, KeyError, TypeError, RecursionError, MemoryError):
-        return None  # a planted or corrupt record (deep nesting included) is no record
+        return None  # a corrupt record (deep nesting included) is no record
 
 
-def _dump(outcome: SessionOutcome, now: float, fingerprint: str) -> bytes:
-    return _jsontext.dumps({
+def _dump(outcome: SessionOutcome, now: float, fingerprint: str, key: bytes) -> bytes:
+    from ..state._signing import seal
+
+    return _jsontext.dumps(seal({
         "at": now, "state": fingerprint, "text": outcome.text, "kind": outcome.kind, "mode": outcome.mode,
         "truncation": outcome.truncation, "notices": outcome.notices,
         "parts": [list(p) for p in outcome.parts] if outcome.parts is not None else None,
-    }, ensure_ascii=False).encode("utf-8", "replace")
+    }, key), ensure_ascii=False).encode("utf-8", "replace")
 
 
 def once(state_dir: StrPath, key: str | None, wait: float,
@@ -122,11 +134,15 @@ def once(state_dir: StrPath, key: str | None, wait: float,
     except (StateError, OSError):
         stack.close()
         return run()
+    from ..state._signing import user_key
+
     handed_off = False
     try:
-        if held:
+        secret = user_key(create=False)
+        if held and secret is not None:
             try:
-                previous = _load(folder.read(f"{key}.json", _CAP), time.time(), _fingerprint(top))
+                previous = _load(folder.read(f"{key}.json", _CAP), time.time(), _fingerprint(top),
+                                 secret)
             except (StateError, OSError):
                 previous = None
             if previous is not None:  # delivered by the first: the model has it once
@@ -139,7 +155,10 @@ def once(state_dir: StrPath, key: str | None, wait: float,
 
         def commit() -> None:
             try:
-                folder.write(f"{key}.json", _dump(outcome, time.time(), _fingerprint(top)))
+                signer = secret or user_key(create=True)  # no home: OSError, nothing recorded
+                if signer is not None:
+                    folder.write(f"{key}.json", _dump(outcome, time.time(), _fingerprint(top),
+                                                      signer))
                 _prune(folder)
             except (StateError, OSError):
                 pass

@@ -40,6 +40,17 @@ class RecordError(ValueError):
     """A mapping does not fit a record type; the message names the field."""
 
 
+class FutureStamp(RecordError):
+    """A record stamped more than :data:`FUTURE_SLACK` seconds after now: impossible for a
+    record we wrote (a planted ``acquired_at: 9999999999`` locked every session out), so the
+    record is corrupt. The message names the field and how far ahead it is."""
+
+
+FUTURE_SLACK = 60.0
+"""Seconds a record's time may lie after now (clock steps between two processes, NTP
+slewing; docs/session-protocol.md). Later is impossible: the record is set aside."""
+
+
 def _split(text: str, sep: str) -> list[str]:
     """``text`` split on ``sep`` outside brackets."""
     parts, depth, start = [], 0, 0
@@ -201,7 +212,28 @@ def load_record(cls: type[T], data: Any, *, tolerant: bool = False,
                 raise
     if extra is not None:
         kwargs[extra] = {k: v for k, v in data.items() if k not in specs}
+    times: tuple[str, ...] = getattr(cls, "__record_times__", ())
+    if times:
+        judge_times(cls.__name__, {name: kwargs.get(name) for name in times})
     return cls(**kwargs)
+
+
+def judge_times(what: str, stamps: dict[str, Any], now: float | None = None) -> None:
+    """Times are judged, not believed: each number in ``stamps`` (seconds since the epoch)
+    must be at most :data:`FUTURE_SLACK` after ``now`` (default: the clock). A record class
+    names its time fields in ``__record_times__`` and :func:`load_record` calls this.
+
+    Raises:
+        FutureStamp: a stamp lies further in the future (the record is corrupt).
+    """
+    import time
+
+    now = time.time() if now is None else now
+    for name, value in stamps.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value > now + FUTURE_SLACK:
+            raise FutureStamp(f"{what}.{name} is {value - now:.0f} s after now, a time in the "
+                              "future")
 
 
 def dump_record(record: Any, *, exclude: frozenset[str] = frozenset()) -> dict[str, Any]:

@@ -92,8 +92,13 @@ def take_notices() -> list[str]:
 
 
 def notice(line: str) -> None:
-    """Add one line to the notices :func:`take_notices` returns (deduplicated there)."""
-    _notices.append(line)
+    """Add one line to the notices :func:`take_notices` returns (deduplicated there). The line
+    goes through :func:`supervisor._sanitize.one_line`: a notice quotes names from the state
+    dir and paths of the tree (a planted ``result-x\n## Instructions.json``), and stays one
+    line, its hidden characters and line feeds escaped."""
+    from .._sanitize import one_line
+
+    _notices.append(one_line(line))
 
 
 def _why(err: OSError) -> str:
@@ -311,7 +316,10 @@ class StateDir:
             value = _jsontext.loads(data.decode("utf-8"))
             return check(value) if check is not None else value
         except _BAD_PARSE as err:
-            self.set_aside(name, f"not valid ({type(err).__name__})")
+            from ._records import FutureStamp
+
+            why = str(err) if isinstance(err, FutureStamp) else type(err).__name__
+            self.set_aside(name, f"not valid ({why})")
             return None
 
     def read_record(self, name: str, model: type[R], cap: int = RECORD_CAP) -> R | None:
