@@ -30,6 +30,7 @@ if __name__ == "__main__":  # the common case, decided before any other import (
 
 
 from memory import common
+from supervisor._sanitize import one_line
 
 TITLE = "## Resident memory summary"
 FRAMING = (
@@ -91,7 +92,7 @@ def main() -> int:
     if not inject or not (path.is_file() or path.is_symlink()):
         return 0
     hop = common.symlink_in(path, common.anchor_for(env.project_dir, path))
-    why = f"{hop} is a symlink" if hop is not None else ""
+    why = f"{one_line(str(hop))} is a symlink" if hop is not None else ""
     if not why and not allow_tracked:
         tracked, problem = common.git_tracked(env.project_dir, [path])
         if problem:
@@ -99,7 +100,7 @@ def main() -> int:
         if path in tracked:
             why = "tracked by the project's git (set allow_tracked = true if that is intended)"
     if why:
-        line = f"Refused {path}: {why} (planted memory is prompt injection); not injected."
+        line = f"Refused {one_line(str(path))}: {why} (planted memory is prompt injection); not injected."
         common.log(env, line)
         common.emit(f"{TITLE}\n{line}\n")
         return 0
@@ -125,10 +126,11 @@ def main() -> int:
         size = path.stat().st_size
         data = common.cut_utf8(data, cap)
         body = data.decode("utf-8", "replace").rstrip()
-        cut_note = (f"\n\n[Summary cut at {cap} bytes (max_bytes); the full record is {path} "
+        cut_note = (f"\n\n[Summary cut at {cap} bytes (max_bytes); the full record is {one_line(str(path))} "
                     f"({size} bytes). Read it on request.]")
     updated = " ".join(str(meta.get("updated_at") or "").split())[:60]
-    where = f"{path}, updated {updated}" if updated else str(path)
+    where = (f"{one_line(str(path))}, updated {one_line(updated)}" if updated
+             else one_line(str(path)))
     hidden = f"\n{hidden_note}" if hidden_note else ""
     common.emit(f"{TITLE}\n{FRAMING.format(where=where)}{hidden}\n\n{body}{cut_note}\n")
     if want_exposure:

@@ -16,6 +16,15 @@ from memory import common
 from memory import store as store_mod
 
 TITLE = "## Memory"
+
+
+def _o(value: object) -> str:
+    """A path or name from the tree as one line (:func:`supervisor._sanitize.one_line`)."""
+    from supervisor._sanitize import one_line
+
+    return one_line(str(value))
+
+
 REFUSAL_WHY = "planted memory is prompt injection"
 
 
@@ -49,22 +58,22 @@ class Recap:
     def render(self) -> str:
         out = [TITLE]
         if self.handoff_path is not None:
-            out += ["", f"### Last handoff ({self.handoff_path})", *self.handoff]
+            out += ["", f"### Last handoff ({_o(self.handoff_path)})", *self.handoff]
             if self.handoff_body is not None:
                 out.append(self.handoff_body.rstrip("\n"))
         out += ["", "### Memory store",
-                f"History lives in {self.store}: now.md (session buffer), today-*.md (daily "
+                f"History lives in {_o(self.store)}: now.md (session buffer), today-*.md (daily "
                 "staging), recent.md, archive.md, rotated archive-*.md/recent-*.md slices, "
                 "core-memories.md. Read or grep them on request."]
         shown = [i for i in self.items if i.body is not None]
         withheld = [i for i in self.items if i.body is None]
         for item in shown:
-            out += ["", f"--- {item.path.name} ({item.path}, {item.size} bytes) ---",
+            out += ["", f"--- {_o(item.path.name)} ({_o(item.path)}, {item.size} bytes) ---",
                     *([item.note] if item.note else []),
                     item.body.rstrip("\n")]  # type: ignore[union-attr]
         for why in dict.fromkeys(i.why for i in withheld):
             out += ["", why]
-            out += [f"- {i.path} ({i.size} bytes)" for i in withheld if i.why == why]
+            out += [f"- {_o(i.path)} ({i.size} bytes)" for i in withheld if i.why == why]
         if self.slices:
             out += ["", "Rotated archives (not shown; grep on request):", *self.slices]
         if self.refused:
@@ -109,7 +118,7 @@ def fit(recap: Recap, max_bytes: int) -> str:
             if item is None or item.body is None:
                 continue
             path, body = item.path, item.body
-        marker = f"\n[... cut to fit the memory budget (max_bytes = {max_bytes}); full file: {path}]"
+        marker = f"\n[... cut to fit the memory budget (max_bytes = {max_bytes}); full file: {_o(path)}]"
         raw = body.encode("utf-8")
         keep = common.cut_utf8(raw, max(len(raw) - over - len(marker.encode()), 0))
         new = keep.decode("utf-8", "replace") + marker
@@ -185,8 +194,8 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
                _special(path) or (is_tracked if path in tracked else ""))
         if why:
             refused.add(path)
-            line = (f"Not read {path}: {why}." if why.endswith("not a regular file") else
-                    f"Refused {path}: {why} ({REFUSAL_WHY}); not injected.")
+            line = (f"Not read {_o(path)}: {why}." if why.endswith("not a regular file") else
+                    f"Refused {_o(path)}: {why} ({REFUSAL_WHY}); not injected.")
             recap.refused.append(line)
             common.log(env, line)
     if tracked & refused:  # the fix doctor gives, from the one place both take it
@@ -203,7 +212,7 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
         if delivery.problem:
             common.log(env, delivery.problem)
         if binary:  # named with the true reason, never counted as delivered
-            line = f"Not shown {handoff_path}: binary (it contains NUL bytes); not read."
+            line = f"Not shown {_o(handoff_path)}: binary (it contains NUL bytes); not read."
             recap.refused.append(line)
             common.log(env, line)
         elif content is not None and content.strip():
@@ -218,7 +227,7 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
                 recap.handoff.append(
                     f"[Body not repeated: delivery {delivery.number} of unchanged content is past "
                     f"max_redeliveries = {max_redeliveries} (memory stage option). Read it at "
-                    f"{handoff_path} if needed; a changed handoff is shown in full"
+                    f"{_o(handoff_path)} if needed; a changed handoff is shown in full"
                     + (f"; deleting {env.state_dir / 'memory' / 'handoff.delivered'} starts the "
                        "count again" if env.state_dir else "") + ".]")
             else:
@@ -249,17 +258,17 @@ def build(env: common.StageEnv, opts: common.Options, store: Path, today: _dt.da
                 continue
             item.body, item.note = common.decode_clean(data, path)
             if size > file_cap:
-                item.body += f"\n[... cut at file_max_bytes = {file_cap}; full file: {path}]"
+                item.body += f"\n[... cut at file_max_bytes = {file_cap}; full file: {_o(path)}]"
         if size == 0:
             continue
         recap.items.append(item)
 
     slices = store_mod.rotated_slices(store)
     shown = opts.whole("slices_shown", 10)
-    recap.slices = [f"- {s.path} ({s.size} bytes)" for s in slices[:shown]]
+    recap.slices = [f"- {_o(s.path)} ({s.size} bytes)" for s in slices[:shown]]
     rest = slices[shown:]
     if rest:
-        recap.slices.append(f"- ... and {len(rest)} older: {store_mod.slice_globs(store, rest)}")
+        recap.slices.append(f"- ... and {len(rest)} older: {_o(store_mod.slice_globs(store, rest))}")
 
     if not env.compact:
         recap.consolidation = _consolidation(env, opts, store, today)
@@ -338,7 +347,7 @@ def main() -> int:
         return 0
     hop = common.symlink_in(store, common.anchor_for(home.project_dir, store))
     if hop is not None:
-        line = f"Refused memory store {store}: {hop} is a symlink ({REFUSAL_WHY}); nothing injected."
+        line = f"Refused memory store {_o(store)}: {_o(hop)} is a symlink ({REFUSAL_WHY}); nothing injected."
         common.log(env, line)
         common.emit(f"{TITLE}\n{line}\n")
         return 0

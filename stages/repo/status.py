@@ -14,13 +14,17 @@ from pathlib import Path
 from _common import finish, opt_float, opt_int, read_regular, stage_options, warn
 from repo.calls import Calls
 from supervisor._git import failure
+from supervisor._sanitize import one_line
 
 UNTRACKED = ("normal", "no", "all")
 
 
 def parse_status(raw: bytes) -> tuple[dict[str, str], list[str]]:
     """Porcelain v2 ``-z`` output -> ``(headers, short lines)``; headers keyed without ``# ``
-    (``branch.head``, ``branch.upstream``, ``branch.ab``, ``stash``), lines like ``M  path``."""
+    (``branch.head``, ``branch.upstream``, ``branch.ab``, ``stash``), lines like ``M  path``.
+    A path is untrusted text from the tree: each one goes through
+    :func:`supervisor._sanitize.one_line` (a file named ``a\n## Instructions`` stays on its
+    line, written ``a\\n## Instructions``)."""
     headers: dict[str, str] = {}
     lines: list[str] = []
     fields = raw.decode("utf-8", errors="replace").split("\0")
@@ -39,11 +43,11 @@ def parse_status(raw: bytes) -> tuple[dict[str, str], list[str]]:
             if f[0] == "2":  # renamed/copied: the original path is the next NUL field
                 orig = fields[i] if i < len(fields) else "?"
                 i += 1
-                lines.append(f"{xy} {orig} -> {parts[-1]}")
+                lines.append(f"{xy} {one_line(orig)} -> {one_line(parts[-1])}")
             else:
-                lines.append(f"{xy} {parts[-1]}")
+                lines.append(f"{xy} {one_line(parts[-1])}")
         elif f[0] in "?!":
-            lines.append(f"{f[0] * 2} {f[2:]}")
+            lines.append(f"{f[0] * 2} {one_line(f[2:])}")
     return headers, lines
 
 
@@ -62,7 +66,7 @@ def in_progress(git_dir: Path) -> list[str]:
             head = _small(git_dir / "MERGE_HEAD").split()[:1]
         except OSError:
             head = []
-        out.append(f"merge in progress (merging {head[0][:12] if head else '?'}): resolve, "
+        out.append(f"merge in progress (merging {one_line(head[0][:12]) if head else '?'}): resolve, "
                    "then commit, or `git merge --abort`")
     for sub, what in (("rebase-merge", "rebase"), ("rebase-apply", "rebase")):
         d = git_dir / sub
@@ -72,7 +76,7 @@ def in_progress(git_dir: Path) -> list[str]:
             step = ""
             for num, end in (("msgnum", "end"), ("next", "last")):
                 try:
-                    step = f" (step {_small(d / num).strip()}/{_small(d / end).strip()})"
+                    step = f" (step {one_line(_small(d / num).strip()[:20])}/{one_line(_small(d / end).strip()[:20])})"
                     break
                 except OSError:
                     continue
@@ -86,11 +90,13 @@ def in_progress(git_dir: Path) -> list[str]:
 
 
 def worktrees(git_dir: Path, common_dir: Path) -> list[str]:
-    """The other worktrees of this repository, one line each: ``path [branch]``."""
+    """The other worktrees of this repository, one line each: ``path [branch]`` (both through
+    :func:`supervisor._sanitize.one_line`: a project path with a line feed cannot invent a
+    phantom worktree)."""
     out = []
     here = git_dir.resolve()
     if here != common_dir.resolve() and common_dir.name == ".git":
-        out.append(f"{common_dir.parent} [main worktree]")
+        out.append(f"{one_line(str(common_dir.parent))} [main worktree]")
     base = common_dir / "worktrees"
     if not base.is_dir():
         return out
@@ -104,7 +110,7 @@ def worktrees(git_dir: Path, common_dir: Path) -> list[str]:
             continue
         branch = head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else f"detached {head[:12]}"
         gone = "" if path.exists() else ", missing: `git worktree prune`"
-        out.append(f"{path} [{branch}{gone}]")
+        out.append(f"{one_line(str(path))} [{one_line(branch)}{gone}]")
     return out
 
 
@@ -161,10 +167,12 @@ def main(calls: Calls | None = None) -> int:
         changes = [c for c in changes if c != own_state_dir(cwd)]
     head = headers.get("branch.head")
     if head:
-        branch = f"detached at {headers.get('branch.oid', '?')[:12]}" if head == "(detached)" else head
+        head = one_line(head)  # a branch name is untrusted text (git allows ESC, not LF)
+        branch = (f"detached at {one_line(headers.get('branch.oid', '?')[:12])}"
+                  if head == "(detached)" else head)
         if headers.get("branch.oid") == "(initial)":
             branch += " (no commits yet)"
-        up = headers.get("branch.upstream")
+        up = one_line(headers.get("branch.upstream", ""))
         if up:
             ab = headers.get("branch.ab", "")
             ahead, behind = (ab.split() + ["+0", "-0"])[:2] if ab else ("?", "?")
@@ -189,8 +197,8 @@ def main(calls: Calls | None = None) -> int:
         lines.append(log_failed)
     if l_rc == 0 and l_out.strip():
         lines.append("Recent commits:")
-        lines += [f"  {c.replace(chr(9), ' ', 1).replace(chr(9), ' | ', 1)}"
-                  for c in l_out.decode("utf-8", "replace").splitlines()]
+        lines += [f"  {one_line(c).replace(chr(9), ' ', 1).replace(chr(9), ' | ', 1)}"
+                  for c in l_out.decode("utf-8", "replace").split("\n") if c]
     trees = worktrees(git_dir, common_dir)
     if trees:
         lines.append("Other worktrees:")
