@@ -20,14 +20,18 @@ OPENERS = {
     "supervisor/_main.py": (2, "fd 0-2 pointed at /dev/null when the hook starts with them closed"),
     "supervisor/bridges/_install.py": (2, "our own packaged bridge files and the installed copy "
                                           "(compared, never context)"),
+    "supervisor/commands/_plugins.py": (1, "Claude Code's installed_plugins.json in the user's home "
+                                          "(doctor's plugin check, never context)"),
+    "supervisor/commands/mcp.py": (1, "the MCP server's own stdout"),
     "supervisor/config/_plan.py": (1, "pyproject.toml's [tool.supervise] probe (the config is code)"),
     "supervisor/config/_schema.py": (1, "the packaged default.toml"),
     "supervisor/engine/_cgroup.py": (4, "cgroup files of our own stage trees"),
     "supervisor/engine/_proctable.py": (3, "/proc entries of processes we started"),
     "supervisor/engine/_reaper.py": (1, "/proc entries of processes we started"),
     "supervisor/engine/_guardian.py": (2, "/dev/null for its stdio and cgroup.kill of our own stage tree"),
-    "supervisor/engine/_spawn.py": (1, "/dev/null for a stage's stdin"),
+    "supervisor/engine/_spawn.py": (4, "/dev/null, cgroup.procs of our own stage, a program's first line (ENOEXEC)"),
     "supervisor/session/_fastpath.py": (4, "the fast path's index entries in the state dir"),
+    "supervisor/session/_ancestry.py": (1, "the harness's installed package.json (its version)"),
     "supervisor/session/_procinfo.py": (8, "/proc entries for the ancestry walk"),
     "supervisor/session/_transcript.py": (1, "the harness's transcript, scanned for the nudge "
                                              "(never context)"),

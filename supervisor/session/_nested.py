@@ -222,8 +222,8 @@ def _below(path: str, base: str) -> list[str] | None:
 def _claude_file(directory: str) -> bool:
     """``directory`` holds a CLAUDE.md, .claude/CLAUDE.md or CLAUDE.local.md with text."""
     for name in ("CLAUDE.md", os.path.join(".claude", "CLAUDE.md"), "CLAUDE.local.md"):
-        got = _read(os.path.join(directory, name))
-        if got and got[0].strip():
+        got = read_text(os.path.join(directory, name), _ANYWHERE, cap=_MAX_READ)
+        if isinstance(got, Text) and got.text.strip():
             return True
     return False
 

@@ -318,15 +318,23 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
     return "\n".join(blocks)
 
 
-def reread_by_harness(state_dir: StrPath, session_id: str) -> int:
+def reread_by_harness(state_dir: StrPath, session_id: str, project_dir: StrPath) -> int:
     """A harness process that resumed session ``session_id`` read its own instruction files
     anew (Claude ``--resume``, Codex ``exec resume``): the baseline's entries the harness
     loads itself (``how`` ``harness``) move to the files as they are now, so the next prompt
     hook does not inject what the harness already holds. Entries the digest gave stay (the
     transcript holds their old text). Returns the number of entries moved; 0 without a
-    baseline. Never raises: a state dir that cannot be used moves nothing."""
+    baseline (or no per-user key to trust one with). Files are read through the one door in
+    ``project_dir``'s scope, as :func:`take_changed` reads them. Never raises: a state dir
+    that cannot be used moves nothing."""
     if not session_id:
         return 0
+    from ..state._signing import seal, user_key
+
+    key = user_key(create=False)
+    if key is None:
+        return 0
+    project = project_scope(project_dir)
     from ..state._statedir import StateDir
 
     name = f"{session_key(session_id)}.json"
@@ -340,24 +348,25 @@ def reread_by_harness(state_dir: StrPath, session_id: str) -> int:
             with folder.flock(".flock", timeout=5.0) as held:
                 if not held:
                     return 0
-                doc = folder.read_json(name, cap=BASELINE_CAP, check=_check_baseline)
+                doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
                 if doc is None:
                     return 0
                 for entry in doc["files"]:
                     if entry.get("how") != "harness":
                         continue
-                    found = read_file(entry["path"])
-                    sha = found[0] if found else None
+                    found = read_file(entry["path"], scope_for(entry, project))
+                    sha = _sha(found)
                     if sha == entry.get("sha"):
                         continue
                     entry["sha"] = sha
                     entry["text"] = (found[1].decode("utf-8", "replace")
-                                     if found and len(found[1]) <= FILE_CAP else None)
+                                     if not isinstance(found, Refused) and len(found[1]) <= FILE_CAP
+                                     else None)
                     moved += 1
                 if moved:
                     doc["written"] = time.time()
-                    folder.write_json(name, doc)
-            _restamp(state_dir, folder, force=True)
+                    folder.write_json(name, seal(doc, key))
+            _restamp(state_dir, folder, project, key, force=True)
     except (StateError, OSError):
         return 0
     return moved

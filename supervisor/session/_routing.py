@@ -313,7 +313,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript
         from ._refresh import reread_by_harness
 
-        reread_by_harness(context.state_dir, context.session_id)  # it re-read its own files
+        reread_by_harness(context.state_dir, context.session_id,  # it re-read its own files
+                          context.project_dir)
 
         near = _ancestry.ancestry(_ancestry.NUDGE_HOPS)
         found = _ancestry.find_harness(near, context.session_id)
