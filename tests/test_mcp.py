@@ -176,3 +176,30 @@ def test_term_ends_the_server_and_rolls_back_what_was_not_acknowledged(project: 
             if stream is not None:
                 stream.close()
     assert not (project / ".supervise" / "complete.json").exists()
+
+
+def test_a_resource_behind_a_linked_folder_is_refused_by_the_door(project: Path,
+                                                                  tmp_path: Path) -> None:
+    """``.claude -> /elsewhere``: ``.claude/CLAUDE.md`` is listed (a regular file) but lies
+    outside the project, so the one door refuses it; the old guarded small-file read
+    returned the outside file's text. A memory file that is a link is refused too."""
+    from supervisor._errors import ConfigError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "CLAUDE.md").write_text("OUTSIDE-SECRET\n")
+    (outside / "core.md").write_text("OUTSIDE-MEMORY\n")
+    (project / ".claude").symlink_to(outside)
+    (project / ".remember").mkdir()
+    (project / ".remember" / "core.md").symlink_to(outside / "core.md")
+    (project / "AGENTS.md").write_text("inside \u200bnote\n")
+    with pytest.raises(ConfigError) as refused:
+        server.read_resource_text(project, "watchkeeper://instructions/.claude/CLAUDE.md")
+    assert "OUTSIDE-SECRET" not in str(refused.value)
+    try:
+        text = server.read_resource_text(project, "watchkeeper://memory/core.md")
+    except (ConfigError, ValueError):  # refused, or not listed at all: never its text
+        text = ""
+    assert "OUTSIDE-MEMORY" not in text
+    inside = server.read_resource_text(project, "watchkeeper://instructions/AGENTS.md")
+    assert inside.startswith("inside note") and "1 hidden character" in inside

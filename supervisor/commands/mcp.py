@@ -369,22 +369,26 @@ def _resources(project: Path) -> list[tuple[str, Path]]:
 
 def read_resource_text(project: Path, uri: str) -> str:
     """The cleaned text of resource ``uri`` (a file :func:`_resources` lists), read through
-    the guarded small-file read (regular file, at most :data:`RESOURCE_LIMIT` bytes, never a
-    FIFO); hidden text removed and counted (:func:`supervisor._sanitize.clean`).
+    the one door (:func:`supervisor.state._intake.read_text`: inside the project or its main
+    checkout, never /proc, /sys or /dev, a regular file of at most :data:`RESOURCE_LIMIT`
+    bytes, memory files never through a link; hidden text removed and counted).
 
     Raises:
         ValueError: ``uri`` is not one of the listed resources.
-        ConfigError: the file cannot be read (one line: too large, not a regular file).
+        ConfigError: the door refused the file (its one-line reason).
     """
-    from .._sanitize import clean, removed_note
-    from ..state._fsutil import read_small_file
+    from .._errors import ConfigError
+    from .._sanitize import removed_note
+    from ..state._intake import Refused, project_scope, read_text
 
     paths = dict(_resources(project))
     if uri not in paths:
         raise ValueError(f"unknown resource {uri!r}")
-    data = read_small_file(paths[uri], RESOURCE_LIMIT, what="an instruction or memory file")
-    text, removed = clean((data or b"").decode("utf-8", "replace"))
-    return text + (removed_note(removed, uri) if removed else "")
+    got = read_text(paths[uri], project_scope(project), cap=RESOURCE_LIMIT,
+                    follow=not uri.startswith("watchkeeper://memory/"))
+    if isinstance(got, Refused):
+        raise ConfigError(got.reason)
+    return got.text + (removed_note(got.hidden, uri) if got.hidden else "")
 
 
 def serve(project: Path, client: str) -> int:
