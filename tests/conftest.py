@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from fake_harness import FakeHarness, Harnesses
+from helpers import carriers as _carriers
 
 TOKEN_VAR = "WATCHKEEPER_TEST_TOKEN"
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,22 +40,6 @@ def _exit_guard(status: int) -> None:
 
 
 os._exit = _exit_guard
-
-
-def _carriers(token: str) -> list[psutil.Process]:
-    found = []
-    me = os.getpid()
-    for proc in psutil.process_iter(["pid"]):
-        if proc.pid == me:
-            continue
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(TOKEN_VAR) == token:
-                found.append(proc)
-        except (psutil.Error, OSError):
-            continue
-    return found
 
 
 @pytest.fixture(autouse=True)

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 
 def alive_and_ours(pid: int) -> bool:
@@ -25,6 +29,50 @@ def alive_and_ours(pid: int) -> bool:
         return False
     except psutil.AccessDenied:  # another user's process: not one this test started
         return False
+
+
+def carriers(token: str) -> "list[psutil.Process]":
+    """Live (not zombie) processes other than this one whose environment carries ``token`` as
+    ``WATCHKEEPER_TEST_TOKEN``: every process the test started, directly or not."""
+    import psutil
+
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("WATCHKEEPER_TEST_TOKEN") == token:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def end_our_processes(settle: float = 1.0, bound: float = 15.0) -> None:
+    """Kill, by pid, every process this test started (``carriers`` of its token) until none
+    has been seen for ``settle`` seconds, or ``bound`` seconds passed. For a test that leaves
+    a detached runner on purpose: the runner may still be starting (no ``running.json`` yet)
+    and spawn its stage after a one-shot cleanup looked."""
+    import time
+
+    import psutil
+
+    token = os.environ["WATCHKEEPER_TEST_TOKEN"]
+    end = time.monotonic() + bound
+    quiet_since = time.monotonic()
+    while time.monotonic() < end and time.monotonic() - quiet_since < settle:
+        found = carriers(token)
+        if found:
+            quiet_since = time.monotonic()
+        for proc in found:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        time.sleep(0.05)
 
 
 def supervise_cmd(*args: str) -> list[str]:

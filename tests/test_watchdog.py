@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli
+from helpers import end_our_processes, run_cli
 
 RES = Path(__file__).parent / "resources"
 
@@ -242,14 +242,7 @@ def test_deferred_runner_does_not_hold_the_callers_extra_descriptors(tmp_path: P
         assert b"IN PROGRESS" in text
     finally:
         proc.stdout.close()
-        running = tmp_path / ".supervise" / "deferred" / "slow" / "running.json"
-        if running.exists():  # the runner we started: end it by pid
-            try:
-                runner = psutil.Process(json.loads(running.read_text())["pid"])
-                for p in [*runner.children(recursive=True), runner]:
-                    p.kill()
-            except (psutil.Error, ValueError, KeyError):
-                pass
+        end_our_processes()  # the detached runner we started, and its stage
 
 
 def test_kill_phase_stays_bounded_with_fork_and_exit_chains(tmp_path: Path, cpu_load: str) -> None:
