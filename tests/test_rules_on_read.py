@@ -104,3 +104,40 @@ def test_without_rules_the_fast_path_still_answers_alone(project: Path, tmp_path
                            "claude", "--event", "post-tool"], cwd=project, input=payload,
                           env=env(), capture_output=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout == b"" and not record.exists()
+
+
+def _index(project: Path, harness: str) -> Path:
+    return project / ".supervise" / "rules" / f"{harness}.json"
+
+
+def test_a_planted_rules_index_injects_nothing(project: Path) -> None:
+    """The index names the files a read injects: one we did not sign (a clone's tracked
+    ``.supervise/rules/claude.json``, an agent's own write) is set aside, never followed."""
+    (project / ".env").write_text("MY_API_KEY=sk-planted\n")
+    start(project, "claude")
+    _index(project, "claude").write_text(json.dumps({
+        "version": 1, "root": str(project),
+        "rules": [{"path": str(project / ".env"), "globs": ["**"], "convention": "cursor"}]}))
+    got = read(project, "claude", "README.md")
+    assert "sk-planted" not in got
+    assert not _index(project, "claude").exists()  # set aside, so the shim stops asking
+
+
+def test_an_edited_or_foreign_rules_index_injects_nothing(project: Path) -> None:
+    """A signed index edited to add a file, or another harness's signed index put in its
+    place, is not ours for this harness."""
+    (project / ".env").write_text("MY_API_KEY=sk-planted\n")
+    start(project, "claude")
+    doc = json.loads(_index(project, "claude").read_text())
+    assert doc["sig"] and doc["harness"] == "claude"
+    doc["rules"].append({"path": str(project / ".env"), "globs": ["**"], "convention": "cursor"})
+    _index(project, "claude").write_text(json.dumps(doc))
+    assert "sk-planted" not in read(project, "claude", "README.md")
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "bridge", "--harness", "pi",
+                           "--source", "startup", "--cwd", str(project), "--session-id", "s2"],
+                          cwd=project, env=env(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    start(project, "claude", "compact")  # the genuine claude index again, a fresh epoch
+    _index(project, "claude").write_bytes(_index(project, "pi").read_bytes())
+    got = read(project, "claude", "src/a.py")
+    assert "CLAUDE-PY-RULE" not in got  # pi's index (Claude loads its own rules) is refused

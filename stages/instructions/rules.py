@@ -31,7 +31,7 @@ from pathlib import Path
 
 from instructions.files import FileText, Place, examine, is_regular, real
 from supervisor._record import record, replace
-from supervisor.session._rules import INDEX_DIR, index_name, split_frontmatter
+from supervisor.session._rules import INDEX_DIR, INDEX_VERSION, index_name, split_frontmatter
 from supervisor.state._intake import project_scope
 
 CONVENTIONS = {"claude": (".claude/rules", (".md",)), "cursor": (".cursor/rules", (".mdc", ".md"))}
@@ -128,24 +128,32 @@ def rules_for(place: Place, loaded: Container[str]) -> list[Rule]:
 def write_index(state_dir: str, harness: str, place: Place, rules: list[Rule]) -> str | None:
     """Record the path-scoped rules ``harness`` does not load (absolute path, globs,
     convention) in ``<state>/rules/<harness>.json`` for its read hooks, so a read is matched
-    without parsing any frontmatter (:mod:`supervisor.session._rules`); the index is removed
-    when there are none. Returns a problem line, or None."""
+    without parsing any frontmatter (:mod:`supervisor.session._rules`), signed with the
+    per-user key (:mod:`supervisor.state._signing`: the hook follows no index it did not
+    sign); the index is removed when there are none, and when there is no key (no home:
+    nothing is injected on a read). Returns a problem line, or None."""
     from supervisor._errors import StateError
     from supervisor._jsontext import dumps
+    from supervisor.state._signing import seal, user_key
     from supervisor.state._statedir import open_subpath
 
     scoped = [{"path": str(r.path), "globs": list(r.globs), "convention": r.convention}
               for r in rules if r.kind == "scoped"]
     name = index_name(harness)
     try:
-        if not scoped and not os.path.lexists(os.path.join(state_dir, INDEX_DIR, name)):
+        key = user_key(create=True) if scoped else None
+    except OSError:
+        key = None  # no home: an index nobody could trust is not written
+    try:
+        if key is None and not os.path.lexists(os.path.join(state_dir, INDEX_DIR, name)):
             return None  # nothing to record, nothing to remove: no folder made
         folder = open_subpath(state_dir, (INDEX_DIR,), create=True)
         assert folder is not None
         with folder:
-            if scoped:
-                folder.write(name, dumps({"version": 1, "root": str(place.root),
-                                          "rules": scoped}).encode("utf-8"))
+            if key is not None:
+                doc = seal({"version": INDEX_VERSION, "harness": harness or "terminal",
+                            "root": str(place.root), "rules": scoped}, key)
+                folder.write(name, dumps(doc).encode("utf-8"))
             else:
                 folder.remove(name)
     except (StateError, OSError) as err:

@@ -4,8 +4,14 @@ The ``instructions`` stage records, per harness, the path-scoped rules that harn
 load itself (``stages/instructions/rules.py``, ``write_index``)::
 
     <state_dir>/rules/<harness>.json
-    {"version": 1, "root": "<project root>", "rules": [{"path": "...", "globs": [...],
-     "convention": "cursor"}]}
+    {"version": 2, "harness": "<harness>", "root": "<project root>",
+     "rules": [{"path": "...", "globs": [...], "convention": "cursor"}], "sig": "..."}
+
+The index names the files a read injects, so it is a record replayed into context: it is
+used only when it carries our signature under the per-user key
+(:mod:`supervisor.state._signing`; a planted or edited index, or one of another harness, is
+set aside, never followed), and only its rules inside its ``root`` count. With no home there
+is no key: no index is written and no rule is injected on a read.
 
 A read hook (Claude ``PostToolUse``, the Pi bridge's ``tool_result``) asks :func:`matching`
 which of them cover the file read; :func:`supervisor.session._nested.handle_post_tool`
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
 
 INDEX_DIR = "rules"
+INDEX_VERSION = 2
+"""The index's ``version``: 2 is signed (an unsigned version 1 index is set aside)."""
 INDEX_CAP = 256 * 1024
 """Bytes of an index read at most; a bigger file is not ours (set aside by the state door)."""
 
@@ -48,6 +56,26 @@ def split_frontmatter(text: str) -> tuple[str | None, str]:
     return None, text
 
 
+def check_index(value: object, key: bytes | None, harness: str) -> dict[str, object]:
+    """``value`` (an index read back) when it is ours: :data:`INDEX_VERSION`, ``harness``'s,
+    signed under ``key`` (:func:`supervisor.state._signing.genuine`), a string ``root`` and a
+    list of ``rules``.
+
+    Raises:
+        ValueError: any of these fails (the state door then sets the file aside).
+    """
+    from ..state._signing import genuine
+
+    if not genuine(value, key):
+        raise ValueError("not signed by this user's key")
+    assert isinstance(value, dict)  # genuine() holds only for a mapping
+    if value.get("version") != INDEX_VERSION or value.get("harness") != (harness or "terminal"):
+        raise ValueError(f"not an index of {harness or 'terminal'}")
+    if not isinstance(value.get("root"), str) or not isinstance(value.get("rules"), list):
+        raise ValueError("not a rules index")
+    return value
+
+
 def _covers(glob: str, rel: str) -> bool:
     from ..config._plan import glob_match
 
@@ -60,8 +88,11 @@ def _covers(glob: str, rel: str) -> bool:
 def matching(state_dir: StrPath, harness: str, file_path: str) -> dict[str, tuple[str, ...]]:
     """``{rule path: its globs}`` of the rules indexed for ``harness`` in ``state_dir`` whose
     globs cover ``file_path`` (absolute), in index order; ``{}`` without an index, for a file
-    outside the project, or when the index cannot be read. Never raises."""
+    outside the project, or when the index cannot be read or is not ours (:func:`check_index`:
+    set aside). A rule whose real path is outside the index's root is never named. Never
+    raises."""
     from .._errors import StateError
+    from ..state._signing import user_key
     from ..state._statedir import open_subpath
 
     folder_path = os.path.join(state_dir, INDEX_DIR, index_name(harness))
@@ -71,19 +102,21 @@ def matching(state_dir: StrPath, harness: str, file_path: str) -> dict[str, tupl
         folder = open_subpath(state_dir, (INDEX_DIR,))
         if folder is None:
             return {}
+        key = user_key(create=False)
         with folder:
-            data = folder.read_json(index_name(harness), INDEX_CAP)
+            data = folder.read_json(index_name(harness), INDEX_CAP,
+                                    lambda value: check_index(value, key, harness))
     except (StateError, OSError):
         return {}
-    if not isinstance(data, dict) or data.get("version") != 1:
+    if data is None:
         return {}
-    root, rules = data.get("root"), data.get("rules")
-    if not isinstance(root, str) or not isinstance(rules, list):
+    root, rules = data["root"], data["rules"]
+    assert isinstance(root, str) and isinstance(rules, list)
+    inside = os.path.realpath(root).rstrip("/") + "/"
+    real_file = os.path.realpath(file_path)
+    if not real_file.startswith(inside):
         return {}
-    real_root, real_file = os.path.realpath(root), os.path.realpath(file_path)
-    if not real_file.startswith(real_root.rstrip("/") + "/"):
-        return {}
-    rel = real_file[len(real_root.rstrip("/")) + 1:]
+    rel = real_file[len(inside):]
     out: dict[str, tuple[str, ...]] = {}
     for rule in rules:
         if not isinstance(rule, dict):
@@ -92,6 +125,8 @@ def matching(state_dir: StrPath, harness: str, file_path: str) -> dict[str, tupl
         if not isinstance(path, str) or not isinstance(globs, list):
             continue
         shown = tuple(g for g in globs if isinstance(g, str))
+        if not os.path.realpath(path).startswith(inside):
+            continue  # ours, but a rule out of its project is never injected
         if any(_covers(g, rel) for g in shown):
             out[path] = shown
     return out
