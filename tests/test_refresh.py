@@ -161,3 +161,29 @@ def test_the_option_turns_it_off(project: Path) -> None:
     start(project, "s1")
     edit(project / "AGENTS.md", "changed\n")
     assert prompt(project, "s1") == ""
+
+
+def test_a_changed_rule_is_refreshed_as_its_body_once(project: Path) -> None:
+    """A rules file edited mid-session is refreshed as the digest gave it: its body, never
+    its frontmatter (the old code sent the whole file, ``description:`` and ``globs:``
+    included), once; an edit of the frontmatter alone refreshes nothing."""
+    rules = project / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    rule = rules / "base.mdc"
+    rule.write_text("---\nalwaysApply: true\ndescription: house rule\n---\nCURSOR-ALWAYS one\n")
+    old = time.time() - 60
+    os.utime(rule, (old, old))
+    first = start(project, "s1", "codex")
+    assert "CURSOR-ALWAYS one" in first and "alwaysApply" not in first
+    assert prompt(project, "s1", "codex") == ""
+    edit(rule, "---\nalwaysApply: true\ndescription: house rule\n---\nCURSOR-ALWAYS one\n"
+               "CURSOR-ALWAYS two\n")
+    text = prompt(project, "s1", "codex")
+    assert text.count(NOTE) == 1 and text.count("CURSOR-ALWAYS two") == 1
+    assert "alwaysApply" not in text and "description: house rule" not in text, text
+    assert "(+1 -0 lines, first change at line 2)" in text  # the body's lines
+    assert "### .cursor/rules/base.mdc (current version)\nCURSOR-ALWAYS one\nCURSOR-ALWAYS two\n" in text
+    assert prompt(project, "s1", "codex") == ""  # once
+    edit(rule, "---\nalwaysApply: true\ndescription: the house rule, reworded\n---\n"
+               "CURSOR-ALWAYS one\nCURSOR-ALWAYS two\n")
+    assert prompt(project, "s1", "codex") == ""  # the model was never given the frontmatter

@@ -64,6 +64,19 @@ class Rule:
     problem: str = ""
 
 
+def is_rule_file(path: Path) -> bool:
+    """``path`` (as discovered) is a rules file of a convention of :data:`CONVENTIONS`: below
+    its rules folder (``.claude/rules``, ``~/.claude/rules``, ``.cursor/rules``) with one of
+    its suffixes. Its frontmatter is metadata: the model is given its body."""
+    parts = path.parts
+    for folder, suffixes in CONVENTIONS.values():
+        first, second = folder.split("/")
+        if path.suffix in suffixes and any(
+                parts[i] == first and parts[i + 1] == second for i in range(len(parts) - 2)):
+            return True
+    return False
+
+
 def rule_files(place: Place) -> list[tuple[str, Path]]:
     """``[(convention, path)]`` of every rules file from the project root down to cwd, each
     folder's files sorted by relative path, Claude's before Cursor's."""

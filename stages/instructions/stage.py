@@ -15,7 +15,7 @@ from instructions.files import ANYWHERE, Place, is_within, present, real
 from instructions.discover import LOADERS, globals_for, supply_chain
 from instructions.imports import Entry, Skipped, Walk
 from instructions.listing import Listing, on_demand
-from instructions.rules import Rule, rules_for, write_index
+from instructions.rules import Rule, is_rule_file, rules_for, write_index
 from supervisor.session._nested import listing_note, scope_of, subtree_file
 from supervisor._harnesses import BY_NAME, label
 from supervisor._sanitize import one_line, removed_note
@@ -181,8 +181,10 @@ def record_baseline(place: Place, harness: str, injected: list[Entry],
     def user(real_path: str) -> bool:  # allowed outside the project: judged by this stage
         return not any(is_within(Path(real_path), Path(root)) for root in project.roots)
 
-    files = [(e.real, place.show(e.path), "digest", user(e.real)) for e in injected]
-    files += [(p, place.show(p), "harness", p in user_files) for p in sorted(loaded)]
+    files = [(e.real, place.show(e.path), "digest", user(e.real), is_rule_file(e.path))
+             for e in injected]
+    files += [(p, place.show(p), "harness", p in user_files, is_rule_file(Path(p)))
+              for p in sorted(loaded)]
     try:
         from supervisor._errors import SupervisorError
         from supervisor.session._refresh import record_baseline as record

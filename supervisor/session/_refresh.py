@@ -87,6 +87,24 @@ def read_file(path: str, scope: Scope) -> tuple[str, bytes] | Refused:
     return sha256(got.data).hexdigest(), got.data[: FILE_CAP + 1]
 
 
+def read_entry(entry: dict[str, Any], project: Scope) -> tuple[str, bytes] | Refused:
+    """What the session was given of baseline ``entry``'s file, read as :func:`read_file`
+    reads it (in :func:`scope_for`): the file, or for a rules file (``"rule": true``: a
+    ``.claude/rules`` or ``.cursor/rules`` file, delivered without its frontmatter, as
+    ``stages/instructions/rules.py`` supplies it and the harnesses load it) its body alone,
+    hashed alone: a rule's refresh carries the body, and an edit of its frontmatter alone
+    refreshes nothing. A rules file over :data:`FILE_CAP` keeps the whole file's hash."""
+    found = read_file(entry["path"], scope_for(entry, project))
+    if isinstance(found, Refused) or entry.get("rule") is not True or len(found[1]) > FILE_CAP:
+        return found
+    from .._hashing import sha256
+    from ._rules import split_frontmatter
+
+    body = split_frontmatter(found[1].decode("utf-8", "surrogateescape"))[1]
+    data = body.encode("utf-8", "surrogateescape")
+    return sha256(data).hexdigest(), data
+
+
 def _sha(found: tuple[str, bytes] | Refused) -> str | None:
     return None if isinstance(found, Refused) else found[0]
 
@@ -122,18 +140,21 @@ def _check_baseline(value: Any) -> dict[str, Any]:
                 and isinstance(entry.get("shown"), str)
                 and (entry.get("sha") is None or isinstance(entry.get("sha"), str))
                 and (entry.get("text") is None or isinstance(entry.get("text"), str))
-                and isinstance(entry.get("user", False), bool)):
+                and isinstance(entry.get("user", False), bool)
+                and isinstance(entry.get("rule", False), bool)):
             raise ValueError("not a baseline entry")
     return value
 
 
 def record_baseline(state_dir: StrPath, session_id: str, harness: str,
-                    files: Iterable[tuple[str, str, str] | tuple[str, str, str, bool]],
+                    files: Iterable[tuple[str, str, str] | tuple[str, str, str, bool]
+                                    | tuple[str, str, str, bool, bool]],
                     project_dir: StrPath) -> int:
     """Record what session ``session_id`` has now: ``files`` are ``(absolute path, shown
-    name, how[, user])`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded by the
-    harness itself) and ``user`` True for a file allowed outside the project (a home file the
-    harness documents, one the config names or allows; :func:`scope_for`). Each file is read
+    name, how[, user[, rule]])`` with ``how`` ``"digest"`` (injected) or ``"harness"`` (loaded
+    by the harness itself), ``user`` True for a file allowed outside the project (a home file
+    the harness documents, one the config names or allows; :func:`scope_for`) and ``rule``
+    True for a rules file, given without its frontmatter (:func:`read_entry`). Each file is read
     through the one door with that scope (``project_dir``'s otherwise), so one refused now has
     no hash and is refused the same way later. Replaces the session's baseline, prunes
     baselines older than :data:`KEEP_DAYS` and refreshes the fast path's watch list. Returns
@@ -162,7 +183,9 @@ def record_baseline(state_dir: StrPath, session_id: str, harness: str,
         seen.add(path)
         entry: dict[str, Any] = {"path": path, "shown": shown, "how": how,
                                  "user": bool(rest and rest[0])}
-        found = read_file(path, scope_for(entry, project))
+        if len(rest) > 1 and rest[1]:
+            entry["rule"] = True
+        found = read_entry(entry, project)
         text = None
         if not isinstance(found, Refused) and len(found[1]) <= min(FILE_CAP, text_left):
             text = found[1].decode("utf-8", "replace")
@@ -209,7 +232,7 @@ def _restamp(state_dir: StrPath, folder: Any, project: Scope, key: bytes | None,
         for entry in (doc or {}).get("files", ()):
             path = entry["path"]
             if path not in current:
-                current[path] = _sha(read_file(path, scope_for(entry, project)))
+                current[path] = _sha(read_entry(entry, project))
             if current[path] != entry.get("sha"):
                 stale.add(path)
     for path in stale:
@@ -294,7 +317,7 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
             if doc is None:
                 return ""
             for entry in doc["files"]:
-                found = read_file(entry["path"], scope_for(entry, project))
+                found = read_entry(entry, project)
                 sha = _sha(found)
                 if sha == entry.get("sha"):
                     continue
@@ -354,7 +377,7 @@ def reread_by_harness(state_dir: StrPath, session_id: str, project_dir: StrPath)
                 for entry in doc["files"]:
                     if entry.get("how") != "harness":
                         continue
-                    found = read_file(entry["path"], scope_for(entry, project))
+                    found = read_entry(entry, project)
                     sha = _sha(found)
                     if sha == entry.get("sha"):
                         continue
