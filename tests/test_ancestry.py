@@ -95,3 +95,28 @@ def test_installed_version_reads_the_harness_package_not_the_cli(tmp_path: Path)
         for p in procs:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("plant", ["fifo", "huge", "proc link", "escape"])
+def test_a_planted_package_json_names_no_version_and_never_blocks(tmp_path: Path, plant: str) -> None:
+    """A harness's ``package.json`` is read guarded: a FIFO there used to hold every hook that
+    asked the harness's version; a huge file, a link into ``/proc`` or a version with an
+    escape sequence names no version."""
+    package = tmp_path / "node_modules" / "@anthropic-ai" / "claude-code"
+    (package / "bin").mkdir(parents=True)
+    manifest = package / "package.json"
+    if plant == "fifo":
+        os.mkfifo(manifest)
+    elif plant == "huge":
+        with manifest.open("wb") as f:
+            f.write(b'{"name": "@anthropic-ai/claude-code", "version": "2.1.332", "x": "')
+            f.truncate(3 << 30)
+    elif plant == "proc link":
+        manifest.symlink_to("/proc/self/environ")
+    else:
+        manifest.write_text('{"name": "@anthropic-ai/claude-code", "version": "2.1.332\\u001b[8m"}')
+    code = ("import sys; from supervisor.session._ancestry import _package_version; "
+            "print(repr(_package_version(sys.argv[1], ('@anthropic-ai/claude-code',))))")
+    proc = subprocess.run([sys.executable, "-c", code, str(package / "bin" / "claude")],
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout.strip() == "''", proc.stderr

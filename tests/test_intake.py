@@ -20,8 +20,6 @@ OPENERS = {
     "supervisor/_main.py": (2, "fd 0-2 pointed at /dev/null when the hook starts with them closed"),
     "supervisor/bridges/_install.py": (2, "our own packaged bridge files and the installed copy "
                                           "(compared, never context)"),
-    "supervisor/commands/_plugins.py": (1, "Claude Code's installed_plugins.json in the user's home "
-                                          "(doctor's plugin check, never context)"),
     "supervisor/commands/mcp.py": (1, "the MCP server's own stdout"),
     "supervisor/config/_plan.py": (1, "pyproject.toml's [tool.supervise] probe (the config is code)"),
     "supervisor/config/_schema.py": (1, "the packaged default.toml"),
@@ -31,7 +29,6 @@ OPENERS = {
     "supervisor/engine/_guardian.py": (2, "/dev/null for its stdio and cgroup.kill of our own stage tree"),
     "supervisor/engine/_spawn.py": (4, "/dev/null, cgroup.procs of our own stage, a program's first line (ENOEXEC)"),
     "supervisor/session/_fastpath.py": (4, "the fast path's index entries in the state dir"),
-    "supervisor/session/_ancestry.py": (1, "the harness's installed package.json (its version)"),
     "supervisor/session/_procinfo.py": (8, "/proc entries for the ancestry walk"),
     "supervisor/session/_transcript.py": (1, "the harness's transcript, scanned for the nudge "
                                              "(never context)"),
@@ -79,6 +76,118 @@ def test_every_file_open_is_the_door_or_listed_with_why_it_is_not_context() -> N
             if count:
                 found[path.relative_to(ROOT).as_posix()] = count
     assert found == {name: count for name, (count, _why) in OPENERS.items()}
+
+
+# A plain open (``open(path)``, ``Path.open``/``read_text``/``read_bytes``) waits forever on a
+# FIFO and reads a huge file whole: it is allowed only on a file nobody in the tree, a harness
+# or the user's config can plant. Everything else is opened with ``os.open`` and a flag that
+# cannot block (``O_NONBLOCK``; ``O_DIRECTORY``, ``O_EXCL`` fail on a FIFO instead), then
+# ``fstat``-ed and read capped (the door, the state door, ``_fsutil.read_small_file``).
+SAFE_OPEN_FLAGS = {"O_NONBLOCK", "O_DIRECTORY", "O_EXCL"}
+KERNEL_PREFIXES = ("/proc/", "/sys/")
+PLAIN_OPENS = {
+    ("supervisor/engine/_cgroup.py", "path / 'cgroup.procs'"): "cgroupfs, our own stage's cgroup",
+    ("supervisor/engine/_cgroup.py", "path"): "cgroupfs: cgroup.stat of our own stage's cgroup",
+    ("supervisor/engine/_guardian.py", "os.path.join(cgroup, 'cgroup.kill')"):
+        "cgroupfs: cgroup.kill of our own stage tree",
+    ("supervisor/engine/_spawn.py", "os.path.join(cgroup, 'cgroup.procs')"):
+        "cgroupfs: cgroup.procs of our own stage",
+    ("supervisor/engine/_spawn.py", "program"): "a built-in stage program of our own package "
+                                                "(only built-ins are run in a forked child)",
+}
+"""The plain opens whose target the census cannot see is a kernel file, ``/dev/null``, a
+descriptor or a packaged resource: ``(module, target as source) -> why it cannot be planted``."""
+
+
+def _flag_names(node: ast.AST) -> set[str]:
+    return {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+
+
+def _assigned(tree: ast.Module, name: str) -> list[ast.AST]:
+    out: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name
+                                                for t in node.targets):
+            out.append(node.value)
+        elif isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) \
+                and node.target.id == name:
+            out.append(node.value)
+    return out
+
+
+def _unsafe_opens(source: str, rel: str) -> list[str]:
+    """The opens in ``source`` (module ``rel``) that could block on a planted FIFO or read a
+    planted file unbounded: ``"line: source"`` each, in line order."""
+    tree = ast.parse(source)
+    bad: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+                and func.value.id == "os" and func.attr == "open":
+            target, flags = node.args[0], node.args[1] if len(node.args) > 1 else None
+            if ast.unparse(target) == "os.devnull":
+                continue
+            names = _flag_names(flags) if flags is not None else set()
+            if isinstance(flags, ast.Name):
+                for value in _assigned(tree, flags.id):
+                    names |= _flag_names(value)
+            if not names & SAFE_OPEN_FLAGS:
+                bad.append((node.lineno, ast.unparse(node)))
+            continue
+        plain = isinstance(func, ast.Name) and func.id == "open"
+        plain |= isinstance(func, ast.Attribute) and func.attr in ("open", "read_text",
+                                                                   "read_bytes", "fdopen") \
+            and not (isinstance(func.value, ast.Name) and func.value.id in ("StateDir", "cls"))
+        if not plain:
+            continue
+        assert isinstance(func, (ast.Name, ast.Attribute))
+        if isinstance(func, ast.Attribute) and func.attr != "fdopen":
+            target = func.value  # path.read_text(), path.open()
+            if "resources.files" in ast.unparse(target):
+                continue  # a packaged resource
+        else:
+            target = node.args[0]
+        shown = ast.unparse(target)
+        text = target.values[0] if isinstance(target, ast.JoinedStr) and target.values else target
+        if isinstance(text, ast.Constant) and isinstance(text.value, str) \
+                and text.value.startswith(KERNEL_PREFIXES):
+            continue  # /proc, /sys: the kernel's, never the tree's
+        if shown == "os.devnull" or shown.endswith("fd") or shown == "fd":
+            continue  # a descriptor we hold
+        if (rel, shown) not in PLAIN_OPENS:
+            bad.append((node.lineno, ast.unparse(node)))
+    return [f"{line}: {text}" for line, text in sorted(bad)]
+
+
+def test_no_open_can_block_on_a_fifo_or_read_a_planted_file_whole() -> None:
+    """A plain ``open()`` of a file of the tree, a harness or the user's config (a harness's
+    ``package.json``, Claude Code's ``installed_plugins.json``) fails here: read it through
+    the door, the state door or ``_fsutil.read_small_file`` (``O_NONBLOCK``, ``fstat``, a
+    cap), or list a file nobody can plant in :data:`PLAIN_OPENS`."""
+    found = {}
+    for folder in ("supervisor", "stages"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            bad = _unsafe_opens(path.read_text(), path.relative_to(ROOT).as_posix())
+            if bad:
+                found[path.relative_to(ROOT).as_posix()] = bad
+    assert found == {}
+
+
+def test_the_census_catches_a_plain_open_of_a_tree_file() -> None:
+    """The census itself can fail: the opens it was written against (``_ancestry``'s
+    ``package.json``, ``_plugins``' ``installed_plugins.json``) are found; a kernel file and a
+    guarded open are not."""
+    source = ("import os\n\n\ndef f(path, home):\n"
+              "    with open(path, 'rb') as f:\n        f.read()\n"
+              "    (home / 'installed_plugins.json').read_bytes()\n"
+              "    os.open(path, os.O_RDONLY)\n"
+              "    open('/proc/self/stat').read()\n"
+              "    flags = os.O_RDONLY | os.O_NONBLOCK\n"
+              "    os.open(path, flags)\n")
+    assert [line.split(":")[0] for line in _unsafe_opens(source, "supervisor/x.py")] == \
+        ["5", "7", "8"]
 
 
 def test_the_context_readers_use_the_door() -> None:

@@ -355,3 +355,30 @@ def test_doctor_sees_an_extension_package_and_one_beside_the_placed_bridge(tmp_p
     doctor = _supervise(["doctor", harness], project, home, path)
     [twice] = [ln for ln in doctor.stdout.splitlines() if "registered 2 times" in ln]
     assert twice.startswith("FAIL") and f"supervise uninstall {harness}" in twice
+
+
+@pytest.mark.parametrize("plant", ["fifo", "huge", "deep", "device link"])
+def test_doctor_names_a_planted_plugin_list_and_never_blocks_on_it(tmp_path: Path, plant: str) -> None:
+    """Claude Code's ``installed_plugins.json`` is read guarded: a FIFO there used to hold
+    ``doctor`` forever, a link to ``/dev/zero`` to read without end. Each is one line."""
+    home = tmp_path / "home"
+    listing = home / ".claude" / "plugins" / "installed_plugins.json"
+    listing.parent.mkdir(parents=True)
+    if plant == "fifo":
+        os.mkfifo(listing)
+    elif plant == "huge":
+        with listing.open("wb") as f:
+            f.truncate(3 << 30)  # sparse: one fstat, never read
+    elif plant == "deep":
+        listing.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        listing.symlink_to("/dev/zero")
+    project = _git_project(tmp_path)
+    (project / ".claude").mkdir()
+    (project / ".claude" / "settings.json").write_text(
+        json.dumps({"enabledPlugins": {"watchkeeper@watchkeeper": True}}))
+    doctor = _supervise(["doctor", "claude"], project, home, f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    [line] = [ln for ln in doctor.stdout.splitlines() if "cache has it is unknown" in ln]
+    why = {"fifo": "not a regular file", "huge": "too large (3221225472 bytes",
+           "deep": "not valid JSON (RecursionError)", "device link": "not a regular file"}[plant]
+    assert line.startswith("warn") and why in line and str(listing) in line, line

@@ -31,6 +31,9 @@ from ..adapters import Adapter
 PLUGIN_KEY = "enabledPlugins"
 """The settings key mapping ``plugin@marketplace`` to true/false (Claude Code)."""
 
+CACHE_CAP = 4 << 20
+"""Bytes of Claude Code's ``installed_plugins.json`` read at most (a bigger one is named)."""
+
 CLI_TIMEOUT = 120.0
 """Seconds one call of the harness's plugin CLI may take (a local marketplace: about 2 s)."""
 
@@ -114,14 +117,27 @@ def cached(adapter: Adapter, home: Path, project: Path, scope: str) -> bool:
     ``~/.claude/plugins/installed_plugins.json``: an entry of scope ``user``, or of the
     project's scope with its ``projectPath``). A plugin enabled but not cached does not load
     (observed with 2.1.197: ``claude plugin list`` shows nothing, no hook runs). Gemini:
-    :func:`extension_dir`."""
+    :func:`extension_dir`. The file is read guarded (:func:`supervisor.state._fsutil.
+    read_small_file`: never blocking on a FIFO, at most :data:`CACHE_CAP` bytes, a regular
+    file only); an absent file is False.
+
+    Raises:
+        ConfigError: one line naming the file and why it cannot be judged (a FIFO, folder or
+            device, too large, unreadable, not JSON or nested too deeply).
+    """
     if adapter.name == "gemini":
         return extension_dir(adapter, home) is not None
+    from .._errors import ConfigError
+    from ..state._fsutil import read_small_file
+
     path = home / ".claude" / "plugins" / "installed_plugins.json"
-    try:
-        data = json.loads(path.read_bytes()[:4 << 20])
-    except (OSError, ValueError):
+    raw = read_small_file(path, CACHE_CAP, what="Claude Code's plugin list", missing_ok=True)
+    if raw is None:
         return False
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError, MemoryError) as err:
+        raise ConfigError(f"{path}: not valid JSON ({type(err).__name__}); not read") from None
     plugins = data.get("plugins") if isinstance(data, dict) else None
     if not isinstance(plugins, dict):
         return False

@@ -553,7 +553,16 @@ def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], proje
         if key.startswith("extension "):
             checks.append(Check("ok", adapter.name, f"{key} installed in {path} (user level: "
                                 "every project)"))
-        elif _plugins.cached(adapter, home, project, scope):
+            continue
+        from .._errors import ConfigError
+
+        try:
+            cached = _plugins.cached(adapter, home, project, scope)
+        except ConfigError as err:  # a FIFO, huge or deep plugin list: named, never read
+            checks.append(Check("warn", adapter.name, f"plugin {key} enabled in {path}; whether "
+                                f"{adapter.title}'s cache has it is unknown: {err}"))
+            continue
+        if cached:
             checks.append(Check("ok", adapter.name, f"plugin {key} enabled in {path} and "
                                 f"installed in {adapter.title}'s cache"))
         else:

@@ -196,8 +196,12 @@ _PACKAGE_CAP = 256 * 1024
 
 def _package_version(start: str, packages: tuple[str, ...]) -> str:
     """The ``version`` of the nearest ``package.json`` at or above ``start``'s folder (at most
-    five levels) whose ``name`` is one of ``packages``; "" when there is none."""
+    five levels) whose ``name`` is one of ``packages``; "" when there is none. Each is read
+    guarded (:func:`supervisor.state._fsutil.read_small_file`: never blocking on a FIFO, a
+    regular file of at most ``_PACKAGE_CAP`` bytes)."""
     from .. import _jsontext
+    from .._errors import ConfigError
+    from ..state._fsutil import read_small_file
 
     folder = os.path.dirname(start)
     for _ in range(5):
@@ -211,12 +215,12 @@ def _package_version(start: str, packages: tuple[str, ...]) -> str:
             if key not in _VERSIONS:
                 version = ""
                 try:
-                    with open(path, "rb") as f:
-                        doc = _jsontext.loads(f.read(_PACKAGE_CAP))
+                    raw = read_small_file(path, _PACKAGE_CAP, missing_ok=True) or b""
+                    doc = _jsontext.loads(raw)
                     if isinstance(doc, dict) and doc.get("name") in packages:
                         version = str(doc.get("version") or "")
-                except (OSError, ValueError, RecursionError):
-                    pass
+                except (ConfigError, ValueError, RecursionError, MemoryError):
+                    pass  # a FIFO, huge, deep or broken package.json names no version
                 _VERSIONS[key] = version if _plain_version(version) else ""
             if _VERSIONS[key]:
                 return _VERSIONS[key]

@@ -88,7 +88,8 @@ def flocked(path: StrPath, timeout: float, *, poll: float = 0.005) -> Iterator[b
     Raises:
         OSError: ``path`` cannot be opened (ELOOP for a symlink).
     """
-    fd = os.open(nofollow_path(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = os.open(nofollow_path(path), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+                 | os.O_CLOEXEC, 0o600)
     with flock_fd(fd, timeout, poll=poll) as held:
         yield held
 
