@@ -9,9 +9,15 @@ and compaction makes it forget. Here the claim is an ``fcntl.flock`` on a per-se
 per-session JSON file in the state dir carrying the session's compaction epoch::
 
     <state_dir>/nested/<sha256(session_id)[:32]>.json
-    {"version": 1, "epoch": 2, "injected": {"<real path>": 2}, "retry_at": {"<real path>": 1.7e9}}
+    {"version": 1, "epoch": 2, "injected": {"<real path>": 2}, "retry_at": {"<real path>": 1.7e9},
+     "in_flight": {"<real path>": {"epoch": 2, "pid": 4242, "at": 1.7e9}}}
 
-A path counts as delivered only when ``injected[path] == epoch``. :func:`advance_epoch` (to be
+A path counts as delivered only when ``injected[path] == epoch``. Between a hook's pick and
+its envelope going out (the injection is only reserved until then, issue 11), the path is
+``in_flight`` (:func:`supervisor.state._delivery.in_flight`): parallel hooks of the session
+(Claude fires ``PostToolUse`` for several ``Read`` tools at once) skip it while its holder
+lives, so it is injected once; the commit moves it to ``injected``, a failed write drops it,
+and a killed holder's mark is void. :func:`advance_epoch` (to be
 called by the session protocol at ``compact`` and ``clear``) bumps the epoch, so the next read in
 the subtree injects again. An unreadable file is skipped and retried after ``retry_after``
 seconds (a negative cache: no read storm, never a blocking open).
@@ -127,6 +133,8 @@ def _load(claim: _Claim) -> dict[str, object]:
         "epoch": epoch if usable else 0,
         "injected": data["injected"] if usable else {},
         "retry_at": data.get("retry_at") if isinstance(data.get("retry_at"), dict) else {},
+        "in_flight": (data.get("in_flight") if usable and isinstance(data.get("in_flight"), dict)
+                      else {}),
     }
 
 
@@ -134,7 +142,7 @@ def _save(claim: _Claim, ledger: dict[str, object]) -> None:
     data = _jsontext.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     if len(data) > _MAX_LEDGER:  # thousands of nested files: start the session's ledger over
         _forget_index(claim)
-        ledger = {**ledger, "injected": {}, "retry_at": {}}
+        ledger = {**ledger, "injected": {}, "retry_at": {}, "in_flight": {}}
         data = _jsontext.dumps(ledger, sort_keys=True).encode("utf-8", "surrogatepass")
     claim.folder.write(f"{claim.key}.json", data)
 
@@ -365,7 +373,13 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     try:
         ledger = _load(claim)
         epoch, injected, retry_at = ledger["epoch"], ledger["injected"], ledger["retry_at"]
-        assert isinstance(injected, dict) and isinstance(retry_at, dict)
+        flying = ledger["in_flight"]
+        assert isinstance(injected, dict) and isinstance(retry_at, dict) and isinstance(flying, dict)
+        from ..state._delivery import in_flight, in_flight_holds
+
+        for key in [k for k, mark in flying.items()
+                    if not (in_flight_holds(mark) and mark.get("epoch") == epoch)]:
+            del flying[key]  # a void mark: its holder died or its epoch is over
         blocks: list[str] = []
         delivered: list[str] = []
         plain: list[str] = []  # delivered files reached through no link: the shim's index
@@ -376,8 +390,9 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
             key = os.path.realpath(path)
             shown = one_line(str(path))  # a folder name is untrusted text (ESC, bidi, LF)
             wait_until = retry_at.get(key)
-            if injected.get(key) == epoch or (isinstance(wait_until, (int, float)) and wait_until > now):
-                continue
+            if injected.get(key) == epoch or key in flying \
+                    or (isinstance(wait_until, (int, float)) and wait_until > now):
+                continue  # delivered, being delivered by a parallel hook, or to be retried
             got = read_text(path, scope, cap=_MAX_READ)
             if isinstance(got, Refused) and got.kind == "location":
                 delivered.append(key)  # said once per epoch, like an injection
@@ -420,10 +435,12 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         delivery = current()
         if delivery is None:
             injected.update(dict.fromkeys(delivered, epoch))
-        elif delivered:  # counted as injected only once the envelope went out (issue 11)
+        elif delivered:  # counted as injected only once the envelope went out (issue 11),
+            mark = {**in_flight(), "epoch": epoch}  # and in flight until then
+            flying.update(dict.fromkeys(delivered, mark))
             delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait,
                                                     session_id, plain),
-                             lambda: None)
+                             lambda: _drop_in_flight(base, delivered, lock_wait, session_id))
         _save(claim, ledger)
         if delivery is None:
             _index(claim, plain)
@@ -450,11 +467,49 @@ def _mark_injected(base: str, keys: list[str], epoch: object, lock_wait: float,
             raise OSError(f"nested-instructions ledger {base}.json stayed busy")
         try:
             ledger = _load(claim)
-            injected = ledger["injected"]
-            if ledger["epoch"] == epoch and isinstance(injected, dict):
+            injected, flying = ledger["injected"], ledger["in_flight"]
+            assert isinstance(injected, dict) and isinstance(flying, dict)
+            _drop_own(flying, keys)
+            if ledger["epoch"] == epoch:
                 injected.update(dict.fromkeys(keys, epoch))
-                _save(claim, ledger)
+            _save(claim, ledger)
+            if ledger["epoch"] == epoch:
                 _index(claim, plain or [])
+        except StateError as err:
+            raise OSError(str(err)) from err
+    finally:
+        claim.release()
+
+
+def _drop_own(flying: dict[object, object], keys: list[str]) -> None:
+    """Remove this process's in-flight marks of ``keys`` (a parallel hook's stay)."""
+    for key in keys:
+        mark = flying.get(key)
+        if isinstance(mark, dict) and mark.get("pid") == os.getpid():
+            del flying[key]
+
+
+def _drop_in_flight(base: str, keys: list[str], lock_wait: float, session_id: str = "") -> None:
+    """The envelope carrying ``keys`` did not go out: drop their in-flight marks, so the
+    next read injects them.
+
+    Raises:
+        OSError: the ledger stayed busy or cannot be written (the marks go void when this
+            process ends).
+    """
+    try:
+        claim = _Claim(base, lock_wait, session_id)
+    except StateError as err:
+        raise OSError(str(err)) from err
+    try:
+        if not claim.acquired:
+            raise OSError(f"nested-instructions ledger {base}.json stayed busy")
+        try:
+            ledger = _load(claim)
+            flying = ledger["in_flight"]
+            assert isinstance(flying, dict)
+            _drop_own(flying, keys)
+            _save(claim, ledger)
         except StateError as err:
             raise OSError(str(err)) from err
     finally:
@@ -479,7 +534,7 @@ def advance_epoch(context: SessionContext, *, lock_wait: float = LOCK_WAIT) -> i
         ledger = _load(claim)
         epoch: int = int(ledger["epoch"]) + 1  # type: ignore[call-overload]
         _forget_index(claim)  # before the ledger forgets: the shim never answers from it
-        ledger.update(epoch=epoch, injected={})
+        ledger.update(epoch=epoch, injected={}, in_flight={})
         _save(claim, ledger)
     finally:
         claim.release()

@@ -12,7 +12,10 @@ Pi and OpenCode bridges' per-turn ask), :func:`take_changed` hashes those files 
 whose hash differs is injected **once**, whole, under a one-line note of what changed (lines
 added and removed, the first changed line), and the baseline moves to the new hash; a
 deleted file gets one line saying so. An unchanged file is never re-injected. Concurrent
-prompt hooks of one session inject once (a ``flock`` around the compare-and-update).
+prompt hooks of one session inject once: a ``flock`` around the compare-and-update, and,
+while a hook's envelope is on its way (the baseline moves only once it went out, issue 11),
+an ``in_flight`` mark on the entry (:func:`supervisor.state._delivery.in_flight`, with the
+hash being delivered) that a parallel hook honours while its holder lives.
 
 The per-event fast path (``supervisor/hook-fast.sh``) answers "nothing to do" without Python
 unless a watched file is missing, replaced by a link, or has a ctime at or after the watch
@@ -316,27 +319,32 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
             doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
             if doc is None:
                 return ""
+            from ..state._delivery import current, in_flight, in_flight_holds
+
+            delivery = current()
+            moves: dict[str, tuple[str | None, str | None]] = {}  # path: (sha, text)
             for entry in doc["files"]:
                 found = read_entry(entry, project)
                 sha = _sha(found)
                 if sha == entry.get("sha"):
                     continue
+                mark = entry.get("in_flight")
+                if isinstance(mark, dict) and mark.get("sha") == sha and in_flight_holds(mark):
+                    continue  # a parallel hook of this session is delivering this version
                 blocks.append(_block(entry, found, str(doc.get("harness") or "")))
-                entry["sha"] = sha
-                entry["text"] = (found[1].decode("utf-8", "replace")
-                                 if not isinstance(found, Refused) and len(found[1]) <= FILE_CAP
-                                 else None)
+                moves[entry["path"]] = (sha, found[1].decode("utf-8", "replace")
+                                        if not isinstance(found, Refused)
+                                        and len(found[1]) <= FILE_CAP else None)
+                if delivery is None:
+                    entry["sha"], entry["text"] = moves[entry["path"]]
+                else:  # the baseline moves only once the refresh was delivered (issue 11)
+                    entry["in_flight"] = {**in_flight(), "sha": sha}
             if blocks:
                 doc["written"] = time.time()
-                doc = seal(doc, key)
-                from ..state._delivery import current
-
-                delivery = current()
-                if delivery is None:
-                    folder.write_json(name, doc)
-                else:  # the baseline moves only once the refresh was delivered (issue 11)
-                    delivery.reserve(lambda: _commit_baseline(state_dir, name, doc),
-                                     lambda: None)
+                folder.write_json(name, seal(doc, key))
+                if delivery is not None:
+                    delivery.reserve(lambda: _settle_baseline(state_dir, name, moves, True),
+                                     lambda: _settle_baseline(state_dir, name, moves, False))
         _restamp(state_dir, folder, project, key, force=False)
     return "\n".join(blocks)
 
@@ -395,19 +403,41 @@ def reread_by_harness(state_dir: StrPath, session_id: str, project_dir: StrPath)
     return moved
 
 
-def _commit_baseline(state_dir: StrPath, name: str, doc: dict[str, Any]) -> None:
-    """Write baseline ``name`` after its refresh was delivered.
+def _settle_baseline(state_dir: StrPath, name: str,
+                     moves: dict[str, tuple[str | None, str | None]], delivered: bool) -> None:
+    """After the envelope carrying a refresh went out (``delivered``) or failed: each entry
+    of baseline ``name`` in ``moves`` (``{path: (sha, text)}``) that still carries this
+    process's in-flight mark loses the mark and, when delivered, moves to what was
+    delivered. A baseline replaced since (a new start) has no such mark and is left alone.
 
     Raises:
         OSError: the state dir cannot be used or the baseline stayed locked.
     """
-    from .._errors import StateError
+    from ..state._signing import seal, user_key
 
+    key = user_key(create=False)
+    if key is None:
+        return
     try:
         with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0) as held:
             if not held:
                 raise OSError(f"refresh baseline {name} stayed locked")
-            folder.write_json(name, doc)
+            doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
+            if doc is None:
+                return
+            changed = False
+            for entry in doc["files"]:
+                mark = entry.get("in_flight")
+                if entry["path"] not in moves or not isinstance(mark, dict) \
+                        or mark.get("pid") != os.getpid():
+                    continue
+                del entry["in_flight"]
+                if delivered:
+                    entry["sha"], entry["text"] = moves[entry["path"]]
+                changed = True
+            if changed:
+                doc["written"] = time.time()
+                folder.write_json(name, seal(doc, key))
     except StateError as err:
         raise OSError(str(err)) from err
 

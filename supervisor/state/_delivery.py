@@ -170,6 +170,48 @@ class Delivery:
         return problems
 
 
+IN_FLIGHT_STALE = 60.0
+"""Seconds after which an in-flight mark (:func:`in_flight`) no longer holds, whatever its
+pid: past every per-event hook's registered timeout (30 s) plus :data:`WRITE_DEADLINE`, so
+the harness has killed its hook by then."""
+
+
+def in_flight() -> dict[str, float]:
+    """A mark meaning "this process is delivering it now": ``{"pid": os.getpid(), "at":
+    time.time()}`` (JSON-ready). A ledger writes it, under its lock, beside a record it
+    only *reserves* (its commit waits for the envelope, :meth:`Delivery.reserve`), so a
+    concurrent hook of the same session that takes the lock in between skips the record
+    instead of delivering it a second time (Claude fires ``PostToolUse`` for parallel
+    ``Read`` tools at once; issue 22 item 6). The commit or the rollback removes it."""
+    return {"pid": os.getpid(), "at": time.time()}
+
+
+def in_flight_holds(mark: object, now: float | None = None) -> bool:
+    """Whether ``mark`` (read back from a ledger) still stands for a delivery under way: a
+    mapping with an integer ``pid`` and a number ``at``, younger than
+    :data:`IN_FLIGHT_STALE` seconds (and not in the future by more than that), whose process
+    is alive (``os.kill(pid, 0)``; a dead holder's mark is void, so a hook killed between
+    reserve and settle loses nothing: the next hook delivers). Anything else is False."""
+    if not isinstance(mark, dict):
+        return False
+    pid, at = mark.get("pid"), mark.get("at")
+    if type(pid) is not int or pid <= 0 or not isinstance(at, (int, float)) \
+            or isinstance(at, bool):
+        return False
+    age = (time.time() if now is None else now) - at
+    if not -IN_FLIGHT_STALE < age < IN_FLIGHT_STALE:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: alive, another user's
+        return True
+    return True
+
+
 _current: Delivery | None = None
 
 
