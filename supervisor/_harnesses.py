@@ -105,8 +105,9 @@ class Harness:
             ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``), Gemini CLI's
             extension folder name (``plugins/gemini``); :mod:`supervisor.commands._plugins`.
         resume_drops_context: a resumed session holds none of the earlier turns' hook
-            context (Gemini ``-r``: the resumed request carries no earlier user turn), so a
-            resume is served as a re-emit of the digest instead of the nudge.
+            context (Gemini ``-r``: the resumed request carries no earlier user turn; Copilot
+            CLI ``--resume``: its SessionStart context is held by the process, never stored in
+            the session), so a resume is served as a re-emit of the digest instead of the nudge.
         floor: the oldest version proven with the real CLI (the supported floor; the
             end-to-end tests' second pinned set), "" when no CLI is pinned.
         newest: the newest version proven (the end-to-end tests' pin), "" likewise.
@@ -193,6 +194,11 @@ ROWS: tuple[Harness, ...] = (
     Harness("grok", "Grok CLI", "nudge", processes=("grok",),
             packages=("@vibe-kit/grok-cli", "grok-dev"), user="user-settings.json",
             user_dir=".grok", loads="grok"),
+    Harness("copilot", "GitHub Copilot CLI", "hook", processes=("copilot",),
+            packages=("@github/copilot",), project=".github/hooks/watchkeeper.json",
+            user="hooks/watchkeeper.json", user_dir=".copilot", user_dir_env="COPILOT_HOME",
+            prompt_event="UserPromptSubmit", loads="copilot", resume_drops_context=True,
+            floor="1.0.102", newest="1.0.102"),
     Harness("pi", "Pi", "bridge", processes=("pi",), packages=("@mariozechner/pi-coding-agent",),
             project=".pi/extensions/watchkeeper/index.ts", user="extensions/watchkeeper/index.ts",
             user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR",

@@ -32,6 +32,10 @@ existing regular file; callers de-duplicate by real path. Sources for each conve
   then from the git root (no git: cwd) down to cwd, ``AGENTS.override.md`` (when present,
   even empty) else ``AGENTS.md``, per directory; the older ``@vibe-kit/grok-cli`` reads
   ``.grok/GROK.md`` in cwd. No imports.
+* GitHub Copilot CLI (LAB 1.0.102, and docs.github.com "custom instructions"):
+  ``$COPILOT_HOME/copilot-instructions.md``; ``AGENTS.md``, ``CLAUDE.md`` and ``GEMINI.md``
+  from the git root (no git: cwd) down to cwd; the root's ``.github/copilot-instructions.md``
+  and ``.github/instructions/*.instructions.md``. No imports.
 """
 
 from __future__ import annotations
@@ -288,6 +292,24 @@ def grok_loads(place: Place) -> list[Path]:
     return out + ([legacy] if is_regular(legacy) else [])
 
 
+def copilot_loads(place: Place) -> list[Path]:
+    """Files GitHub Copilot CLI loads itself (LAB, 1.0.102): ``$COPILOT_HOME`` (default
+    ``~/.copilot``) ``copilot-instructions.md``; ``AGENTS.md``, ``CLAUDE.md`` and ``GEMINI.md``
+    in every directory from the git root (no git: cwd) down to cwd; the root's
+    ``.github/copilot-instructions.md`` and ``.github/instructions/*.instructions.md``. Not
+    ``AGENTS.override.md``. No imports."""
+    from _common import expand_home
+
+    home = Path(expand_home(os.environ.get("COPILOT_HOME") or "~/.copilot"))
+    out = [p for p in (home / "copilot-instructions.md",) if is_regular(p)]
+    git_root = find_git_root(place.cwd)
+    root = git_root or place.cwd
+    out += _upward_names(place, ("AGENTS.md", "CLAUDE.md", "GEMINI.md"))
+    out += [p for p in (root / ".github" / "copilot-instructions.md",) if is_regular(p)]
+    return out + [p for p in _rules(root / ".github" / "instructions")
+                  if p.name.endswith(".instructions.md")]
+
+
 LOADERS = {
     "claude": claude_loads,
     "claude-agents": claude_agents_loads,
@@ -298,6 +320,7 @@ LOADERS = {
     "qwen": qwen_loads,
     "cursor": cursor_loads,
     "grok": grok_loads,
+    "copilot": copilot_loads,
 }
 """The rules a harness table row names as ``loads`` (``supervisor._harnesses``): the files the
 harness loads by itself (per version: the row's ``loads_at``); whether it expands ``@imports``

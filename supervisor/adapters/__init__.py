@@ -164,7 +164,8 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
         ``b""`` for empty or blank text (print nothing). Otherwise, by envelope:
         ``hook-specific`` (Claude, Codex, Gemini, Qwen): one line of JSON
         ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``; ``cursor``:
-        ``{"additional_context": T}``; ``plain`` (Grok, unknown): the text, newline-terminated,
+        ``{"additional_context": T}``; ``copilot``: ``{"additionalContext": T}``; ``plain``
+        (Grok, unknown): the text, newline-terminated,
         prefixed by a label line if it would otherwise start like JSON (Codex treats stdout that
         looks like JSON but does not parse as an error). UTF-8; lone surrogates become U+FFFD.
 
@@ -198,6 +199,8 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
 
     if envelope == "cursor":
         obj: dict[str, object] = {"additional_context": text}
+    elif envelope == "copilot":
+        obj = {"additionalContext": text}
     else:
         assert adapter is not None
         obj = {"hookSpecificOutput": {"hookEventName": adapter.event_name(kind),

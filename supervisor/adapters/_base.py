@@ -22,19 +22,23 @@ if TYPE_CHECKING:
 
     from _typeshed import StrPath
 
-    Envelope = Literal["hook-specific", "cursor", "plain"]
+    Envelope = Literal["hook-specific", "cursor", "copilot", "plain"]
     """How hook output is wrapped on stdout.
 
     ``hook-specific``: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
-    (Claude, Codex, Gemini, Qwen). ``cursor``: ``{"additional_context": T}``. ``plain``: the text.
+    (Claude, Codex, Gemini, Qwen). ``cursor``: ``{"additional_context": T}``. ``copilot``:
+    ``{"additionalContext": T}`` (Copilot CLI reads the top-level key alone and ignores
+    ``hookSpecificOutput``, LAB 1.0.102). ``plain``: the text.
     """
 
-    Shape = Literal["groups", "cursor"]
+    Shape = Literal["groups", "cursor", "copilot"]
     """Registration JSON shape.
 
     ``groups`` (Claude and everything modelled on it):
     ``{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command", "command": C, "timeout": N}]}]}}``.
     ``cursor``: ``{"version": 1, "hooks": {EVENT: [{"command": C, "timeout": N}]}}``.
+    ``copilot``: ``{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": C, "timeoutSec": N}]}}``
+    (a file of its own in ``.github/hooks/``).
     """
 
     Tier = Literal["run", "nudge"]
@@ -80,6 +84,8 @@ class Adapter:
             registration" (Grok also loads ``.claude/settings.json``).
         default_timeout: the harness's own hook timeout in seconds when none is registered
             (None: not documented).
+        unproven: what of this adapter was not run with the real CLI, one line each
+            (``doctor`` says each as a ``warn`` line; the harness's page says why).
     """
 
     row: Harness
@@ -94,6 +100,7 @@ class Adapter:
     caveats: tuple[str, ...] = ()
     standdown_env: tuple[str, ...] = ()
     default_timeout: float | None = None
+    unproven: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

@@ -149,12 +149,16 @@ def _table(data: dict[str, Any], key: str, path: Path, kind: type, create: bool)
     return value
 
 
+FLAT = {"cursor": "command", "copilot": "bash"}
+"""Shapes whose event lists hold handlers directly (no groups), and the key of the command."""
+
+
 def _strip_ours(groups: list[Any], shape: str) -> list[Any]:
     """``groups`` without our handlers; a group emptied by that is dropped."""
     kept: list[Any] = []
     for group in groups:
-        if shape == "cursor":
-            if not (isinstance(group, dict) and is_ours(group.get("command"))):
+        if shape in FLAT:
+            if not (isinstance(group, dict) and is_ours(group.get(FLAT[shape]))):
                 kept.append(group)
             continue
         handlers = group.get("hooks") if isinstance(group, dict) else None
@@ -180,7 +184,7 @@ def merge(data: dict[str, Any], adapter: Adapter, entries: list[Entry], path: Pa
         ConfigError: ``hooks`` or an event's value has the wrong JSON type.
     """
     new = copy.deepcopy(data)
-    if adapter.shape == "cursor":
+    if adapter.shape in ("cursor", "copilot"):
         new.setdefault("version", 1)
     hooks = _table(new, "hooks", path, dict, create=True)
     for event in dict.fromkeys(e.event for e in entries):
@@ -189,6 +193,9 @@ def merge(data: dict[str, Any], adapter: Adapter, entries: list[Entry], path: Pa
         for entry in (e for e in entries if e.event == event):
             if adapter.shape == "cursor":
                 groups.append({"command": entry.command, "timeout": entry.timeout})
+            elif adapter.shape == "copilot":
+                groups.append({"type": "command", "bash": entry.command,
+                               "timeoutSec": entry.timeout})
             else:
                 group: dict[str, Any] = {} if entry.matcher is None else {"matcher": entry.matcher}
                 group["hooks"] = [{"type": "command", "command": entry.command, "timeout": entry.timeout}]
@@ -225,17 +232,18 @@ def remove(data: dict[str, Any], adapter: Adapter, path: Path) -> tuple[dict[str
                 del hooks[event]
     if removed and not hooks:
         del new["hooks"]
-        if adapter.shape == "cursor" and new == {"version": 1}:
+        if adapter.shape in ("cursor", "copilot") and new == {"version": 1}:
             new = {}
     return new, removed
 
 
 def ours(group: Any, shape: str) -> list[dict[str, Any]]:
-    """Our handlers in one registration group (Cursor: the entry itself when it is ours)."""
+    """Our handlers in one registration group (Cursor, Copilot: the entry itself when it is
+    ours)."""
     if not isinstance(group, dict):
         return []
-    if shape == "cursor":
-        return [group] if is_ours(group.get("command")) else []
+    if shape in FLAT:
+        return [group] if is_ours(group.get(FLAT[shape])) else []
     handlers = group.get("hooks")
     if not isinstance(handlers, list):
         return []
@@ -243,7 +251,9 @@ def ours(group: Any, shape: str) -> list[dict[str, Any]]:
 
 
 def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[dict[str, Any]]]:
-    """``{event: [our handler, ...]}`` found in ``data`` (events without ours are absent)."""
+    """``{event: [our handler, ...]}`` found in ``data`` (events without ours are absent);
+    a Copilot handler's ``bash`` and ``timeoutSec`` are also given as ``command`` and
+    ``timeout``, the keys ``doctor`` reads."""
     found: dict[str, list[dict[str, Any]]] = {}
     hooks = (data or {}).get("hooks")
     if not isinstance(hooks, dict):
@@ -251,6 +261,9 @@ def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[
     for event, groups in hooks.items():
         if isinstance(groups, list):
             handlers = [h for g in groups for h in ours(g, adapter.shape)]
+            if adapter.shape == "copilot":  # doctor reads "command" and "timeout"
+                handlers = [{**h, "command": h.get("bash"), "timeout": h.get("timeoutSec")}
+                            for h in handlers]
             if handlers:
                 found[event] = handlers
     return found

@@ -734,6 +734,9 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
                                     _install_fix(adapter, scope_of[path])))
             elif event:
                 checks.append(Check("ok", adapter.name, f"{what} hook {event} registered"))
+        # what the real CLI never ran is a risk of this setup: the harness's page says why
+        checks += [Check("warn", adapter.name, f"not proven with the real CLI: {line}")
+                   for line in adapter.unproven]
         if adapter.name == "codex":
             checks += _codex_trust(path, project, data, scope_of[path] != "user")
         if adapter.name == "gemini" and scope_of[path] != "user":
