@@ -203,3 +203,67 @@ def test_a_resource_behind_a_linked_folder_is_refused_by_the_door(project: Path,
     assert "OUTSIDE-MEMORY" not in text
     inside = server.read_resource_text(project, "watchkeeper://instructions/AGENTS.md")
     assert inside.startswith("inside note") and "1 hidden character" in inside
+
+
+def _peak_rss(argv: list[str], cwd: Path, stdin: Any, limit: int) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Run ``argv`` to its end, sampling its resident set with psutil; ``(result, peak bytes)``.
+    A process past ``limit`` bytes is killed (the result then has its kill status)."""
+    import psutil
+
+    proc = subprocess.Popen(argv, cwd=cwd, stdin=stdin, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    peak = 0
+    watched = psutil.Process(proc.pid)
+    try:
+        while proc.poll() is None:
+            try:
+                peak = max(peak, watched.memory_info().rss)
+            except psutil.NoSuchProcess:
+                break
+            if peak > limit:
+                proc.kill()
+                break
+            try:
+                proc.wait(timeout=0.005)
+            except subprocess.TimeoutExpired:
+                pass
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err), peak
+
+
+def test_a_line_without_end_on_stdin_is_bounded_and_ends_the_server(project: Path) -> None:
+    """``supervise mcp < /dev/zero``: the SDK's reader kept the endless line until the
+    machine ran out of memory; now, past ``LINE_CAP`` bytes, one line on stderr and exit 1.
+    The peak resident set (psutil) stays within the cap's few copies of a server that only
+    read EOF; the old code passed the test's 512 MiB limit and was killed."""
+    argv = [sys.executable, "-m", "supervisor", "mcp"]
+    quiet, base = _peak_rss(argv, project, subprocess.DEVNULL, 512 << 20)
+    assert quiet.returncode == 0, quiet.stderr
+    with open("/dev/zero", "rb") as zero:
+        fed, peak = _peak_rss(argv, project, zero, 512 << 20)
+    assert fed.returncode == 1, (fed.returncode, peak)
+    [line] = fed.stderr.strip().splitlines()
+    assert f"{server.LINE_CAP:,} bytes without a line end" in line
+    assert peak < base + 8 * server.LINE_CAP, (peak, base)
+
+
+def test_a_message_split_across_reads_and_the_last_line_without_end_are_read() -> None:
+    """The bounded reader gives the SDK the same lines its own reader did: a message split
+    across reads, two in one read, and a last one without its line end at EOF."""
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b'{"a": 1}\n{"b"')
+    os.write(write_fd, b': 2}\n{"c": 3}\n{"d": 4}')
+    os.close(write_fd)
+
+    async def collect() -> list[str]:
+        return [line async for line in server._Lines(read_fd, cap=64)]
+
+    try:
+        assert anyio.run(collect) == ['{"a": 1}\n', '{"b": 2}\n', '{"c": 3}\n', '{"d": 4}']
+    finally:
+        os.close(read_fd)
+

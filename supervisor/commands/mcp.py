@@ -60,6 +60,15 @@ https://code.claude.com/docs/en/mcp, "for MCP server authors")."""
 TOOL_CAP = 16_000
 """Characters of one tool result (Claude Code warns above 10,000 tokens of MCP output)."""
 
+LINE_CAP = 4 << 20
+"""Bytes of one JSON-RPC message on stdin (a line). The SDK's own reader keeps a line until its
+end, so a client that sends bytes without a line end (``/dev/zero``) grew the server without
+bound; past this cap the server says so on stderr in one line and exits 1. A client's
+messages to us are small (``initialize``, a tool call without big arguments)."""
+
+READ_CHUNK = 64 * 1024
+"""Bytes read from stdin at a time."""
+
 CHILD_WAIT = 30.0
 """Seconds a ``--once`` child waits for the server's verdict after printing its text."""
 
@@ -293,6 +302,67 @@ class _Deliveries:
         self._waiting.clear()
 
 
+class LineTooLong(Exception):
+    """A message on stdin went past :data:`LINE_CAP` bytes without a line end."""
+
+
+class _Lines:
+    """The client's messages from ``fd``: an async iterator of text lines, as the SDK's stdio
+    transport reads them (``async for line in stdin``), each at most ``cap`` bytes.
+
+    Raises (from iteration):
+        LineTooLong: ``cap`` bytes arrived without a line end; nothing more is read.
+    """
+
+    def __init__(self, fd: int, cap: int = LINE_CAP) -> None:
+        self._fd = fd
+        self._cap = cap
+        self._pending = bytearray()
+        self._lines: list[bytes] = []
+        self._eof = False
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> str:
+        import anyio
+
+        while not self._lines:
+            if self._eof:
+                raise StopAsyncIteration
+            chunk = await anyio.to_thread.run_sync(os.read, self._fd, READ_CHUNK)
+            if not chunk:
+                self._eof = True
+                if self._pending:
+                    self._lines.append(bytes(self._pending))
+                    self._pending.clear()
+                continue
+            if b"\n" in chunk:
+                *whole, rest = (bytes(self._pending) + chunk).split(b"\n")
+                self._lines += [line + b"\n" for line in whole]
+                self._pending = bytearray(rest)
+            else:
+                self._pending += chunk
+            if len(self._pending) > self._cap:
+                self._pending.clear()
+                self._eof = True
+                raise LineTooLong(f"supervise mcp: a message on stdin went past {self._cap:,} "
+                                  "bytes without a line end (a JSON-RPC message is one line); "
+                                  "stopped")
+        return self._lines.pop(0).decode("utf-8", "replace")
+
+
+def _too_long(err: BaseException) -> LineTooLong | None:
+    """The :class:`LineTooLong` inside ``err`` (the task groups wrap it), or None."""
+    if isinstance(err, LineTooLong):
+        return err
+    for inner in getattr(err, "exceptions", ()):
+        found = _too_long(inner)
+        if found is not None:
+            return found
+    return None
+
+
 async def _stop_on_signals(deliveries: _Deliveries) -> None:
     """End the server on TERM, INT or HUP with 128+n, having rolled back what never reached
     the client. It exits at once (``os._exit``): the transport's stdin reader is a thread
@@ -461,16 +531,27 @@ def serve(project: Path, client: str) -> int:
                                         initialized)
         wire_fd = os.dup(1)
         os.dup2(2, 1)  # a stray print never reaches the wire
+        wire_in = os.dup(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # nothing else reads the client's messages
+        os.close(null)
 
         async def main() -> None:
             async with anyio.create_task_group() as group:
                 group.start_soon(_stop_on_signals, deliveries)
-                async with stdio_server(stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
+                async with stdio_server(stdin=_Lines(wire_in),  # type: ignore[arg-type]
+                                        stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
                     await server.run(read, write, server.create_initialization_options())
                 group.cancel_scope.cancel()
 
         try:
             anyio.run(main)
+        except BaseException as err:  # noqa: BLE001 - a task group wraps what its tasks raised
+            too_long = _too_long(err)
+            if too_long is None:
+                raise
+            print(too_long, file=sys.stderr)
+            return EXIT_FAILURE
         finally:
             deliveries.abandon()
     return EXIT_OK
@@ -478,7 +559,8 @@ def serve(project: Path, client: str) -> int:
 
 def main(argv: list[str]) -> int:
     """Serve (or, with ``--once``, run one tool call's child); exit 0 when the client closed
-    the connection, 1 without the extra, 2 on bad usage, 128+n on TERM, INT or HUP."""
+    the connection, 1 without the extra or on a message past :data:`LINE_CAP` (one line on
+    stderr), 2 on bad usage, 128+n on TERM, INT or HUP."""
     args = build_parser().parse_args(argv)
     from ..state._project import find_project_root
 
