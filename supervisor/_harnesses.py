@@ -32,7 +32,8 @@ KINDS: tuple[str, ...] = ("hook", "nudge", "bridge", "mcp")
 to the model (``supervise hook NAME``). ``nudge``: it runs the hook command but drops its
 output, so the hook prints only the one-line nudge. ``bridge``: it loads an extension file of
 ours in-process (``supervisor/bridges/``), which runs ``supervise bridge``. ``mcp``: an MCP
-client that reads us as a server (``supervise mcp``; no row of this kind yet)."""
+client that reads us as a server only (``supervise mcp``; goose). A row of any kind that
+reads MCP servers names its configuration files in :attr:`Harness.mcp_files`."""
 
 
 @record
@@ -113,6 +114,15 @@ class Harness:
         newest: the newest version proven (the end-to-end tests' pin), "" likewise.
         eras: what changed from a version on (:class:`Era`, oldest first); before the first,
             and for a version we could not learn, the row's own fields hold.
+        mcp_files: where it reads its MCP servers, ``((scope, path), ...)``, empty when it
+            is no MCP client of ours (``install mcp --for NAME``,
+            :mod:`supervisor.commands._mcp_clients`): a ``project`` path is relative to the
+            project root; a ``user`` path is relative to the user folder
+            (:meth:`user_folder`), or to the home folder when it starts with ``~/``
+            (Claude Code's ``~/.claude.json``).
+        mcp_format: the format of those files: ``json`` (an ``mcpServers`` table), ``toml``
+            (a ``[mcp_servers.NAME]`` table) or ``yaml`` (goose's ``extensions``).
+        mcp_note: what the user does beyond the file (an approval, a trusted folder), or "".
     """
 
     name: str
@@ -139,6 +149,21 @@ class Harness:
     floor: str = ""
     newest: str = ""
     eras: tuple[Era, ...] = ()
+    mcp_files: tuple[tuple[str, str], ...] = ()
+    mcp_format: str = ""
+    mcp_note: str = ""
+
+    def user_folder(self, home: str, environ: dict[str, str] | None = None) -> str:
+        """The harness's user folder: ``$user_dir_env`` when that is set and not empty,
+        else ``home/user_dir`` (``home`` itself without a ``user_dir``). ``environ``:
+        ``os.environ`` when None."""
+        if self.user_dir_env:
+            import os
+
+            folder = (os.environ if environ is None else environ).get(self.user_dir_env)
+            if folder:
+                return folder
+        return f"{home}/{self.user_dir}" if self.user_dir else home
 
     def loads_at(self, version: str) -> str:
         """The loader rule for ``version`` of this harness (its instruction files); an
@@ -170,6 +195,9 @@ ROWS: tuple[Harness, ...] = (
             prompt_event="UserPromptSubmit", post_tool_event="PostToolUse", loads="claude",
             imports=True, nested_on_demand=True, early_exit=True, floor="2.1.197",
             newest="2.1.332", plugin="watchkeeper@watchkeeper",
+            mcp_files=(("project", ".mcp.json"), ("user", "~/.claude.json")), mcp_format="json",
+            mcp_note="Claude Code asks once to approve a project's .mcp.json servers (or run "
+                     "it with --mcp-config .mcp.json).",
             eras=(Era("2.1.281", "claude-agents",
                       "-p and interactive against the offline model: each AGENTS.md from / "
                       "down to cwd (imports expanded, AGENTS.override.md not) when no "
@@ -179,15 +207,22 @@ ROWS: tuple[Harness, ...] = (
     Harness("codex", "Codex CLI", "hook", processes=("codex",), packages=("@openai/codex",),
             project=".codex/hooks.json", user="hooks.json", user_dir=".codex",
             user_dir_env="CODEX_HOME", prompt_event="UserPromptSubmit", loads="codex",
-            early_exit=True, floor="0.171.0", newest="0.171.0"),
+            early_exit=True, floor="0.171.0", newest="0.171.0",
+            mcp_files=(("project", ".codex/config.toml"), ("user", "config.toml")),
+            mcp_format="toml",
+            mcp_note="Codex reads a project's .codex/config.toml only in a trusted project."),
     Harness("cursor", "Cursor", "hook", processes=("cursor-agent",),
             project=".cursor/hooks.json", user="hooks.json", user_dir=".cursor",
-            session_event="sessionStart", loads="cursor", nested_on_demand=True),
+            session_event="sessionStart", loads="cursor", nested_on_demand=True,
+            mcp_files=(("project", ".cursor/mcp.json"), ("user", "mcp.json")), mcp_format="json"),
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
             loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
-            resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper"),
+            resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper",
+            mcp_files=(("project", ".gemini/settings.json"), ("user", "settings.json")),
+            mcp_format="json",
+            mcp_note="Gemini CLI reads a project's settings only in a trusted folder."),
     Harness("qwen", "Qwen Code", "hook", processes=("qwen",), packages=("@qwen-code/qwen-code",),
             project=".qwen/settings.json", user="settings.json", user_dir=".qwen",
             prompt_event="UserPromptSubmit", loads="qwen", imports=True, timeout_unit="ms"),
@@ -211,6 +246,8 @@ ROWS: tuple[Harness, ...] = (
             prompt_event="experimental.chat.system.transform",
             compact_event="session.compacted", loads="opencode", nested_on_demand=True,
             floor="1.18.33", newest="1.18.33"),
+    Harness("goose", "goose", "mcp", user_dir=".config", user_dir_env="XDG_CONFIG_HOME",
+            session_event="", mcp_files=(("user", "goose/config.yaml"),), mcp_format="yaml"),
 )
 """The harnesses, in the order every listing shows them (hook commands first)."""
 
@@ -227,6 +264,10 @@ HOOKS: tuple[str, ...] = names("hook", "nudge")
 """The harnesses that run a hook command (``supervise hook NAME``)."""
 BRIDGES: tuple[str, ...] = names("bridge")
 """The harnesses that load an extension bridge of ours."""
+INSTALLABLE: tuple[str, ...] = names("hook", "nudge", "bridge")
+"""The harnesses ``install HARNESS`` registers with (a hook command or a bridge)."""
+MCP_CLIENTS: tuple[str, ...] = tuple(row.name for row in ROWS if row.mcp_files)
+"""The MCP clients ``install mcp --for CLIENT`` configures, in table order."""
 
 
 def label(name: str, default: str = "") -> str:

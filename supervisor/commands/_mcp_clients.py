@@ -1,6 +1,7 @@
 """Where each MCP client reads its servers, and our entry there (``install mcp --for CLIENT``).
 
-One row per client: its configuration file per scope and the file's format. Our entry runs
+Each client is a row of the harness table (:mod:`supervisor._harnesses`: ``mcp_files``,
+``mcp_format``, ``mcp_note``; goose is a row of kind ``mcp``). Our entry runs
 ``supervise mcp --for CLIENT`` found on ``PATH`` (pipx, uv tool), so a project file holds
 nothing machine-specific. ``install`` merges it (every other server and key kept),
 ``uninstall`` removes it, ``doctor`` checks it; a file or folder that is a symbolic link is
@@ -25,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .._record import record
+from .._harnesses import BY_NAME, MCP_CLIENTS, Harness
 from ..adapters import _settings
 
 NAME = "watchkeeper"
@@ -35,51 +36,31 @@ COMMAND = "supervise"
 """The program of our entry, found on ``PATH`` by the client."""
 
 
-@record
-class Client:
-    """One MCP client: ``name`` (``--for``), ``title``, ``files`` (scope to path; a project path
-    is relative to the project, a user path to the home folder), ``format`` (``json``,
-    ``toml``, ``yaml``), ``note`` (what the user does beyond the file, or ``""``)."""
-
-    name: str
-    title: str
-    files: tuple[tuple[str, str], ...]
-    format: str
-    note: str = ""
-
-    def path(self, scope: str, project: Path, home: Path) -> Path:
-        """The file for ``scope``.
-
-        Raises:
-            ValueError: the client has no file for that scope.
-        """
-        for name, rel in self.files:
-            if name == scope:
-                if self.name == "codex" and scope == "user" and os.environ.get("CODEX_HOME"):
-                    return Path(os.environ["CODEX_HOME"], "config.toml")
-                if self.name == "goose" and os.environ.get("XDG_CONFIG_HOME"):
-                    return Path(os.environ["XDG_CONFIG_HOME"], "goose", "config.yaml")
-                return (project if scope == "project" else home) / rel
-        raise ValueError(f"{self.title} has no {scope} MCP configuration "
-                         f"(scopes: {', '.join(s for s, _ in self.files)})")
+CLIENTS: dict[str, Harness] = {name: BY_NAME[name] for name in MCP_CLIENTS}
+"""``{name: row}`` of the harness table's rows that read MCP servers (``mcp_files``)."""
 
 
-CLIENTS: dict[str, Client] = {c.name: c for c in (
-    Client("claude", "Claude Code", (("project", ".mcp.json"), ("user", ".claude.json")), "json",
-           "Claude Code asks once to approve a project's .mcp.json servers (or run it with "
-           "--mcp-config .mcp.json)."),
-    Client("cursor", "Cursor", (("project", ".cursor/mcp.json"), ("user", ".cursor/mcp.json")),
-           "json"),
-    Client("gemini", "Gemini CLI", (("project", ".gemini/settings.json"),
-                                    ("user", ".gemini/settings.json")), "json",
-           "Gemini CLI reads a project's settings only in a trusted folder."),
-    Client("codex", "Codex CLI", (("project", ".codex/config.toml"), ("user", ".codex/config.toml")),
-           "toml", "Codex reads a project's .codex/config.toml only in a trusted project."),
-    Client("goose", "goose", (("user", ".config/goose/config.yaml"),), "yaml"),
-)}
+def path(client: Harness, scope: str, project: Path, home: Path) -> Path:
+    """The MCP configuration file of ``client`` for ``scope``: a project path below
+    ``project``, a user path below the client's user folder
+    (:meth:`supervisor._harnesses.Harness.user_folder`: ``$CODEX_HOME``,
+    ``$XDG_CONFIG_HOME``) or, written ``~/...``, below ``home``.
+
+    Raises:
+        ValueError: the client has no file for that scope.
+    """
+    for name, rel in client.mcp_files:
+        if name == scope:
+            if scope == "project":
+                return project / rel
+            if rel.startswith("~/"):
+                return home / rel[2:]
+            return Path(client.user_folder(str(home))) / rel
+    raise ValueError(f"{client.label} has no {scope} MCP configuration "
+                     f"(scopes: {', '.join(s for s, _ in client.mcp_files)})")
 
 
-def entry_args(client: Client) -> list[str]:
+def entry_args(client: Harness) -> list[str]:
     """The arguments of our entry: ``mcp --for CLIENT``."""
     return ["mcp", "--for", client.name]
 
@@ -88,7 +69,7 @@ _TOML_HEADER = re.compile(r"^\s*\[\s*mcp_servers\s*\.\s*(\"watchkeeper\"|watchke
 _TOML_ANY_HEADER = re.compile(r"^\s*\[")
 
 
-def _toml_block(client: Client) -> str:
+def _toml_block(client: Harness) -> str:
     args = ", ".join(f'"{a}"' for a in entry_args(client))
     return f'[mcp_servers.{NAME}]\ncommand = "{COMMAND}"\nargs = [{args}]\n'
 
@@ -109,7 +90,7 @@ def _toml_without(text: str) -> tuple[str, bool]:
     return "".join(out), found
 
 
-def read(client: Client, path: Path) -> tuple[Any, bytes | None]:
+def read(client: Harness, path: Path) -> tuple[Any, bytes | None]:
     """``(parsed document, raw bytes)`` of ``path``; ``(None, None)`` when it does not exist.
 
     Raises:
@@ -118,7 +99,7 @@ def read(client: Client, path: Path) -> tuple[Any, bytes | None]:
     from .._errors import ConfigError
     from ..state._fsutil import read_small_file
 
-    if client.format == "json":
+    if client.mcp_format == "json":
         data = _settings.read_settings(path)
         return data, None if data is None else b""
     raw = read_small_file(path, 4 << 20, what="an MCP configuration file", missing_ok=True)
@@ -126,7 +107,7 @@ def read(client: Client, path: Path) -> tuple[Any, bytes | None]:
         return None, None
     try:
         text = raw.decode("utf-8")
-        if client.format == "toml":
+        if client.mcp_format == "toml":
             import tomllib
 
             return tomllib.loads(text), raw
@@ -141,23 +122,23 @@ def read(client: Client, path: Path) -> tuple[Any, bytes | None]:
     return data, raw
 
 
-def registered(client: Client, data: Any) -> dict[str, Any] | None:
+def registered(client: Harness, data: Any) -> dict[str, Any] | None:
     """Our entry in a parsed configuration, or None."""
     if not isinstance(data, dict):
         return None
-    table = data.get("extensions" if client.format == "yaml" else
-                     "mcp_servers" if client.format == "toml" else "mcpServers")
+    table = data.get("extensions" if client.mcp_format == "yaml" else
+                     "mcp_servers" if client.mcp_format == "toml" else "mcpServers")
     entry = table.get(NAME) if isinstance(table, dict) else None
     return entry if isinstance(entry, dict) else None
 
 
-def entry_ok(client: Client, entry: dict[str, Any]) -> bool:
+def entry_ok(client: Harness, entry: dict[str, Any]) -> bool:
     """Whether ``entry`` runs ``supervise mcp --for CLIENT``."""
-    command = entry.get("cmd" if client.format == "yaml" else "command")
+    command = entry.get("cmd" if client.mcp_format == "yaml" else "command")
     return command == COMMAND and entry.get("args") == entry_args(client)
 
 
-def install(client: Client, path: Path) -> bool:
+def install(client: Harness, path: Path) -> bool:
     """Merge our entry into ``path`` (created with its folder); False when it was there already.
 
     Raises:
@@ -169,7 +150,7 @@ def install(client: Client, path: Path) -> bool:
     current = registered(client, data)
     if current is not None and entry_ok(client, current):
         return False
-    if client.format == "json":
+    if client.mcp_format == "json":
         new = dict(data or {})
         servers = new.get("mcpServers")
         servers = dict(servers) if isinstance(servers, dict) else {}
@@ -179,7 +160,7 @@ def install(client: Client, path: Path) -> bool:
         return True
     _refuse_link(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    if client.format == "toml":
+    if client.mcp_format == "toml":
         text, _ = _toml_without((raw or b"").decode("utf-8"))
         if text and not text.endswith("\n"):
             text += "\n"
@@ -198,7 +179,7 @@ def install(client: Client, path: Path) -> bool:
     return True
 
 
-def uninstall(client: Client, path: Path) -> bool:
+def uninstall(client: Harness, path: Path) -> bool:
     """Remove our entry from ``path`` (a file left empty is removed); False when absent.
 
     Raises:
@@ -209,7 +190,7 @@ def uninstall(client: Client, path: Path) -> bool:
     data, raw = read(client, path)
     if registered(client, data) is None:
         return False
-    if client.format == "json":
+    if client.mcp_format == "json":
         new = dict(data)
         servers = dict(new["mcpServers"])
         del servers[NAME]
@@ -224,7 +205,7 @@ def uninstall(client: Client, path: Path) -> bool:
             path.unlink()
         return True
     _refuse_link(path)
-    if client.format == "toml":
+    if client.mcp_format == "toml":
         text, _ = _toml_without((raw or b"").decode("utf-8"))
     else:
         import yaml

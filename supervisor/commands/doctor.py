@@ -627,10 +627,10 @@ def _mcp_checks(project: Path, named: bool) -> list[Check]:
     checks: list[Check] = []
     found = False
     for client in _mcp_clients.CLIENTS.values():
-        for scope, _ in client.files:
+        for scope, _ in client.mcp_files:
             if scope == "user" and home is None:
                 continue
-            path = client.path(scope, project, home or project)
+            path = _mcp_clients.path(client, scope, project, home or project)
             subject = f"mcp ({client.name})"
             try:
                 data, _raw = _mcp_clients.read(client, path)

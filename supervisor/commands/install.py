@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from .._harnesses import names
+from .._harnesses import INSTALLABLE, MCP_CLIENTS
 from ..state._project import add_git_exclude
 from ._cli import VerbParser, add_directory
 from ..adapters import ADAPTERS, Adapter
@@ -44,17 +44,15 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
     """The shared argument parser of ``install`` and ``uninstall``."""
     p = VerbParser(prog=prog, description=verb_help)
     p.add_argument("harnesses", nargs="+", metavar="HARNESS",
-                   help=f"one or more of: {', '.join(names())}, or 'all'; "
+                   help=f"one or more of: {', '.join(INSTALLABLE)}, or 'all'; "
                    "or mcp (with --for CLIENT): the `supervise mcp` server")
     p.add_argument("--scope", choices=("project", "user", "local"), default="project",
                    help="project: the project's settings file, usually committed (default); "
                    "user: your settings in $HOME, every project; local: your own uncommitted "
                    "project file (Claude's .claude/settings.local.json, git-ignored)")
-    from ._mcp_clients import CLIENTS
-
-    p.add_argument("--for", dest="client", choices=list(CLIENTS), metavar="CLIENT",
+    p.add_argument("--for", dest="client", choices=list(MCP_CLIENTS), metavar="CLIENT",
                    help=f"with HARNESS 'mcp': the MCP client whose configuration gets (or loses) "
-                   f"the `supervise mcp` server: {', '.join(CLIENTS)}")
+                   f"the `supervise mcp` server: {', '.join(MCP_CLIENTS)}")
     if prog == "supervise install":
         p.add_argument("--plugin", action="store_true",
                        help="register the harness plugin instead of the settings hooks (Claude "
@@ -256,13 +254,13 @@ def mcp_path(args: argparse.Namespace, project_dir: Path, home: Path) -> Path | 
     line when the client has no file for ``--scope``, or None without ``mcp``."""
     if not getattr(args, "mcp", False):
         return None
-    from ._mcp_clients import CLIENTS
+    from . import _mcp_clients
 
-    client = CLIENTS[args.client]
+    client = _mcp_clients.CLIENTS[args.client]
     scope = args.scope if args.scope != "local" else "project"
-    if all(s != scope for s, _ in client.files):
-        scope = client.files[0][0]  # goose: user only (said when it is used)
-    return client.path(scope, project_dir, home)
+    if all(s != scope for s, _ in client.mcp_files):
+        scope = client.mcp_files[0][0]  # goose: user only (said when it is used)
+    return _mcp_clients.path(client, scope, project_dir, home)
 
 
 def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path) -> bool:
@@ -282,24 +280,24 @@ def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path)
             changed = _mcp_clients.uninstall(client, path)
     except (ConfigError, OSError) as err:
         msg = str(err) if isinstance(err, ConfigError) else f"{path}: cannot write: {err.strerror or err}"
-        print(f"supervise {verb}: mcp ({client.title}): {msg}", file=sys.stderr)
+        print(f"supervise {verb}: mcp ({client.label}): {msg}", file=sys.stderr)
         return True
     command = shlex.join([_mcp_clients.COMMAND, *_mcp_clients.entry_args(client)])
     if verb == "install":
-        print(f"mcp: {client.title}: {'registered' if changed else 'already registered (unchanged)'} "
+        print(f"mcp: {client.label}: {'registered' if changed else 'already registered (unchanged)'} "
               f"the server `{command}` in {where}")
         import importlib.util
         import shutil
 
         if shutil.which(_mcp_clients.COMMAND) is None:
-            print(f"note: {_mcp_clients.COMMAND} is not on PATH here; {client.title} runs it "
+            print(f"note: {_mcp_clients.COMMAND} is not on PATH here; {client.label} runs it "
                   "from PATH: pipx install 'watchkeeper[mcp]'")
         elif importlib.util.find_spec("mcp") is None:
             print(f"note: {INSTALL_MCP}")
-        if client.note:
-            print(f"note: {client.note}")
+        if client.mcp_note:
+            print(f"note: {client.mcp_note}")
     else:
-        print(f"mcp: {client.title}: " + (f"removed the server from {where}" if changed
+        print(f"mcp: {client.label}: " + (f"removed the server from {where}" if changed
                                           else f"nothing to remove in {where}"))
     return False
 

@@ -21,8 +21,10 @@ goose, Gemini CLI). Built on the official ``mcp`` SDK, the optional extra
   ``supervise mcp --once KIND`` (the engine wants the main thread and its signals) that prints
   its text, then commits or rolls back as the server tells it on its stdin.
 - ``--for CLIENT`` names the client the registration is for (``supervise install mcp --for
-  CLIENT`` writes it). When that client's harness also has our hook (settings or plugin), the
-  hook is the channel: the instructions stand down to one line naming the tool.
+  CLIENT`` writes it; the clients are the harness table's rows with ``mcp_files``), and the
+  digest runs as for that harness (``SUPERVISE_HARNESS``). When that client's harness also
+  has our hook (settings or plugin), the hook is the channel: the instructions stand down to
+  one line naming the tool.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._exitcodes import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from .._harnesses import MCP_CLIENTS
 
 if TYPE_CHECKING:
     from ..config._context import SessionContext
@@ -76,11 +79,6 @@ INSTALL_HINT = ("supervise mcp: the MCP server needs the optional extra: "
                 "pipx install 'watchkeeper[mcp]' (or: uv tool install 'watchkeeper[mcp]', "
                 "pip install 'watchkeeper[mcp]')")
 
-CLIENT_HARNESS = {"claude": "claude", "cursor": "cursor", "gemini": "gemini", "codex": "codex",
-                  "goose": ""}
-"""``--for`` values and the harness each one is for the digest (``SUPERVISE_HARNESS``, the
-files it loads itself) and the stand-down check; goose has no hook harness."""
-
 INSTRUCTION_FILES = ("AGENTS.override.md", "AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md",
                      "CLAUDE.local.md", "GEMINI.md", "QWEN.md")
 """Instruction files at the project root offered as resources (the names the harnesses read,
@@ -100,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = VerbParser(prog="supervise mcp", description="serve the digest over MCP (stdio): "
                    "instructions at initialize, the digest and deferred results as tools, "
                    "instruction and memory files as resources; needs watchkeeper[mcp]")
-    p.add_argument("--for", dest="client", choices=sorted(CLIENT_HARNESS), default="",
+    p.add_argument("--for", dest="client", choices=sorted(MCP_CLIENTS), default="",
                    help="the client this registration is for (install mcp --for writes it): "
                    "the digest runs as for its harness, and stands down to one line when that "
                    "harness has our hook too")
@@ -115,7 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _context(project: Path, client: str, source: str) -> SessionContext:
     from ..config._context import SessionContext
 
-    return SessionContext.for_project(project, source=source, harness=CLIENT_HARNESS.get(client, ""),
+    return SessionContext.for_project(project, source=source, harness=client,
                                       session_id="", cwd=project)
 
 
@@ -183,14 +181,11 @@ def standdown_reason(client: str, project: Path) -> str:
     """Where ``client``'s harness has our hook for ``project`` (a settings registration or
     the plugin enabled, project, local or user scope), or ``""``: then the hook delivers the
     digest and the instructions stand down."""
-    harness = CLIENT_HARNESS.get(client, "")
-    if not harness:
-        return ""
     from ..adapters import ADAPTERS, _settings
     from .._home import home_dir
     from . import _plugins
 
-    adapter = ADAPTERS.get(harness)
+    adapter = ADAPTERS.get(client)  # goose: no hook harness
     if adapter is None:
         return ""
     home = home_dir()
@@ -567,6 +562,6 @@ def main(argv: list[str]) -> int:
     project = Path(find_project_root(args.directory or Path.cwd()))
     if args.once:
         return _child(args.once, project, args.client)
-    if args.client not in CLIENT_HARNESS and args.client:
+    if args.client not in MCP_CLIENTS and args.client:
         return EXIT_USAGE
     return serve(project, args.client)
