@@ -267,3 +267,55 @@ def test_a_message_split_across_reads_and_the_last_line_without_end_are_read() -
     finally:
         os.close(read_fd)
 
+
+def test_the_digest_tool_under_a_harness_process_gives_the_digest_after_the_instructions(
+        project: Path, tmp_path: Path) -> None:
+    """Under a real client the server and each tool call's child share the client process
+    (found by the ancestry walk) and the empty session id, so the ``digest`` tool's start
+    repeated the instructions' one within the repeat window and got no text: real Codex
+    0.171.0 gave the model an empty tool result. Here the SDK client runs below a process
+    named ``codex`` (a copied shell, as the session tests' fake harness)."""
+    from fake_harness import harness_binary
+
+    client = tmp_path / "client.py"
+    client.write_text(
+        "import json, os, sys\n"
+        "import anyio\n"
+        "from mcp import ClientSession, StdioServerParameters\n"
+        "from mcp.client.stdio import stdio_client\n"
+        "async def main():\n"
+        "    params = StdioServerParameters(command=sys.executable, args=['-m', 'supervisor', "
+        "'mcp', '--for', 'codex'], cwd=os.getcwd(), env=dict(os.environ))\n"
+        "    with open(os.devnull, 'w') as errlog:\n"
+        "        async with stdio_client(params, errlog=errlog) as (read, write):\n"
+        "            async with ClientSession(read, write) as session:\n"
+        "                init = await session.initialize()\n"
+        "                tool = await session.call_tool('digest', {})\n"
+        "                again = await session.call_tool('digest', {'reemit': True})\n"
+        "                again2 = await session.call_tool('digest', {'reemit': True})\n"
+        "                print(json.dumps([init.instructions, tool.content[0].text,\n"
+        "                                  again.content[0].text, again2.content[0].text]))\n"
+        "anyio.run(main)\n")
+    codex = harness_binary(tmp_path / "bin", "codex")
+    proc = subprocess.run([str(codex), "-c", f"{sys.executable} {client}; :"], cwd=project,
+                          capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    instructions, tool, reemit, reemit2 = json.loads(proc.stdout)
+    assert "MCP-MARK" in instructions
+    assert "MCP-MARK" in tool
+    assert reemit.strip() and reemit2.strip()
+
+
+def test_the_tools_are_marked_read_only(project: Path) -> None:
+    """Codex 0.171.0 runs an MCP tool unasked only when it is marked read-only: without the
+    hint, `codex exec` answered the model "MCP tool call requires approval, but approval
+    policy is never". Neither tool changes the user's files or reaches the network."""
+    seen: dict[str, Any] = {}
+
+    async def body(session: ClientSession, init: Any) -> None:
+        seen.update({t.name: t.annotations for t in (await session.list_tools()).tools})
+
+    _session(project, body)
+    for name in ("digest", "deferred"):
+        assert seen[name] is not None and seen[name].read_only_hint is True, name
+        assert seen[name].destructive_hint is False and seen[name].open_world_hint is False

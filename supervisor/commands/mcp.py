@@ -138,20 +138,26 @@ def _plan(project: Path, budget: float) -> tuple[DigestPlan, str]:
     return plan, notice
 
 
-def digest_text(project: Path, client: str, source: str, budget: float, cap: int) -> tuple[str, str]:
+def digest_text(project: Path, client: str, source: str, budget: float, cap: int,
+                asked: bool = False) -> tuple[str, str]:
     """Run the session protocol for ``source`` (``startup``; ``compact`` for a re-emit) inside
     the open delivery, as the hook does; return ``(text, kind)``: the text cut to ``cap``
     characters at stage boundaries (the whole digest saved under the state dir, the cut
     naming the ``digest`` tool), ``kind`` the outcome's (``digest``, ``reemit``, ``nudge``).
 
-    The lock's owner is the client process that started this server (``take_lock``). Never
-    raises for state problems (the digest runs read-only and says why)."""
+    The lock's owner is the client process that started this server (``take_lock``), found
+    by the ancestry walk as the hook's is. ``asked``: a tool call, which asks for the digest
+    again on purpose, so a start repeated within the repeat window
+    (:func:`supervisor.session._starts.once`, which gives a repeat no text) runs anew: under
+    a real client the instructions' start and a ``digest`` call share the client process and
+    the empty session id. Never raises for state problems (the digest runs read-only and
+    says why)."""
     from ..adapters import fit_inline
     from ..session._routing import run_session
 
     plan, notice = _plan(project, budget)
     context = _context(project, client, source)
-    outcome = run_session(plan, context, take_lock=True)
+    outcome = run_session(plan, context, take_lock=True, repeat_checked=asked)
     text = notice + outcome.text
     if outcome.parts is not None and len(text) > cap:
         note = (f"[watchkeeper] This digest was cut to {cap:,} characters; call the `digest` "
@@ -224,7 +230,7 @@ def _child(kind: str, project: Path, client: str) -> int:
             text = deferred_text(project)
         else:
             text, _ = digest_text(project, client, "compact" if kind == "reemit" else "startup",
-                                  TOOL_BUDGET, TOOL_CAP)
+                                  TOOL_BUDGET, TOOL_CAP, asked=True)
         sys.stdout.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         import select
@@ -481,15 +487,21 @@ def serve(project: Path, client: str) -> int:
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
             deliveries.client_spoke()
+            # read-only: neither tool changes the user's files or reaches the network (the
+            # records they keep are our state dir's), so a client may run them unasked
+            hints = types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                                          open_world_hint=False)
             return types.ListToolsResult(tools=[
                 types.Tool(name="digest", description=(
                     "The watchkeeper session-start digest of this project (instructions, "
                     "memory, repository state), whole; reemit=true gives its re-emit after a "
                     "compaction."), input_schema={
-                        "type": "object", "properties": {"reemit": {"type": "boolean"}}}),
+                        "type": "object", "properties": {"reemit": {"type": "boolean"}}},
+                    annotations=hints),
                 types.Tool(name="deferred", description=(
                     "Finished background (deferred) stage results of this project, each "
-                    "delivered once."), input_schema={"type": "object", "properties": {}})])
+                    "delivered once."), input_schema={"type": "object", "properties": {}},
+                    annotations=hints)])
 
         async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             deliveries.client_spoke()
