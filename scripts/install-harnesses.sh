@@ -3,13 +3,16 @@
 # for the end-to-end tests (tests/e2e). Idempotent: a package already at its pinned version is
 # not touched, so a second run takes well under a second.
 #
-# usage: scripts/install-harnesses.sh [claude|codex|gemini|pi|opencode|all]...   (default: all)
+# usage: scripts/install-harnesses.sh [NAME|all]...   (default: all; the names: the harness
+#        table's rows with a pinned CLI, `python -m supervisor._harnesses pins`)
 # env:   HARNESS_CACHE  install root (default: <repo>/.cache/harnesses)
 # Without npm it prints one line and exits 0 (the e2e tests then skip with that reason), or 1
 # under CI (CI set to anything but empty/0/false: the e2e tests never skip there).
 # The pins are the harness table's (supervisor/_harnesses.py): each row's `newest` version
-# goes into the cache itself; its `floor` (the oldest version supported), where it differs,
-# into the second pinned set <cache>/floor, which the floor tests run.
+# goes into the cache itself, with the row's `npm_extra` packages for this platform (a
+# platform binary published under another version); its `floor` (the oldest version
+# supported), where it differs, into the second pinned set <cache>/floor, which the floor
+# tests run.
 set -u
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${HARNESS_CACHE:-$ROOT/.cache/harnesses}"
@@ -25,7 +28,7 @@ if ! command -v npm >/dev/null 2>&1; then
   exit 0
 fi
 PY="$(command -v python3 || command -v python)" || { echo "install-harnesses: no python3" >&2; exit 2; }
-# "name package newest floor label..." a line
+# "name package newest floor extra label..." a line (extra: "pkg@v,pkg@v" or "-")
 PINS="$(cd "$ROOT" && PYTHONPATH="$ROOT" "$PY" -m supervisor._harnesses pins)" && [ -n "$PINS" ] || {
   echo "install-harnesses: cannot read the harness table (supervisor/_harnesses.py)" >&2; exit 2; }
 
@@ -47,17 +50,24 @@ installed_version() {  # installed_version DIR PKG -> version from DIR/node_modu
 want=(); names=(); dirs=()
 for t in "${targets[@]}"; do
   line="$(grep "^$t " <<<"$PINS")" || { echo "install-harnesses: unknown harness '$t'" >&2; exit 2; }
-  read -r _ pkg ver floor label <<<"$line"
+  read -r _ pkg ver floor extra label <<<"$line"
   for set in newest floor; do
-    dir="$CACHE"; v="$ver"; what="$t"
+    dir="$CACHE"; v="$ver"; what="$t"; more=""
     if [ "$set" = floor ]; then
       [ "$floor" = "$ver" ] && continue  # the floor is the newest: one install serves both
       dir="$CACHE/floor"; v="$floor"; what="$t (floor)"
+    elif [ "$extra" != - ]; then
+      more="${extra//,/ }"
     fi
-    if [ "$(installed_version "$dir" "$pkg")" = "$v" ]; then
-      echo "install-harnesses: $what ($pkg@$v) already installed"
+    missing=""
+    [ "$(installed_version "$dir" "$pkg")" = "$v" ] || missing=1
+    for spec in $more; do  # "@scope/name@1.2.3": the version follows the last @
+      [ "$(installed_version "$dir" "${spec%@*}")" = "${spec##*@}" ] || missing=1
+    done
+    if [ -z "$missing" ]; then
+      echo "install-harnesses: $what ($pkg@$v${more:+ $more}) already installed"
     else
-      want+=("$pkg@$v"); names+=("$what: $label"); dirs+=("$dir")
+      want+=("$pkg@$v${more:+ $more}"); names+=("$what: $label"); dirs+=("$dir")
     fi
   done
 done
@@ -65,15 +75,16 @@ done
 
 echo "install-harnesses: the end-to-end tests (tests/e2e) drive the real harness CLIs against a"
 echo "install-harnesses: local fake model, so the pinned versions are installed once from npm into"
-echo "install-harnesses: $CACHE (git-ignored; about 1.7 GB for all five and the floor set, a"
+echo "install-harnesses: $CACHE (git-ignored; about 2.6 GB for all of them and the floor set, a"
 echo "install-harnesses: minute or more depending on the network). \`pytest -m \"not e2e\"\` needs none."
 : >"$CACHE/install.log"
 total=${#want[@]}; start_all=$SECONDS
 for i in "${!want[@]}"; do
   n=$((i + 1)); start=$SECONDS
   echo "install-harnesses: [$n/$total] ${names[$i]} ${want[$i]} ..."
+  read -r -a specs <<<"${want[$i]}"  # the pin, then its npm_extra packages
   if ! (cd "${dirs[$i]}" && npm install --no-audit --no-fund --save-exact --loglevel=error \
-        "${want[$i]}" >>"$CACHE/install.log" 2>&1); then
+        "${specs[@]}" >>"$CACHE/install.log" 2>&1); then
     echo "install-harnesses: npm install ${want[$i]} failed (see $CACHE/install.log);" \
          "e2e tests that need it will skip" >&2
     tail -n 20 "$CACHE/install.log" >&2

@@ -112,6 +112,11 @@ class Harness:
         floor: the oldest version proven with the real CLI (the supported floor; the
             end-to-end tests' second pinned set), "" when no CLI is pinned.
         newest: the newest version proven (the end-to-end tests' pin), "" likewise.
+        npm_extra: ``(platform, "pkg@version")`` pairs: a package ``npm install`` needs beside
+            the :attr:`newest` pin on that platform (``os.uname()``'s ``"sysname machine"``,
+            ``"Linux x86_64"``), where the pin's own optional platform package was published
+            under another version (``@factory/cli`` 0.225.1 names ``@factory/cli-linux-x64``
+            0.225.1, which the registry does not have; 0.225.2 is there).
         eras: what changed from a version on (:class:`Era`, oldest first); before the first,
             and for a version we could not learn, the row's own fields hold.
         mcp_files: where it reads its MCP servers, ``((scope, path), ...)``, empty when it
@@ -148,6 +153,7 @@ class Harness:
     resume_drops_context: bool = False
     floor: str = ""
     newest: str = ""
+    npm_extra: tuple[tuple[str, str], ...] = ()
     eras: tuple[Era, ...] = ()
     mcp_files: tuple[tuple[str, str], ...] = ()
     mcp_format: str = ""
@@ -234,6 +240,11 @@ ROWS: tuple[Harness, ...] = (
             user="hooks/watchkeeper.json", user_dir=".copilot", user_dir_env="COPILOT_HOME",
             prompt_event="UserPromptSubmit", loads="copilot", resume_drops_context=True,
             floor="1.0.102", newest="1.0.102"),
+    Harness("droid", "Factory Droid", "hook", processes=("droid",), packages=("@factory/cli",),
+            project=".factory/settings.json", user="settings.json", user_dir=".factory",
+            local=".factory/settings.local.json", prompt_event="UserPromptSubmit",
+            loads="droid", floor="0.225.1", newest="0.225.1",
+            npm_extra=(("Linux x86_64", "@factory/cli-linux-x64@0.225.2"),)),
     Harness("pi", "Pi", "bridge", processes=("pi",), packages=("@mariozechner/pi-coding-agent",),
             project=".pi/extensions/watchkeeper/index.ts", user="extensions/watchkeeper/index.ts",
             user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR",
@@ -277,11 +288,23 @@ def label(name: str, default: str = "") -> str:
 
 
 
-def pins() -> list[tuple[str, str, str, str, str]]:
-    """``[(name, npm package, newest, floor, label)]`` of the rows with a pinned CLI: what
-    ``scripts/install-harnesses.sh`` installs for the end-to-end tests."""
-    return [(row.name, row.packages[0], row.newest, row.floor or row.newest, row.label)
-            for row in ROWS if row.packages and row.newest]
+def pins(platform: str | None = None) -> list[tuple[str, str, str, str, str, str]]:
+    """``[(name, npm package, newest, floor, extra, label)]`` of the rows with a pinned CLI: what
+    ``scripts/install-harnesses.sh`` installs for the end-to-end tests. ``extra`` is the
+    row's :attr:`Harness.npm_extra` specs for ``platform`` (default: this machine's
+    ``"sysname machine"``), comma-separated, or ``-`` when none."""
+    if platform is None:
+        import os
+
+        uname = os.uname()
+        platform = f"{uname.sysname} {uname.machine}"
+    out = []
+    for row in ROWS:
+        if row.packages and row.newest:
+            extra = ",".join(spec for where, spec in row.npm_extra if where == platform) or "-"
+            out.append((row.name, row.packages[0], row.newest, row.floor or row.newest, extra,
+                        row.label))
+    return out
 
 
 if __name__ == "__main__":  # `python -m supervisor._harnesses pins`: one pin a line

@@ -1,4 +1,4 @@
-"""The harnesses of issue 24 (GitHub Copilot CLI, ...): install, uninstall and doctor on real
+"""The harnesses of issue 24 (GitHub Copilot CLI, Factory Droid, ...): install, uninstall and doctor on real
 files, their envelopes, and the instruction files each loads itself (never supplied again).
 """
 
@@ -58,6 +58,82 @@ def test_copilot_envelope_is_the_top_level_additional_context(tmp_path: Path) ->
         assert out == {"additionalContext": "ctx"}, (kind, out)
 
 
+def test_droid_install_uses_claude_groups_and_the_local_scope(git_repo: Path) -> None:
+    assert run_cli("install", "droid", "--scope", "local", cwd=git_repo).returncode == 0
+    data = json.loads((git_repo / ".factory" / "settings.local.json").read_text())
+    (group,) = data["hooks"]["SessionStart"]
+    assert group["hooks"][0]["type"] == "command" and group["hooks"][0]["timeout"] == 180
+    assert group["hooks"][0]["command"].endswith("hook droid --registered-timeout 180")
+    assert "UserPromptSubmit" in data["hooks"]
+    exclude = (git_repo / ".git" / "info" / "exclude").read_text()
+    assert "/.factory/settings.local.json" in exclude
+    out = run_cli("doctor", "droid", cwd=git_repo).stdout.decode()
+    assert "FAIL" not in out, out
+    # what the real CLI could not run offline is said, one warn line each
+    assert "warn  droid: not proven with the real CLI: resume and compaction" in out, out
+    assert "warn  droid: not proven with the real CLI: the per-prompt hook" in out, out
+    assert run_cli("uninstall", "droid", "--scope", "local", cwd=git_repo).returncode == 0
+    assert not (git_repo / ".factory" / "settings.local.json").exists()
+
+
+def test_droid_pin_names_its_linux_binary_beside_it() -> None:
+    """``@factory/cli`` 0.225.1 names ``@factory/cli-linux-x64`` 0.225.1, which the registry
+    does not have: the installer adds the row's ``npm_extra`` for that platform alone."""
+    from supervisor._harnesses import pins
+
+    linux = {name: extra for name, _, _, _, extra, _ in pins("Linux x86_64")}
+    mac = {name: extra for name, _, _, _, extra, _ in pins("Darwin arm64")}
+    assert linux["droid"] == "@factory/cli-linux-x64@0.225.2" and mac["droid"] == "-"
+    assert linux["copilot"] == "-"
+
+
+FAKE_NPM = r"""#!/bin/sh
+echo "$@" >> "$NPM_LOG"
+for a in "$@"; do
+  case "$a" in
+    *@[0-9]*) pkg=${a%@*}; ver=${a##*@}; mkdir -p "node_modules/$pkg"
+              printf '{\n  "version": "%s"\n}\n' "$ver" > "node_modules/$pkg/package.json" ;;
+  esac
+done
+"""
+"""A stand-in ``npm install`` (offline): records its arguments, writes each ``pkg@version``'s
+package.json."""
+
+
+def test_installer_adds_the_platform_package_and_checks_it(tmp_path: Path) -> None:
+    """A stand-in ``npm`` records its arguments: the droid install names the pin and its
+    Linux binary in one ``npm install``; a second run finds both and installs nothing, and a
+    missing binary package alone is installed again."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    npm = bin_dir / "npm"
+    npm.write_text(FAKE_NPM)
+    npm.chmod(0o755)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HARNESS_CACHE": str(cache),
+           "NPM_LOG": str(tmp_path / "npm.log")}
+    script = ROOT / "scripts" / "install-harnesses.sh"
+    uname = os.uname()
+    if f"{uname.sysname} {uname.machine}" != "Linux x86_64":
+        import pytest
+
+        pytest.skip("the droid extra is for Linux x86_64")
+    first = subprocess.run(["bash", str(script), "droid"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert first.returncode == 0, first.stderr
+    (call,) = (tmp_path / "npm.log").read_text().splitlines()
+    assert call.endswith("@factory/cli@0.225.1 @factory/cli-linux-x64@0.225.2"), call
+    again = subprocess.run(["bash", str(script), "droid"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert "already installed" in again.stdout and "[1/" not in again.stdout, again.stdout
+    import shutil
+
+    shutil.rmtree(cache / "node_modules" / "@factory" / "cli-linux-x64")
+    third = subprocess.run(["bash", str(script), "droid"], capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert "[1/1] droid" in third.stdout, third.stdout
+
+
 def _supplied(repo: Path, harness: str, cwd: Path, home: Path) -> str:
     env = {**os.environ, "SUPERVISE_HARNESS": harness, "SUPERVISE_PROJECT_DIR": str(repo),
            "SUPERVISE_CWD": str(cwd), "SUPERVISE_SOURCE": "startup", "HOME": str(home)}
@@ -68,7 +144,7 @@ def _supplied(repo: Path, harness: str, cwd: Path, home: Path) -> str:
     return proc.stdout.decode()
 
 
-def test_copilot_loads_its_own_files_and_the_digest_supplies_the_rest(git_repo: Path,
+def test_each_loads_its_own_files_and_the_digest_supplies_the_rest(git_repo: Path,
                                                                       tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -78,10 +154,11 @@ def test_copilot_loads_its_own_files_and_the_digest_supplies_the_rest(git_repo: 
     sub = git_repo / "pkg"
     sub.mkdir()
     (sub / "AGENTS.md").write_text("SUB-AGENTS\n")
-    # Copilot loads AGENTS.md and CLAUDE.md from the git root down to cwd (LAB 1.0.102), not
-    # AGENTS.override.md: the digest supplies that one alone
-    text = _supplied(git_repo, "copilot", sub, home)
-    assert not any(m in text for m in ("ROOT-AGENTS", "ROOT-CLAUDE", "SUB-AGENTS")), text
-    assert "ROOT-OVERRIDE" in text, text
+    # Copilot and Droid load AGENTS.md and CLAUDE.md from the git root down to cwd (LAB
+    # 1.0.102, 0.225.2), not AGENTS.override.md: the digest supplies that one alone
+    for harness in ("copilot", "droid"):
+        text = _supplied(git_repo, harness, sub, home)
+        assert not any(m in text for m in ("ROOT-AGENTS", "ROOT-CLAUDE", "SUB-AGENTS")), text
+        assert "ROOT-OVERRIDE" in text, text
     # a terminal gets everything
     assert "SUB-AGENTS" in _supplied(git_repo, "", sub, home)

@@ -36,6 +36,8 @@ existing regular file; callers de-duplicate by real path. Sources for each conve
   ``$COPILOT_HOME/copilot-instructions.md``; ``AGENTS.md``, ``CLAUDE.md`` and ``GEMINI.md``
   from the git root (no git: cwd) down to cwd; the root's ``.github/copilot-instructions.md``
   and ``.github/instructions/*.instructions.md``. No imports.
+* Factory Droid (LAB 0.225.2): ``~/.factory/AGENTS.md``, then ``AGENTS.md`` and ``CLAUDE.md``
+  from the git root (no git: cwd) down to cwd. No imports.
 """
 
 from __future__ import annotations
@@ -310,6 +312,14 @@ def copilot_loads(place: Place) -> list[Path]:
                   if p.name.endswith(".instructions.md")]
 
 
+def droid_loads(place: Place) -> list[Path]:
+    """Files Factory Droid loads itself (LAB, 0.225.2): ``~/.factory/AGENTS.md``, then
+    ``AGENTS.md`` and ``CLAUDE.md`` in every directory from the git root (no git: cwd) down to
+    cwd. Not ``AGENTS.override.md``. No imports."""
+    out = [p for p in (place.home / ".factory" / "AGENTS.md",) if is_regular(p)]
+    return out + _upward_names(place, ("AGENTS.md", "CLAUDE.md"))
+
+
 LOADERS = {
     "claude": claude_loads,
     "claude-agents": claude_agents_loads,
@@ -321,6 +331,7 @@ LOADERS = {
     "cursor": cursor_loads,
     "grok": grok_loads,
     "copilot": copilot_loads,
+    "droid": droid_loads,
 }
 """The rules a harness table row names as ``loads`` (``supervisor._harnesses``): the files the
 harness loads by itself (per version: the row's ``loads_at``); whether it expands ``@imports``

@@ -2,7 +2,7 @@
 
 The CLIs are pinned and installed by ``scripts/install-harnesses.sh`` into ``.cache/harnesses``
 (``HARNESS_CACHE`` overrides). The first e2e test of a run installs them (npm registry only,
-idempotent; about 1.3 GB and a minute or more the first time, with its progress shown on the
+idempotent; about 2.6 GB and a minute or more the first time, with its progress shown on the
 terminal; ``WATCHKEEPER_NO_HARNESS_INSTALL=1`` turns that off);
 a test whose CLI is still missing (no npm) skips and says why, except under CI (``CI`` set and
 not empty/0/false, as ``scripts/install-harnesses.sh`` reads it), where it fails: a green CI
@@ -49,7 +49,7 @@ def _ensure_installed(config: pytest.Config | None = None) -> None:
     """Run the project's installer once per test run (so the README's test command needs no
     separate set-up step); its last lines are kept for the skip message. With ``config``
     (before the first test) its progress is shown on the terminal as it goes: a first install
-    downloads about 1.3 GB."""
+    downloads about 2.6 GB."""
     import contextlib
     import threading
 
