@@ -92,6 +92,10 @@ class Harness:
         session_event: the event a session starts with (a settings key or an extension event).
         prompt_event: the per-prompt event that can add model context, or None.
         post_tool_event: the event after a tool ran that can add model context, or None.
+        file_tools: the tools after which that event names one file in
+            ``tool_input.file_path`` (``notebook_path`` for Claude's notebooks): the reads and
+            edits that inject nested instruction files and path-scoped rules
+            (``supervisor.session._nested``, the registered matcher, ``hook-fast.sh``).
         compact_event: a separate compaction event (extensions; hooks get ``source`` compact).
         loads: the rule of ``stages/instructions/discover.py`` naming the instruction files
             the harness loads by itself ("" = none: the digest supplies the whole chain).
@@ -143,6 +147,7 @@ class Harness:
     session_event: str = "SessionStart"
     prompt_event: str | None = None
     post_tool_event: str | None = None
+    file_tools: tuple[str, ...] = ()
     compact_event: str | None = None
     loads: str = ""
     imports: bool = False
@@ -198,7 +203,9 @@ ROWS: tuple[Harness, ...] = (
     Harness("claude", "Claude Code", "hook", processes=("claude",),
             packages=("@anthropic-ai/claude-code",), project=".claude/settings.json",
             user="settings.json", user_dir=".claude", local=".claude/settings.local.json",
-            prompt_event="UserPromptSubmit", post_tool_event="PostToolUse", loads="claude",
+            prompt_event="UserPromptSubmit", post_tool_event="PostToolUse",
+            file_tools=("Read", "Edit", "MultiEdit", "Write", "NotebookRead", "NotebookEdit"),
+            loads="claude",
             imports=True, nested_on_demand=True, early_exit=True, floor="2.1.197",
             newest="2.1.332", plugin="watchkeeper@watchkeeper",
             mcp_files=(("project", ".mcp.json"), ("user", "~/.claude.json")), mcp_format="json",
@@ -224,6 +231,7 @@ ROWS: tuple[Harness, ...] = (
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
+            post_tool_event="AfterTool", file_tools=("read_file", "replace", "write_file"),
             loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
             resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper",
             mcp_files=(("project", ".gemini/settings.json"), ("user", "settings.json")),
@@ -279,6 +287,8 @@ INSTALLABLE: tuple[str, ...] = names("hook", "nudge", "bridge")
 """The harnesses ``install HARNESS`` registers with (a hook command or a bridge)."""
 MCP_CLIENTS: tuple[str, ...] = tuple(row.name for row in ROWS if row.mcp_files)
 """The MCP clients ``install mcp --for CLIENT`` configures, in table order."""
+FILE_TOOLS: frozenset[str] = frozenset(tool for row in ROWS for tool in row.file_tools)
+"""Every row's :attr:`Harness.file_tools` (the bridges ask as Claude Code's ``Read``)."""
 
 
 def label(name: str, default: str = "") -> str:

@@ -238,9 +238,12 @@ def test_gemini_extension_registers_its_events_through_the_shim() -> None:
     assert manifest["name"] == "watchkeeper" and manifest["version"]
     data = json.loads((GEMINI_EXTENSION / "hooks" / "hooks.json").read_text("utf-8"))
     commands = _plugin_commands(GEMINI_EXTENSION / "hooks" / "hooks.json")
-    assert set(commands) == {gemini.session_event, gemini.prompt_event}
+    assert set(commands) == {gemini.session_event, gemini.prompt_event, gemini.post_tool_event}
     assert "exec supervise-hook gemini --registered-timeout" in commands[gemini.session_event]
     assert "exec supervise-hook gemini --event prompt;" in commands[gemini.prompt_event]
+    assert "exec supervise-hook gemini --event post-tool;" in commands[gemini.post_tool_event]
+    # the extension's read hook matches the tools settings registrations do
+    assert data["hooks"][gemini.post_tool_event][0]["matcher"] == gemini.post_tool_matcher
     # Gemini's own default (60 s) is below the budget: the extension registers one that fits,
     # as doctor judges a settings registration
     [handler] = data["hooks"][gemini.session_event][0]["hooks"]

@@ -47,10 +47,11 @@ def start(project: Path, harness: str, source: str = "startup") -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-def read(project: Path, harness: str, rel: str, *, fast: bool = True) -> str:
+def read(project: Path, harness: str, rel: str, *, fast: bool = True, tool: str = "Read",
+         relative: bool = False) -> str:
     payload = json.dumps({"session_id": "s1", "cwd": str(project),
-                          "hook_event_name": "PostToolUse", "tool_name": "Read",
-                          "tool_input": {"file_path": str(project / rel)}},
+                          "hook_event_name": "PostToolUse", "tool_name": tool,
+                          "tool_input": {"file_path": rel if relative else str(project / rel)}},
                          separators=(",", ":")).encode()
     argv = [sys.executable, "-P", "-m", "supervisor", "hook", harness, "--event", "post-tool"]
     if fast:
@@ -60,9 +61,11 @@ def read(project: Path, harness: str, rel: str, *, fast: bool = True) -> str:
     assert proc.returncode == 0, proc.stderr
     if not proc.stdout.strip():
         return ""
-    if harness != "claude":  # the bridges' hook prints the text itself
+    if harness not in ("claude", "gemini"):  # the bridges' hook prints the text itself
         return proc.stdout.decode()
-    return str(json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"])
+    out = json.loads(proc.stdout)["hookSpecificOutput"]
+    assert out["hookEventName"] == ("AfterTool" if harness == "gemini" else "PostToolUse")
+    return str(out["additionalContext"])
 
 
 def test_claude_gets_a_cursor_rule_once_on_a_matching_read(project: Path) -> None:
@@ -86,6 +89,47 @@ def test_pi_gets_both_conventions_on_reads(project: Path) -> None:
     assert "CLAUDE-PY-RULE" in read(project, "pi", "src/a.py", fast=False)
     assert "CURSOR-TS-RULE" in read(project, "pi", "src/web/app.ts", fast=False)
     assert read(project, "pi", "src/a.py", fast=False) == ""
+
+
+def test_gemini_gets_both_conventions_on_its_file_tools(project: Path) -> None:
+    """Gemini CLI's AfterTool (registered for read_file, replace, write_file; the model's
+    path may be relative to cwd) gets each matching rule once per context, through the
+    registered sh fast path, and again after a clear (Gemini has no compact source)."""
+    start(project, "gemini")
+    assert (project / ".supervise" / "rules" / "gemini.json").exists()
+    assert read(project, "gemini", "README.md", tool="read_file") == ""
+    got = read(project, "gemini", "src/a.py", tool="read_file", relative=True)
+    assert "Rule from: " in got and ".claude/rules/py.md (for files matching src/**/*.py)" in got
+    assert "CLAUDE-PY-RULE" in got and "paths:" not in got
+    assert read(project, "gemini", "src/a.py", tool="read_file") == ""  # once per context
+    assert "CURSOR-TS-RULE" in read(project, "gemini", "src/web/app.ts", tool="replace")
+    assert read(project, "gemini", "src/web/app.ts", tool="run_shell_command") == ""
+    start(project, "gemini", "clear")
+    assert "CLAUDE-PY-RULE" in read(project, "gemini", "src/a.py", tool="write_file")
+
+
+def test_the_fast_path_lets_every_file_tool_through(project: Path, tmp_path: Path) -> None:
+    """The sh fast path's "not a file tool" answer never hides a read of a row's file tool
+    (the harness table's ``file_tools``): with a rules index each one reaches Python."""
+    from supervisor._harnesses import ROWS
+
+    start(project, "claude")
+    record = tmp_path / "starts"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho started >> "{record}"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    tools = [tool for row in ROWS for tool in row.file_tools]
+    assert {"Read", "read_file"} <= set(tools)
+    for tool in [*tools, "Bash"]:
+        record.unlink(missing_ok=True)
+        payload = json.dumps({"session_id": "s1", "cwd": str(project), "tool_name": tool,
+                              "tool_input": {"file_path": str(project / "README.md")}},
+                             separators=(",", ":")).encode()
+        proc = subprocess.run([SHELL, str(FAST_PATH), str(wrapper), "-P", "-m", "supervisor",
+                               "hook", "claude", "--event", "post-tool"], cwd=project,
+                              input=payload, env=env(), capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert record.exists() == (tool != "Bash"), tool
 
 
 def test_without_rules_the_fast_path_still_answers_alone(project: Path, tmp_path: Path) -> None:

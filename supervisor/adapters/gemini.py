@@ -4,7 +4,11 @@
   ``~/.gemini/settings.json``: ``{"hooks": {"SessionStart": [{"matcher": "", "hooks":
   [{"type": "command", "command": C, "timeout": MS}]}]}}``. Timeout in **milliseconds**.
 - Output: ``hookSpecificOutput.additionalContext`` JSON only on stdout; non-interactive it is
-  prepended to the prompt as ``<hook_context>``. ``BeforeAgent`` (per prompt) takes the same.
+  prepended to the prompt as ``<hook_context>``. ``BeforeAgent`` (per prompt) takes the same;
+  so does ``AfterTool`` (0.61.0 ``executeToolWithHooks``: its context is appended to the tool's
+  result for the model as ``<hook_context>``, ``<`` and ``>`` escaped), registered for the file
+  tools (``read_file``, ``replace``, ``write_file``; payload ``tool_name``, ``tool_input``
+  ``file_path``, ``cwd``): nested ``AGENTS.md`` files and path-scoped rules on a read.
 - Sources startup, resume, clear; no compact source (``PreCompress`` only observes).
 - Extension: ``plugins/gemini`` (``gemini-extension.json``, ``hooks/hooks.json``), linked at user
   level with ``gemini extensions link DIR --consent`` into ``~/.gemini/extensions/watchkeeper/``
@@ -20,6 +24,8 @@ ADAPTER = Adapter(
     row=BY_NAME["gemini"],
     shape="groups",
     session_matcher="",
+    # Gemini matches a tool matcher as a regular expression (0.61.0 ``matchesToolName``)
+    post_tool_matcher=f"^({'|'.join(BY_NAME['gemini'].file_tools)})$",
     envelope="hook-specific",
     default_timeout=60.0,
     inline_cap=16_000,

@@ -39,6 +39,7 @@ import sys
 import time
 
 from .. import _jsontext
+from .._harnesses import FILE_TOOLS  # the tools whose ``tool_input`` names one file (every row's)
 from .._hashing import sha256
 from .._errors import StateError
 from .._sanitize import one_line, removed_note
@@ -49,8 +50,6 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
     from ..config._context import SessionContext
 
-#: Claude Code tools whose ``tool_input`` names one file the agent is working on.
-FILE_TOOLS = frozenset({"Read", "Edit", "MultiEdit", "Write", "NotebookRead", "NotebookEdit"})
 #: Per directory, the first of these that exists is that subtree's instruction file (Codex order).
 NAMES = ("AGENTS.override.md", "AGENTS.md")
 RETRY_AFTER = 30.0  # seconds before an unreadable instruction file is tried again

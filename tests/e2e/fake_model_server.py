@@ -22,7 +22,9 @@ Usage: python3 fake_model_server.py --port 0 --port-file port.txt --pid-file pid
                       one request and F is deleted: a one-shot auto-compaction trigger that does
                       not loop (a constant huge N makes OpenCode compact after every reply).
 Replies: "<summary>FAKE-SUMMARY ...</summary>" when the tail of the conversation looks like a
-summarisation/compaction prompt, else --reply. Anthropic only: a user prompt containing
+summarisation/compaction prompt, else --reply. Gemini API: `FAKE_READ <path>` in the last user
+turn (no function response after it) is answered with one `read_file` call for that path.
+Anthropic: a user prompt containing
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
 that path, so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
 `read` tool call with `{"path": ...}`, Pi's read tool). Chat Completions only (streamed): a
@@ -137,6 +139,22 @@ def wanted_bash(body, marker="FAKE_BASH"):
             m = re.search(marker + r" ([^\n]+)", text)
             if m:
                 return m.group(1).strip()
+    return None
+
+
+def wanted_gemini_read(body):
+    """The path of a `FAKE_READ <path>` request in the last user turn of a Gemini API body,
+    unless a function response follows it (the read happened)."""
+    contents = body.get("contents") or []
+    users = [i for i, c in enumerate(contents) if c.get("role") == "user"
+             and not any("functionResponse" in p for p in c.get("parts") or [])]
+    if not users or any("functionResponse" in p for c in contents[users[-1]:]
+                        for p in c.get("parts") or []):
+        return None
+    for part in contents[users[-1]].get("parts") or []:
+        m = re.search(r"FAKE_READ (\S+)", part.get("text") or "")
+        if m:
+            return m.group(1)
     return None
 
 
@@ -315,7 +333,10 @@ class H(BaseHTTPRequestHandler):
     def gemini(self, body, stream):
         text = reply_text({"messages": body.get("contents")})
         n_in = input_tokens()
-        resp = {"candidates": [{"content": {"role": "model", "parts": [{"text": text}]},
+        read = wanted_gemini_read(body) if body.get("tools") else None
+        parts = ([{"functionCall": {"name": "read_file", "args": {"file_path": read}}}]
+                 if read is not None else [{"text": text}])
+        resp = {"candidates": [{"content": {"role": "model", "parts": parts},
                                 "finishReason": "STOP", "index": 0}],
                 "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": 5,
                                   "totalTokenCount": n_in + 5},

@@ -84,3 +84,57 @@ def test_pi_gets_a_path_scoped_rule_on_a_matching_read(project: Project, fake_mo
     hits = [b for b in fake_model.bodies() if f"PYRULE-{project.mark}" in b]
     assert hits, "the path-scoped rule did not reach the model"
     assert hits[-1].count(f"PYRULE-{project.mark}") == 1
+
+
+def _gemini_settings() -> None:
+    import os
+
+    home = os.environ["HOME"]  # isolated per test by the root conftest
+    os.makedirs(f"{home}/.gemini", exist_ok=True)
+    with open(f"{home}/.gemini/settings.json", "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"},
+                                "folderTrust": {"enabled": False}},
+                   "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+
+
+def test_gemini_gets_a_path_scoped_rule_once_on_a_matching_read(
+        project: Project, fake_model: FakeModel) -> None:
+    """Gemini CLI's AfterTool context reaches the model with the read_file result (0.61.0:
+    appended to the tool's result as ``<hook_context>``): a Cursor rule (globs) and a Claude
+    rule (paths) covering the file read arrive once each, without their frontmatter."""
+    from conftest import clean_env, harness_bin, run_harness
+
+    gemini = harness_bin("gemini")
+    _gemini_settings()
+    project.install("gemini")
+    cursor, claude = project.path / ".cursor" / "rules", project.path / ".claude" / "rules"
+    cursor.mkdir(parents=True)
+    claude.mkdir(parents=True)
+    (cursor / "ts.mdc").write_text(f"---\ndescription: TS {project.mark}-META\nglobs: src/**/*.ts\n"
+                                   f"alwaysApply: false\n---\nCURSORTS-{project.mark}: prefer types.\n")
+    (claude / "ts.md").write_text(f'---\npaths: ["src/*.ts"]\n---\nCLAUDETS-{project.mark}\n')
+    (project.path / "src").mkdir()
+    target = project.path / "src" / "app.ts"
+    target.write_text("let fromTheFile = 1\n")
+    project.configure('[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')
+    env = clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url)
+    proc = run_harness([gemini, "-m", "fake-model", "-p", f"FAKE_READ {target}"], project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert fake_model.seen("fromTheFile"), "the fake model never saw the read_file result"
+    after = [b for b in fake_model.bodies() if "fromTheFile" in b]
+    assert after[-1].count(f"CURSORTS-{project.mark}: prefer types.") == 1, after[-1][-3000:]
+    assert after[-1].count(f"CLAUDETS-{project.mark}") == 1
+    assert not fake_model.seen(f"{project.mark}-META")  # the frontmatter is not context
+    # `gemini -r latest` drops the earlier prompt but keeps the read_file call and its
+    # result (our rule inside it), so the resumed session's read adds no second copy
+    since = fake_model.count()
+    proc = run_harness([gemini, "-m", "fake-model", "-r", "latest", "-p", f"FAKE_READ {target}"],
+                       project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    resumed = [json.loads(b) for b in fake_model.bodies(since) if "fromTheFile" in b]
+    assert resumed, "the resumed turn's read never reached the model"
+    results = [json.dumps(part) for content in resumed[-1]["contents"]
+               for part in content.get("parts") or [] if "functionResponse" in part]
+    assert len(results) >= 2 and f"CURSORTS-{project.mark}" in results[0]  # kept by Gemini
+    assert "fromTheFile" in results[-1] and f"CURSORTS-{project.mark}" not in results[-1]
