@@ -103,3 +103,71 @@ def test_no_home_means_no_baseline_and_no_refresh(project: Path) -> None:
     assert not list((project / ".supervise" / "refresh").glob("*.json"))
     (project / "AGENTS.md").write_text("changed\n")
     assert _prompt_with(project, "s1", no_home) == ""
+
+
+def _settled_baseline(tmp_path: Path) -> tuple[Path, Path]:
+    """A project whose baseline holds a 3 GiB (sparse) CLAUDE.md and an AGENTS.md, with
+    their stamps settled (recorded once their ctimes are older than the slack)."""
+    import os
+    import time
+
+    from supervisor.session._fastpath import MTIME_SLACK
+    from supervisor.session._refresh import record_baseline, take_changed
+
+    project = tmp_path / "p"
+    project.mkdir()
+    subprocess.run(["git", "init", "-q", str(project)], check=True, timeout=30)
+    with (project / "CLAUDE.md").open("wb") as f:
+        f.write(b"# rules\n")
+        f.truncate(3 << 30)
+    (project / "AGENTS.md").write_text("rule one\n")
+    state = project / ".supervise"
+    state.mkdir()
+    assert record_baseline(state, "s1", "claude", [
+        (str(project / "CLAUDE.md"), "CLAUDE.md", "harness"),
+        (str(project / "AGENTS.md"), "AGENTS.md", "digest")], project) == 2
+    time.sleep(MTIME_SLACK + 0.2)  # a lower bound: the files' ctimes leave the slack
+    assert take_changed(state, "s1", project) == ""  # reads them once more; stamps settle
+    assert os.path.exists(state / "refresh")
+    return project, state
+
+
+def _bytes_read() -> int:
+    with open("/proc/self/io", "rb") as f:
+        return int(dict(line.split(b": ") for line in f.read().splitlines())[b"rchar"])
+
+
+def test_a_huge_instruction_file_is_not_hashed_at_every_prompt(tmp_path: Path) -> None:
+    """A 3 GiB CLAUDE.md cost an 8 MiB read and hash at every prompt (twice: the compare
+    and the watch list's stale check). A file whose signed stamp (identity, size, mtime,
+    ctime, real path) is unchanged is now not read at all."""
+    from supervisor.session._refresh import HASH_CAP, take_changed
+
+    project, state = _settled_baseline(tmp_path)
+    before = _bytes_read()
+    for _ in range(3):
+        assert take_changed(state, "s1", project) == ""
+    assert _bytes_read() - before < HASH_CAP  # the old code read 6 x 8 MiB here
+
+
+def test_a_settled_stamp_still_sees_every_change(tmp_path: Path) -> None:
+    """The stamp never hides a change: an edit that keeps the size and puts the old mtime
+    back (its ctime moves), and a link to /proc/self/environ swapped in, are each refreshed
+    or refused as before."""
+    import os
+
+    from supervisor.session._refresh import take_changed
+
+    project, state = _settled_baseline(tmp_path)
+    agents = project / "AGENTS.md"
+    old = os.stat(agents)
+    agents.write_text("rule two\n")  # same size
+    os.utime(agents, ns=(old.st_atime_ns, old.st_mtime_ns))
+    text = take_changed(state, "s1", project)
+    assert "### AGENTS.md (current version)\nrule two\n" in text
+    claude = project / "CLAUDE.md"
+    claude.unlink()
+    claude.symlink_to("/proc/self/environ")
+    text = take_changed(state, "s1", project)
+    assert "CLAUDE.md (which Claude Code loaded at start) changed during this session and is " \
+           "no longer given to you (refused: it resolves to /proc/" in text

@@ -8,8 +8,12 @@ Codex) with the SHA-256 of its content and, within bounds, the content itself
 key is a checksum of the session id (the id itself is never a path part).
 
 At the next per-prompt hook (Claude ``UserPromptSubmit``, Codex, Gemini ``BeforeAgent``, the
-Pi and OpenCode bridges' per-turn ask), :func:`take_changed` hashes those files again. A file
-whose hash differs is injected **once**, whole, under a one-line note of what changed (lines
+Pi and OpenCode bridges' per-turn ask), :func:`take_changed` judges those files again: a file
+whose **stamp** (:func:`stamp_of`: its real path and the ``lstat`` and ``stat`` identity,
+size, mtime and ctime, recorded with its hash and signed with the baseline) is the one
+recorded is unchanged without a read; any other is read through the one door and hashed
+again (a 3 GiB file used to cost an 8 MiB read and hash at every prompt). A file whose hash
+differs is injected **once**, whole, under a one-line note of what changed (lines
 added and removed, the first changed line), and the baseline moves to the new hash; a
 deleted file gets one line saying so. An unchanged file is never re-injected. Concurrent
 prompt hooks of one session inject once: a ``flock`` around the compare-and-update, and,
@@ -74,6 +78,43 @@ def scope_for(entry: dict[str, Any], project: Scope) -> Scope:
     ``project`` (:func:`supervisor.state._intake.project_scope` of the hook's own project,
     never a root taken from the record)."""
     return _USER if entry.get("user") is True else project
+
+
+def stamp_of(path: str, now_ns: int) -> list[object] | None:
+    """What says ``path`` is unchanged without reading it: its real path, then ``(st_dev,
+    st_ino, st_mode, st_size, st_mtime_ns, st_ctime_ns)`` of its ``lstat`` and of its
+    ``stat``; None when it is gone, not a regular file, or its ctime is within
+    :data:`supervisor.session._fastpath.MTIME_SLACK` of ``now_ns`` (the moment the stamp is
+    taken, before the file is read: a write within the file system's timestamp granularity
+    of an earlier one could keep every field, so such a file is hashed until it settles).
+    A write changes the ctime, a link swapped in the lstat, a folder swapped for a link the
+    real path. Never raises."""
+    from ._fastpath import MTIME_SLACK
+
+    try:
+        real = os.path.realpath(path)
+        near, far = os.lstat(path), os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not stat.S_ISREG(far.st_mode) or max(near.st_ctime_ns, far.st_ctime_ns) \
+            >= now_ns - int(MTIME_SLACK * 1e9):
+        return None
+    return [real, *(int(v) for st in (near, far) for v in (st.st_dev, st.st_ino, st.st_mode,
+                                                           st.st_size, st.st_mtime_ns,
+                                                           st.st_ctime_ns))]
+
+
+def judged(entry: dict[str, Any], project: Scope, now_ns: int
+           ) -> tuple[str | None, tuple[str, bytes] | Refused | None, list[object] | None]:
+    """``(sha, found, stamp)`` of baseline ``entry``'s file now: with the stamp it recorded
+    (:func:`stamp_of`), its recorded sha and ``found`` None, unread; else
+    :func:`read_entry`'s result and its sha, with the stamp taken before that read (None
+    when not yet settled)."""
+    stamp = stamp_of(entry["path"], now_ns)
+    if stamp is not None and stamp == entry.get("stamp"):
+        return entry.get("sha"), None, stamp
+    found = read_entry(entry, project)
+    return _sha(found), found, stamp
 
 
 def read_file(path: str, scope: Scope) -> tuple[str, bytes] | Refused:
@@ -144,7 +185,8 @@ def _check_baseline(value: Any) -> dict[str, Any]:
                 and (entry.get("sha") is None or isinstance(entry.get("sha"), str))
                 and (entry.get("text") is None or isinstance(entry.get("text"), str))
                 and isinstance(entry.get("user", False), bool)
-                and isinstance(entry.get("rule", False), bool)):
+                and isinstance(entry.get("rule", False), bool)
+                and (entry.get("stamp") is None or isinstance(entry.get("stamp"), list))):
             raise ValueError("not a baseline entry")
     return value
 
@@ -188,12 +230,13 @@ def record_baseline(state_dir: StrPath, session_id: str, harness: str,
                                  "user": bool(rest and rest[0])}
         if len(rest) > 1 and rest[1]:
             entry["rule"] = True
+        stamp = stamp_of(path, time.time_ns())  # before the read: a write after it is seen
         found = read_entry(entry, project)
         text = None
         if not isinstance(found, Refused) and len(found[1]) <= min(FILE_CAP, text_left):
             text = found[1].decode("utf-8", "replace")
             text_left -= len(found[1])
-        entries.append({**entry, "sha": _sha(found), "text": text})
+        entries.append({**entry, "sha": _sha(found), "text": text, "stamp": stamp})
     doc = seal({"harness": harness, "written": time.time(), "files": entries}, key)
     with _folder(state_dir) as folder, folder.flock(".flock", timeout=5.0):
         folder.write_json(f"{session_key(session_id)}.json", doc)
@@ -231,9 +274,15 @@ def _restamp(state_dir: StrPath, folder: Any, project: Scope, key: bytes | None,
     ctimes = ctimes_of(paths)
     current: dict[str, str | None] = {}
     stale: set[str] = set()
+    now_ns = time.time_ns()
     for doc in docs:
         for entry in (doc or {}).get("files", ()):
             path = entry["path"]
+            if path in stale:
+                continue
+            stamp = stamp_of(path, now_ns)
+            if stamp is not None and stamp == entry.get("stamp"):
+                continue  # unchanged since this baseline hashed it: not stale, not read
             if path not in current:
                 current[path] = _sha(read_entry(entry, project))
             if current[path] != entry.get("sha"):
@@ -322,11 +371,17 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
             from ..state._delivery import current, in_flight, in_flight_holds
 
             delivery = current()
-            moves: dict[str, tuple[str | None, str | None]] = {}  # path: (sha, text)
+            # path: (sha, text, stamp) of what is being delivered
+            moves: dict[str, tuple[str | None, str | None, list[object] | None]] = {}
+            now_ns = time.time_ns()
+            settled = False  # a stamp newly recorded for a file read unchanged
             for entry in doc["files"]:
-                found = read_entry(entry, project)
-                sha = _sha(found)
+                sha, found, stamp = judged(entry, project, now_ns)
+                if found is None:
+                    continue  # its stamp says unchanged: not read
                 if sha == entry.get("sha"):
+                    if stamp is not None and stamp != entry.get("stamp"):
+                        entry["stamp"], settled = stamp, True
                     continue
                 mark = entry.get("in_flight")
                 if isinstance(mark, dict) and mark.get("sha") == sha and in_flight_holds(mark):
@@ -334,11 +389,13 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
                 blocks.append(_block(entry, found, str(doc.get("harness") or "")))
                 moves[entry["path"]] = (sha, found[1].decode("utf-8", "replace")
                                         if not isinstance(found, Refused)
-                                        and len(found[1]) <= FILE_CAP else None)
+                                        and len(found[1]) <= FILE_CAP else None, stamp)
                 if delivery is None:
-                    entry["sha"], entry["text"] = moves[entry["path"]]
-                else:  # the baseline moves only once the refresh was delivered (issue 11)
-                    entry["in_flight"] = {**in_flight(), "sha": sha}
+                    entry["sha"], entry["text"], entry["stamp"] = moves[entry["path"]]
+                else:  # the baseline (its stamp too) moves only once the refresh was
+                    entry["in_flight"] = {**in_flight(), "sha": sha}  # delivered (issue 11)
+            if settled and not blocks:  # nothing to deliver: the settled stamps, now
+                folder.write_json(name, seal(doc, key))
             if blocks:
                 doc["written"] = time.time()
                 folder.write_json(name, seal(doc, key))
@@ -382,14 +439,14 @@ def reread_by_harness(state_dir: StrPath, session_id: str, project_dir: StrPath)
                 doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
                 if doc is None:
                     return 0
+                now_ns = time.time_ns()
                 for entry in doc["files"]:
                     if entry.get("how") != "harness":
                         continue
-                    found = read_entry(entry, project)
-                    sha = _sha(found)
-                    if sha == entry.get("sha"):
+                    sha, found, stamp = judged(entry, project, now_ns)
+                    if found is None or sha == entry.get("sha"):
                         continue
-                    entry["sha"] = sha
+                    entry["sha"], entry["stamp"] = sha, stamp
                     entry["text"] = (found[1].decode("utf-8", "replace")
                                      if not isinstance(found, Refused) and len(found[1]) <= FILE_CAP
                                      else None)
@@ -404,9 +461,10 @@ def reread_by_harness(state_dir: StrPath, session_id: str, project_dir: StrPath)
 
 
 def _settle_baseline(state_dir: StrPath, name: str,
-                     moves: dict[str, tuple[str | None, str | None]], delivered: bool) -> None:
+                     moves: dict[str, tuple[str | None, str | None, list[object] | None]],
+                     delivered: bool) -> None:
     """After the envelope carrying a refresh went out (``delivered``) or failed: each entry
-    of baseline ``name`` in ``moves`` (``{path: (sha, text)}``) that still carries this
+    of baseline ``name`` in ``moves`` (``{path: (sha, text, stamp)}``) that still carries this
     process's in-flight mark loses the mark and, when delivered, moves to what was
     delivered. A baseline replaced since (a new start) has no such mark and is left alone.
 
@@ -433,7 +491,7 @@ def _settle_baseline(state_dir: StrPath, name: str,
                     continue
                 del entry["in_flight"]
                 if delivered:
-                    entry["sha"], entry["text"] = moves[entry["path"]]
+                    entry["sha"], entry["text"], entry["stamp"] = moves[entry["path"]]
                 changed = True
             if changed:
                 doc["written"] = time.time()
