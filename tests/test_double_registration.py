@@ -40,16 +40,29 @@ def test_install_at_a_second_scope_defers_to_the_first(git_repo: Path, isolated_
 
 
 @pytest.mark.parametrize("harness", ["pi", "opencode"])
-def test_a_user_scope_extension_replaces_the_projects(git_repo: Path, isolated_home: Path,
-                                                      harness: str) -> None:
-    """The user's extension loads in the project and its subfolders too: placing it takes the
-    project's out, so one extension loads (a session in a subfolder needs the user's)."""
+def test_a_user_scope_extension_never_removes_the_projects(git_repo: Path, isolated_home: Path,
+                                                           harness: str) -> None:
+    """The project's extension may be committed: placing the user's leaves every file of it
+    as it was (the old install removed them). Both load at the root; one serves
+    (tests/js: claimLoad; e2e: test_pi, test_opencode), and doctor's one rule names the pair."""
+    import subprocess
+
     assert _install(git_repo, harness)[0] == 0
+    subprocess.run(["git", "-C", str(git_repo), "add", "-A"], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(git_repo), "commit", "-qm", "extension"], check=True,
+                   capture_output=True)
+    before = {p: p.read_bytes() for p in _files(git_repo) if ".git" not in p.parts}
     code, out = _install(git_repo, harness, "--scope", "user")
-    assert code == 0 and "replaced by the user-scope extension" in out, out
+    assert code == 0 and "stays" in out, out
+    after = {p: p.read_bytes() for p in _files(git_repo) if ".git" not in p.parts}
+    assert after == before
+    status = subprocess.run(["git", "-C", str(git_repo), "status", "--porcelain"],
+                            capture_output=True, text=True, check=True).stdout
+    assert status == "", status
     run = run_cli("doctor", harness, cwd=git_repo, timeout=120)
     text = run.stdout.decode() + run.stderr.decode()
-    assert "registered 2 times" not in text and "bridge placed in" in text, text
+    line = next((ln for ln in text.splitlines() if "registered 2 times" in ln), "")
+    assert "FAIL" in line and "stands down" in line, text
 
 
 def test_a_user_scope_opt_in_registration_is_no_double(git_repo: Path, isolated_home: Path) -> None:

@@ -269,23 +269,28 @@ def registered(data: dict[str, Any] | None, adapter: Adapter) -> dict[str, list[
     return found
 
 
-def double_registration(name: str, label: str,
-                        places: list[tuple[str, str]]) -> tuple[str, str, str] | None:
+def double_registration(name: str, label: str, places: list[tuple[str, str]],
+                        stands_down: bool = False) -> tuple[str, str, str] | None:
     """The one double-registration rule, for every harness (``doctor``): ``places`` are the
     registrations of ours found for harness ``name`` (``label`` in messages), in precedence
     order, each ``(where, how to remove it)``: a settings file per scope, an extension entry,
     later a plugin or an MCP server beside a settings install. Two or more fire on every
     event, each delivering its own copy (a repeated session start prints nothing, but every
     other event and every other delivery path does not know of the first), so it is a
-    ``FAIL`` whose fix keeps the first and removes the others. Returns ``(status, text, fix)``
-    or None for at most one registration."""
+    ``FAIL`` whose fix keeps the first and removes the others. ``stands_down``: copies of
+    our extension bridge in one load, of which the first serves and the others stand down
+    (``core.mjs`` ``claimLoad``), so the digest arrives once; still a ``FAIL`` (an older
+    bridge among them does not stand down, and two copies drift apart), said as it is.
+    Returns ``(status, text, fix)`` or None for at most one registration."""
     if len(places) < 2:
         return None
     where = " and ".join(w for w, _ in places)
     rest = "; ".join(f"`{how}`" for _, how in places[1:])
+    what = ("both load; this version's bridge serves from one of them and the other stands "
+            "down, but an older copy would deliver again" if stands_down else
+            "every registration fires, and the model gets its context more than once")
     return ("FAIL", f"watchkeeper is registered {len(places)} times for {label} ({where}): "
-            "every registration fires, and the model gets its context more than once",
-            f"keep one: {rest}")
+            f"{what}", f"keep one: {rest}")
 
 
 def serving(regs: dict[str, list[dict[str, Any]]], adapter: Adapter) -> bool:

@@ -177,7 +177,7 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
     from ..adapters._settings import double_registration
 
-    double = double_registration(bridge.name, bridge.title, placed)
+    double = double_registration(bridge.name, bridge.title, placed, stands_down=True)
     if double:  # the project's and the user's extension: both load, both deliver
         out.append(double)
     return out  # the harness's general caveats are in docs/harnesses/, not warnings here
@@ -260,16 +260,19 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
                       f"too: both would load. To move it, run `supervise uninstall {name} "
                       "--scope user` first", file=sys.stderr)
                 continue
-            if verb == "install" and scope == "user" \
-                    and MARK in _read(bridge.entry("project", project_dir, home)):
-                # the user's extension replaces the project's: it loads here too (and in every
-                # subfolder, which the project's does not serve), two would both load
-                print(uninstall(bridge, "project", project_dir, home)
-                      + " (replaced by the user-scope extension, which loads here too)")
-            if verb == "install":
-                print(install(bridge, scope, project_dir, home, budget))
-            else:
+            if verb != "install":
                 print(uninstall(bridge, scope, project_dir, home))
+                continue
+            print(install(bridge, scope, project_dir, home, budget))
+            if scope == "user" and MARK in _read(bridge.entry("project", project_dir, home)):
+                # The project's files may be committed: never removed for the user. Both load
+                # here; the first copy to load serves and the other stands down (core.mjs
+                # claimLoad), and doctor's one double-registration rule names the pair.
+                print(f"{name}: the project's extension "
+                      f"({_rel(bridge.entry('project', project_dir, home), project_dir)}) stays; "
+                      "both load in this project and one of them serves (the digest arrives "
+                      f"once). `supervise doctor {name}` reports the pair; remove one with "
+                      f"`supervise uninstall {name} --scope project` (or --scope user)")
         except (OSError, ValueError) as err:
             print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
             failed = True

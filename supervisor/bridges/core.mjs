@@ -497,8 +497,33 @@ export function promptTurn(settings, { cwd, sessionId, harness }, options = {}) 
     session_id: sessionId ?? "", cwd: cwd ?? "" }, cwd, options)
 }
 
-/** Wire the Pi extension onto `pi` (the ExtensionAPI). Returns the generation manager. */
+// ---------------------------------------------------------------- one bridge per load
+
+const OWNERS = Symbol.for("watchkeeper.bridge.owners")
+
+/**
+ * Claim the bridge for one load of the harness's extensions: `load` is an object every
+ * extension of that load shares (Pi: the API's `events` bus, one per load and `/reload`;
+ * OpenCode: the plugin input's `client`, one per project instance), `owner` this copy of the
+ * bridge. Two of ours in one load (the project's extension and the user's, or a package beside
+ * a placed bridge; the files stay where their owner put them) would each deliver: the first
+ * to load serves, the others stand down. The registry lives on `globalThis` under a
+ * `Symbol.for` key, so copies of core.mjs from different folders (or versions) share it.
+ * Returns true when `owner` holds the claim.
+ */
+export function claimLoad(load, owner) {
+  if (!load || (typeof load !== "object" && typeof load !== "function")) return true
+  const owners = (globalThis[OWNERS] ??= new WeakMap())
+  const held = owners.get(load)
+  if (held !== undefined && held !== owner) return false
+  owners.set(load, owner)
+  return true
+}
+
+/** Wire the Pi extension onto `pi` (the ExtensionAPI). Returns the generation manager, or
+ *  null when another copy of the bridge already serves this load (:func:`claimLoad`). */
 export function piExtension(pi, options = {}) {
+  if (!claimLoad(pi?.events, {})) return null
   const settings = options.settings ?? loadSettings(options.dir)
   const gens = new Generations({ harness: "pi", settings, spawn: options.spawn, env: options.env, stopGraceMs: options.stopGraceMs })
   const argv = options.argv ?? process.argv
@@ -600,6 +625,7 @@ export function joinSystem(system, text) {
  * text from then on (one copy per request).
  */
 export function openCodeHooks(input = {}, options = {}) {
+  if (!claimLoad(input?.client, {})) return {} // another copy of the bridge serves
   const settings = options.settings ?? loadSettings(options.dir)
   const cwd = input.directory || input.worktree || process.cwd()
   const sessions = new Map() // sessionID -> {gens, text}

@@ -605,8 +605,8 @@ def _bridge_checks(name: str, project: Path, budget: float, named: bool) -> list
         double = _settings.double_registration(name, bridge(name).title, [
             *((f"the package {source} ({path})", f"remove {source} from {path}")
               for path, source in packages),
-            *((where, f"supervise uninstall {name}") for where in bridged)])
-        if double:  # the placed bridge beside the package: both load, each delivers
+            *((where, f"supervise uninstall {name}") for where in bridged)], stands_down=True)
+        if double:  # the placed bridge beside the package: both load, one serves
             status, text, fix = double
             checks.append(Check(status, name, text, fix))
     return checks

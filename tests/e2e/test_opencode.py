@@ -214,3 +214,29 @@ def test_matrix_b_continued_session_holds_the_digest_once_and_no_nudge(
         got = tally(json.dumps(body, ensure_ascii=False), project.mark)
         assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, got
         assert roles(body).count("system") == 1
+
+
+def test_the_project_and_the_user_plugin_deliver_once(project: Project, fake_model: FakeModel,
+                                                      oc_env: dict[str, str]) -> None:
+    """Issue 22: `install opencode --scope user` beside the project's plugin (which may be
+    committed) leaves the project's files alone; both load, the first copy serves and the
+    other stands down: the digest once per request."""
+    import subprocess
+    import sys
+
+    entry = project.path / ".opencode" / "plugins" / "watchkeeper.ts"
+    before = entry.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "opencode", "--scope",
+                           "user"], cwd=project.path, env=oc_env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert entry.read_bytes() == before  # the old install removed the project's plugin
+    user = Path(oc_env["XDG_CONFIG_HOME"]) / "opencode" / "plugins" / "watchkeeper"
+    from test_pi import tag_interpreters
+
+    log = tag_interpreters(project.path, {"project": entry.parent / "watchkeeper", "user": user})
+    opencode(project, oc_env, "turn 1")
+    main = [b for b in fake_model.bodies() if TITLE not in b]
+    assert main and all(b.count(f"{project.mark}-startup-full") == 1 for b in main), main
+    starts = [line for line in log.read_text().splitlines() if "--source startup" in line]
+    assert len(starts) == 1, starts  # one copy served; without the claim both ran a start

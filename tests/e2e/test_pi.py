@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -294,3 +295,38 @@ def test_matrix_b_resume_holds_the_digest_once_and_no_nudge(project: Project, fa
         pi(project, matrix, "-c", "-p", f"turn {i}")
         got = tally(fake_model.bodies(since)[-1], project.mark)
         assert got == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, (i, got)
+
+
+def test_the_project_and_the_user_extension_deliver_once(project: Project, fake_model: FakeModel,
+                                                         pi_env: dict[str, str]) -> None:
+    """Issue 22: `install pi --scope user` beside the project's extension (which may be
+    committed) leaves the project's files alone; both load in this project, the first copy
+    serves and the other stands down: the digest once, one generation."""
+    entry = project.path / ".pi" / "extensions" / "watchkeeper" / "index.ts"
+    before = entry.read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "pi", "--scope", "user"],
+                          cwd=project.path, env=pi_env, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    assert entry.read_bytes() == before  # the old install removed the project's extension
+    user = Path(pi_env["PI_CODING_AGENT_DIR"]) / "extensions" / "watchkeeper"
+    log = tag_interpreters(project.path, {"project": entry.parent, "user": user})
+    pi(project, pi_env, "-p", "turn 1")
+    bodies = fake_model.bodies()
+    assert sum(b.count(f"{project.mark}-startup-full") for b in bodies) == 1, bodies
+    starts = [line for line in log.read_text().splitlines() if "--source startup" in line]
+    assert len(starts) == 1, starts  # one copy served; without the claim both ran a start
+
+
+def tag_interpreters(root: Path, folders: dict[str, Path]) -> Path:
+    """Point each placed bridge's ``watchkeeper.json`` at a wrapper that logs ``<name> <argv>``
+    and runs the real interpreter; the log's path."""
+    log = root.parent / "bridge-launches.log"
+    for name, folder in folders.items():
+        settings = folder / "watchkeeper.json"
+        data = json.loads(settings.read_text())
+        wrapper = root.parent / f"python-{name}"
+        wrapper.write_text(f'#!/bin/sh\necho "{name} $*" >> "{log}"\nexec "{data["python"]}" "$@"\n')
+        wrapper.chmod(0o755)
+        settings.write_text(json.dumps({**data, "python": str(wrapper)}))
+    return log

@@ -359,3 +359,27 @@ test("Pi compact: the re-emit is dropped when the startup digest survived the co
   await gens.shutdown()
   t.cleanup()
 })
+
+test("two copies of the bridge in one load: the first serves, the other stands down", async () => {
+  // Pi: the project's extension and the user's both load (one `events` bus per load);
+  // OpenCode: the project plugin and the user's share the instance's `client`.
+  const events = {}
+  const first = fakePi(), second = fakePi()
+  first.events = events
+  second.events = events
+  const t = setup("ready")
+  try {
+    assert.notEqual(core.piExtension(first, { settings: t.settings, env: t.env }), null)
+    assert.equal(core.piExtension(second, { settings: t.settings, env: t.env }), null)
+    const other = fakePi()
+    other.events = {} // a later load (/reload) gets a new bus: served again
+    assert.notEqual(core.piExtension(other, { settings: t.settings, env: t.env }), null)
+    const client = {}
+    const a = core.openCodeHooks({ directory: tmpdir(), client }, { settings: t.settings, env: t.env })
+    const b = core.openCodeHooks({ directory: tmpdir(), client }, { settings: t.settings, env: t.env })
+    assert.ok(a["experimental.chat.system.transform"])
+    assert.deepEqual(b, {})
+  } finally {
+    t.cleanup()
+  }
+})
