@@ -132,6 +132,15 @@ class Harness:
         mcp_format: the format of those files: ``json`` (an ``mcpServers`` table), ``toml``
             (a ``[mcp_servers.NAME]`` table) or ``yaml`` (goose's ``extensions``).
         mcp_note: what the user does beyond the file (an approval, a trusted folder), or "".
+        mcp_trust: the key of our entry that lets the client run our (read-only) tools
+            without asking, set to true, or "": Gemini CLI's ``trust`` (0.61.0 in ``-p`` offers
+            the model no tool of an untrusted server; tests/e2e/test_mcp_server.py).
+        mcp_wait: the top-level setting, in milliseconds, that bounds how long the client
+            waits for an optional MCP server before its first model request, or "": Codex's
+            ``mcp_optional_startup_grace_ms`` (0.171.0: ``codex exec`` waited about 1 s, less
+            than our server takes to answer, and sent its request without our instructions
+            and tools); ``install mcp`` sets it to the time our server may take
+            (:data:`supervisor.commands.mcp.ANSWER_WITHIN`) unless the file has it already.
     """
 
     name: str
@@ -163,6 +172,8 @@ class Harness:
     mcp_files: tuple[tuple[str, str], ...] = ()
     mcp_format: str = ""
     mcp_note: str = ""
+    mcp_trust: str = ""
+    mcp_wait: str = ""
 
     def user_folder(self, home: str, environ: dict[str, str] | None = None) -> str:
         """The harness's user folder: ``$user_dir_env`` when that is set and not empty,
@@ -222,7 +233,7 @@ ROWS: tuple[Harness, ...] = (
             user_dir_env="CODEX_HOME", prompt_event="UserPromptSubmit", loads="codex",
             early_exit=True, floor="0.171.0", newest="0.171.0",
             mcp_files=(("project", ".codex/config.toml"), ("user", "config.toml")),
-            mcp_format="toml",
+            mcp_format="toml", mcp_wait="mcp_optional_startup_grace_ms",
             mcp_note="Codex reads a project's .codex/config.toml only in a trusted project."),
     Harness("cursor", "Cursor", "hook", processes=("cursor-agent",),
             project=".cursor/hooks.json", user="hooks.json", user_dir=".cursor",
@@ -235,7 +246,7 @@ ROWS: tuple[Harness, ...] = (
             loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
             resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper",
             mcp_files=(("project", ".gemini/settings.json"), ("user", "settings.json")),
-            mcp_format="json",
+            mcp_format="json", mcp_trust="trust",
             mcp_note="Gemini CLI reads a project's settings only in a trusted folder."),
     Harness("qwen", "Qwen Code", "hook", processes=("qwen",), packages=("@qwen-code/qwen-code",),
             project=".qwen/settings.json", user="settings.json", user_dir=".qwen",

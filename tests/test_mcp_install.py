@@ -42,7 +42,8 @@ def test_json_clients_keep_other_servers(place: tuple[Path, Path], client: str, 
     path.write_text(json.dumps({"theme": "dark", "mcpServers": {"other": {"command": "x"}}}))
     assert _supervise(["install", "mcp", "--for", client], project, home).returncode == 0
     data = json.loads(path.read_text())
-    assert data["mcpServers"]["watchkeeper"] == {"command": "supervise", "args": [*ENTRY, client]}
+    trust = {"trust": True} if client == "gemini" else {}  # Gemini -p: else no tool is offered
+    assert data["mcpServers"]["watchkeeper"] == {"command": "supervise", "args": [*ENTRY, client], **trust}
     assert data["mcpServers"]["other"] == {"command": "x"} and data["theme"] == "dark"
     again = _supervise(["install", "mcp", "--for", client], project, home)
     assert "unchanged" in again.stdout
@@ -59,7 +60,32 @@ def test_codex_toml_keeps_every_other_byte(place: tuple[Path, Path]) -> None:
     assert _supervise(["install", "mcp", "--for", "codex"], project, home).returncode == 0
     data = tomllib.loads(path.read_text())
     assert data["mcp_servers"]["watchkeeper"] == {"command": "supervise", "args": [*ENTRY, "codex"]}
-    assert data["mcp_servers"]["other"] == {"command": "x"} and path.read_text().startswith(original)
+    # codex exec waits for an optional server about 1 s unless told: the wait comes first
+    # (a top-level key), as long as the server may take to answer
+    from supervisor.commands.mcp import ANSWER_WITHIN
+
+    assert data["mcp_optional_startup_grace_ms"] == ANSWER_WITHIN * 1000
+    first, rest = path.read_text().split("\n", 1)
+    assert first.startswith("mcp_optional_startup_grace_ms = ")
+    assert data["mcp_servers"]["other"] == {"command": "x"} and rest.startswith(original)
+    assert "unchanged" in _supervise(["install", "mcp", "--for", "codex"], project, home).stdout
+    assert _supervise(["uninstall", "mcp", "--for", "codex"], project, home).returncode == 0
+    assert path.read_text().rstrip("\n") == original.rstrip("\n")
+
+
+def test_codex_keeps_the_users_own_wait_and_doctor_warns_when_it_is_short(
+        place: tuple[Path, Path]) -> None:
+    project, home = place
+    path = project / ".codex" / "config.toml"
+    path.parent.mkdir()
+    original = 'mcp_optional_startup_grace_ms = 500\n'
+    path.write_text(original)
+    proc = _supervise(["install", "mcp", "--for", "codex"], project, home)
+    assert proc.returncode == 0, proc.stderr
+    assert "mcp_optional_startup_grace_ms in .codex/config.toml is below" in proc.stdout
+    assert tomllib.loads(path.read_text())["mcp_optional_startup_grace_ms"] == 500
+    doctor = _supervise(["doctor", "mcp"], project, home)
+    assert "WARN  mcp (codex): mcp_optional_startup_grace_ms" in doctor.stdout, doctor.stdout
     assert _supervise(["uninstall", "mcp", "--for", "codex"], project, home).returncode == 0
     assert path.read_text().rstrip("\n") == original.rstrip("\n")
 
@@ -99,3 +125,12 @@ def test_mcp_needs_for_and_doctor_checks_the_entry(place: tuple[Path, Path]) -> 
     (project / ".mcp.json").write_text(json.dumps({"mcpServers": {"watchkeeper": {"command": "old"}}}))
     doctor = _supervise(["doctor", "mcp"], project, home)
     assert doctor.returncode == 1 and "does not run `supervise mcp --for claude`" in doctor.stdout
+    # Gemini: an entry of the old shape, without trust, is flagged and rewritten by install
+    gemini = project / ".gemini" / "settings.json"
+    gemini.parent.mkdir()
+    gemini.write_text(json.dumps({"mcpServers": {"watchkeeper": {
+        "command": "supervise", "args": [*ENTRY, "gemini"]}}}))
+    doctor = _supervise(["doctor", "mcp"], project, home)
+    assert "does not run `supervise mcp --for gemini` with trust = true" in doctor.stdout
+    assert _supervise(["install", "mcp", "--for", "gemini"], project, home).returncode == 0
+    assert json.loads(gemini.read_text())["mcpServers"]["watchkeeper"]["trust"] is True

@@ -69,9 +69,58 @@ _TOML_HEADER = re.compile(r"^\s*\[\s*mcp_servers\s*\.\s*(\"watchkeeper\"|watchke
 _TOML_ANY_HEADER = re.compile(r"^\s*\[")
 
 
+def entry(client: Harness) -> dict[str, Any]:
+    """Our entry in a ``json`` or ``toml`` client's server table: ``command``, ``args`` and,
+    for a client with a trust key (the harness table's ``mcp_trust``: Gemini CLI), that key
+    set to true: both tools are read-only."""
+    out: dict[str, Any] = {"command": COMMAND, "args": entry_args(client)}
+    if client.mcp_trust:
+        out[client.mcp_trust] = True
+    return out
+
+
+WAIT_MARK = "# watchkeeper: supervise mcp answers within this"
+"""The comment on the wait setting ``install`` adds (the harness table's ``mcp_wait``), by
+which ``uninstall`` knows the line is ours."""
+
+
+def wait_ms() -> int:
+    """Milliseconds a client bounding its wait for MCP servers waits for ours
+    (:data:`supervisor.commands.mcp.ANSWER_WITHIN`)."""
+    from .mcp import ANSWER_WITHIN
+
+    return int(ANSWER_WITHIN * 1000)
+
+
 def _toml_block(client: Harness) -> str:
-    args = ", ".join(f'"{a}"' for a in entry_args(client))
-    return f'[mcp_servers.{NAME}]\ncommand = "{COMMAND}"\nargs = [{args}]\n'
+    lines = [f"[mcp_servers.{NAME}]"]
+    for key, value in entry(client).items():
+        lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def _toml_value(value: Any) -> str:
+    if value is True:
+        return "true"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _toml_wait(client: Harness, text: str, data: Any) -> str:
+    """``text`` with the client's wait setting (``mcp_wait``) first, marked as ours, unless
+    the file sets it already (a user's own value is kept)."""
+    if not client.mcp_wait or (isinstance(data, dict) and client.mcp_wait in data):
+        return text
+    return f"{client.mcp_wait} = {wait_ms()}  {WAIT_MARK}\n" + text
+
+
+def _toml_without_wait(client: Harness, text: str) -> str:
+    """``text`` without the wait line ``install`` added (one carrying :data:`WAIT_MARK`)."""
+    if not client.mcp_wait:
+        return text
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not (line.lstrip().startswith(client.mcp_wait) and WAIT_MARK in line))
 
 
 def _toml_without(text: str) -> tuple[str, bool]:
@@ -132,10 +181,21 @@ def registered(client: Harness, data: Any) -> dict[str, Any] | None:
     return entry if isinstance(entry, dict) else None
 
 
-def entry_ok(client: Harness, entry: dict[str, Any]) -> bool:
-    """Whether ``entry`` runs ``supervise mcp --for CLIENT``."""
-    command = entry.get("cmd" if client.mcp_format == "yaml" else "command")
-    return command == COMMAND and entry.get("args") == entry_args(client)
+def entry_ok(client: Harness, found: dict[str, Any]) -> bool:
+    """Whether ``found`` runs ``supervise mcp --for CLIENT`` (and, for a client with a trust
+    key, carries it set to true)."""
+    command = found.get("cmd" if client.mcp_format == "yaml" else "command")
+    trusted = not client.mcp_trust or found.get(client.mcp_trust) is True
+    return command == COMMAND and found.get("args") == entry_args(client) and trusted
+
+
+def wait_ok(client: Harness, data: Any) -> bool:
+    """Whether the client's wait setting (``mcp_wait``) lets our server answer first: absent
+    from the harness row, or set to at least :func:`wait_ms`."""
+    if not client.mcp_wait:
+        return True
+    value = data.get(client.mcp_wait) if isinstance(data, dict) else None
+    return isinstance(value, int) and not isinstance(value, bool) and value >= wait_ms()
 
 
 def install(client: Harness, path: Path) -> bool:
@@ -148,13 +208,14 @@ def install(client: Harness, path: Path) -> bool:
 
     data, raw = read(client, path)
     current = registered(client, data)
-    if current is not None and entry_ok(client, current):
+    if current is not None and entry_ok(client, current) and (
+            wait_ok(client, data) or client.mcp_wait in (data or {})):
         return False
     if client.mcp_format == "json":
         new = dict(data or {})
         servers = new.get("mcpServers")
         servers = dict(servers) if isinstance(servers, dict) else {}
-        servers[NAME] = {"command": COMMAND, "args": entry_args(client)}
+        servers[NAME] = entry(client)
         new["mcpServers"] = servers
         _settings.write_settings(path, new)
         return True
@@ -165,6 +226,7 @@ def install(client: Harness, path: Path) -> bool:
         if text and not text.endswith("\n"):
             text += "\n"
         text += ("\n" if text.strip() else "") + _toml_block(client)
+        text = _toml_wait(client, text, data)
     else:
         import yaml
 
@@ -207,6 +269,7 @@ def uninstall(client: Harness, path: Path) -> bool:
     _refuse_link(path)
     if client.mcp_format == "toml":
         text, _ = _toml_without((raw or b"").decode("utf-8"))
+        text = _toml_without_wait(client, text)
     else:
         import yaml
 

@@ -643,10 +643,16 @@ def _mcp_checks(project: Path, named: bool) -> list[Check]:
             found = True
             if not _mcp_clients.entry_ok(client, entry):
                 checks.append(Check("FAIL", subject, f"the {_mcp_clients.NAME} server in {path} does "
-                                    f"not run `supervise mcp --for {client.name}`",
+                                    f"not run `supervise mcp --for {client.name}`"
+                                    + (f" with {client.mcp_trust} = true" if client.mcp_trust else ""),
                                     f"supervise install mcp --for {client.name} --scope {scope}"))
                 continue
             checks.append(Check("ok", subject, f"server registered in {path}"))
+            if not _mcp_clients.wait_ok(client, data):
+                checks.append(Check("WARN", subject, f"{client.mcp_wait} in {path} is below "
+                                    f"{_mcp_clients.wait_ms()} ms: {client.label} may send its first "
+                                    "request before the server answers (no instructions, no tools)",
+                                    f"set {client.mcp_wait} = {_mcp_clients.wait_ms()} there"))
             reason = standdown_reason(client.name, project)
             if reason:
                 checks.append(Check("ok", subject, f"{reason} delivers the digest; the server's "

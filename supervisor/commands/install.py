@@ -296,6 +296,13 @@ def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path)
             print(f"note: {INSTALL_MCP}")
         if client.mcp_note:
             print(f"note: {client.mcp_note}")
+        try:
+            data, _raw = _mcp_clients.read(client, path)
+        except ConfigError:
+            data = None
+        if not _mcp_clients.wait_ok(client, data):
+            print(f"note: {client.mcp_wait} in {where} is below {_mcp_clients.wait_ms()} ms (kept): "
+                  f"{client.label} may send its first request before the server answers")
     else:
         print(f"mcp: {client.label}: " + (f"removed the server from {where}" if changed
                                           else f"nothing to remove in {where}"))

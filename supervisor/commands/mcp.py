@@ -49,8 +49,17 @@ SERVER_NAME = "watchkeeper"
 
 STARTUP_BUDGET = 5.0
 """Seconds the digest behind ``instructions`` may take (the config's budget when smaller):
-with the interpreter and the SDK's import (about 0.5 s) it fits Codex's 10 s default server
-start-up timeout, the shortest of the clients ``install mcp`` knows."""
+with :data:`STARTUP_MARGIN` it fits Codex's 10 s default server start-up timeout, the
+shortest of the clients ``install mcp`` knows."""
+
+STARTUP_MARGIN = 3.0
+"""Seconds the server takes before its digest starts and after it ends: the interpreter, the
+SDK's import, the plan, the answer (a one-stage digest answered ``initialize`` in 2.9 s on a
+2-core host at load 12)."""
+
+ANSWER_WITHIN = STARTUP_BUDGET + STARTUP_MARGIN
+"""Seconds within which the server answers ``initialize``: how long ``install mcp`` tells a
+client that bounds its wait for servers to wait for ours (the harness table's ``mcp_wait``)."""
 
 TOOL_BUDGET = 50.0
 """Seconds the ``digest`` tool's run may take (the config's budget when smaller): inside the

@@ -31,7 +31,10 @@ that path, so tests can drive a harness's PostToolUse hook (Chat Completions, st
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
 `bash` tool call running that command, so a turn makes a second model request after it (a
 prompt OpenCode's `run` wrapped in quotes, as it does every argument holding a space, is
-unwrapped first).
+unwrapped first). Responses API and Gemini API: a user prompt containing `FAKE_TOOL <name>` (and
+no tool result after it) is answered with one call of that tool, no arguments (Responses: a
+`<namespace>.<name>` is called as `name` in that namespace, as Codex lists an MCP server's
+tools), so a test can see an MCP tool's result in the next request.
 """
 import argparse
 import itertools
@@ -156,6 +159,43 @@ def wanted_gemini_read(body):
         if m:
             return m.group(1)
     return None
+
+
+def wanted_tool(turns, is_user, is_result, texts):
+    """The tool name of a `FAKE_TOOL <name>` request in the last user turn of ``turns``, unless
+    a tool result follows it; the wire's shape is given by the three callables."""
+    last_user = max((i for i, t in enumerate(turns) if is_user(t)), default=None)
+    if last_user is None or any(is_result(t) for t in turns[last_user:]):
+        return None
+    for text in texts(turns[last_user]):
+        m = re.search(r"FAKE_TOOL (\S+)", text or "")
+        if m:
+            return m.group(1)
+    return None
+
+
+def responses_tool(body):
+    """``wanted_tool`` of a Responses API body (``input`` items)."""
+    items = body.get("input") if isinstance(body.get("input"), list) else []
+
+    def texts(item):
+        content = item.get("content")
+        if isinstance(content, str):
+            return [content]
+        return [c.get("text") for c in content or [] if isinstance(c, dict)]
+
+    return wanted_tool(items, lambda i: i.get("role") == "user" and i.get("type", "message") == "message",
+                       lambda i: i.get("type") == "function_call_output", texts)
+
+
+def gemini_tool(body):
+    """``wanted_tool`` of a Gemini API body (``contents``)."""
+    contents = body.get("contents") or []
+    return wanted_tool(
+        contents,
+        lambda c: c.get("role") == "user" and any("text" in p for p in c.get("parts") or []),
+        lambda c: any("functionResponse" in p for p in c.get("parts") or []),
+        lambda c: [p.get("text") for p in c.get("parts") or []])
 
 
 class H(BaseHTTPRequestHandler):
@@ -304,6 +344,16 @@ class H(BaseHTTPRequestHandler):
         model = body.get("model", ARGS.model)
         item = {"type": "message", "id": "msg_fake", "role": "assistant", "status": "completed",
                 "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        tool = responses_tool(body)
+        if tool is not None:
+            space, _, name = tool.rpartition(".")
+            item = {"type": "function_call", "id": "fc_fake", "call_id": f"call_fake{next(_IDS)}",
+                    "name": name, "arguments": "{}", "status": "completed",
+                    **({"namespace": space} if space else {})}
+        return self.responses_reply(body, model, item)
+
+    def responses_reply(self, body, model, item):
+        text = next((c["text"] for c in item.get("content", [])), "")
         n_in = input_tokens()
         usage = {"input_tokens": n_in, "input_tokens_details": {"cached_tokens": 0},
                  "output_tokens": 5, "output_tokens_details": {"reasoning_tokens": 0},
@@ -315,6 +365,13 @@ class H(BaseHTTPRequestHandler):
         self._sse_start()
         self._ev("response.created", {"type": "response.created",
                                       "response": {**resp, "status": "in_progress", "output": []}})
+        if item["type"] == "function_call":
+            self._ev("response.output_item.added", {"type": "response.output_item.added",
+                                                    "output_index": 0, "item": item})
+            self._ev("response.output_item.done", {"type": "response.output_item.done",
+                                                   "output_index": 0, "item": item})
+            self._ev("response.completed", {"type": "response.completed", "response": resp})
+            return
         self._ev("response.output_item.added", {"type": "response.output_item.added", "output_index": 0,
                                                 "item": {**item, "status": "in_progress", "content": []}})
         self._ev("response.content_part.added", {"type": "response.content_part.added", "item_id": "msg_fake",
@@ -332,10 +389,12 @@ class H(BaseHTTPRequestHandler):
     # ---- Gemini generateContent / streamGenerateContent?alt=sse ---------------------
     def gemini(self, body, stream):
         text = reply_text({"messages": body.get("contents")})
+        tool = gemini_tool(body)
+        part = {"functionCall": {"name": tool, "args": {}}} if tool else {"text": text}
         n_in = input_tokens()
         read = wanted_gemini_read(body) if body.get("tools") else None
         parts = ([{"functionCall": {"name": "read_file", "args": {"file_path": read}}}]
-                 if read is not None else [{"text": text}])
+                 if read is not None else [part])
         resp = {"candidates": [{"content": {"role": "model", "parts": parts},
                                 "finishReason": "STOP", "index": 0}],
                 "usageMetadata": {"promptTokenCount": n_in, "candidatesTokenCount": 5,
