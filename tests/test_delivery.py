@@ -390,3 +390,28 @@ def test_planted_results_are_refused_by_digest_json_and_status(project: Path) ->
     _plant_unsigned(project, "security", PLANTED)
     text = run_cli("digest", cwd=project).stdout
     assert b"CRITICAL" not in text and text.count(b"refused deferred result") == 1
+
+
+def test_a_result_the_session_saw_as_earlier_is_one_line_for_it_only(project: Path) -> None:
+    """Issue 22, item 7 (e2e: test_opencode.py::test_a_continued_session_sees_a_deferred_result_once):
+    a digest whose own run (2-new) was in progress showed the earlier run's result; when its
+    own run ends with the same output, that session's prompt hook says so in one line; a
+    result with other output, or another session, gets it whole."""
+    from supervisor.config._context import SessionContext
+    from supervisor.engine._deferred import _remember_shown, result_cap, take_undelivered
+    from helpers import write_result
+
+    earlier = _plant_result(project, run="1-old", output="SAME OUTPUT")
+    record = json.loads(earlier.read_text())
+    folder = _state(project) / "deferred" / "net"
+    caps = {"net": result_cap(None)}
+    for session, output, whole in (("s1", "SAME OUTPUT", False), ("s2", "SAME OUTPUT", True),
+                                   ("s1", "OTHER OUTPUT", True)):
+        context = SessionContext.for_project(project, harness="claude", session_id="s1")
+        _remember_shown(context, "net", f"2-new-{session}-{output[0]}", record)
+        write_result(folder, f"2-new-{session}-{output[0]}",
+                     {"title": "net", "status": "ok", "seconds": 0.1, "finished": time.time(),
+                      "output": output})
+        texts = take_undelivered(_state(project), caps, session)
+        assert len(texts) == 1 and (output in texts[0]) is whole, (session, output, texts)
+        assert ("nothing new" in texts[0]) is not whole

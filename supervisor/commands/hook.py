@@ -318,7 +318,7 @@ def _prompt(hook: _Hook) -> None:
             if s.deferred}
 
     def produce(delivery: Delivery) -> tuple[str, str]:
-        texts = list(take_undelivered(context.state_dir, caps))
+        texts = list(take_undelivered(context.state_dir, caps, context.session_id))
         texts.append(_refreshed(context))  # instruction files changed during the session
         return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts), "prompt"
 

@@ -10,6 +10,14 @@ atomically to ``<state>/deferred/<stage>/result-<run id>.json``.
 Delivery is exactly once: whoever renames a result file to ``delivered-…`` (an atomic
 ``rename``) delivers it: the digest that launched it when it is already done, else the next
 prompt hook (:func:`take_undelivered`) or the next digest.
+
+Its output is seen once per session too: a digest whose own run is still in progress shows
+the newest undelivered result of an earlier run (say a process of the session that ended
+before that result came: OpenCode ``run -c`` runs a full start again); it records that it
+showed it (``shown-<its run>.json``: the session and the fingerprint of status and output,
+signed). When its own run's result then reaches the same session's prompt hook with the same
+status and output, the hook says so in one line instead of repeating the output
+(:func:`take_undelivered`); a different result, or another session, gets it whole.
 """
 
 from __future__ import annotations
@@ -511,7 +519,82 @@ def _stage_dirs(state_dir: StrPath) -> Iterator[tuple[str, StateDir]]:
                 yield name, sub
 
 
-def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None) -> list[str]:
+def _fingerprint(data: dict[str, Any]) -> str:
+    """SHA-256 hex of a result's status and output: what the model would read twice."""
+    from .._hashing import sha256
+
+    text = f"{data.get('status', '')}\0{data.get('output', '')}"
+    return sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _remember_shown(context: SessionContext, stage: str, run_id: str | None,
+                    earlier: dict[str, Any]) -> None:
+    """Record that the digest of ``context.session_id``, whose run ``run_id`` of ``stage`` is in
+    progress, showed the earlier result ``earlier``: ``shown-<run_id>.json`` (signed), written
+    only once the digest was delivered (:func:`supervisor.state._delivery.current`). Never
+    raises: without it the later result is shown whole."""
+    if not run_id or not context.session_id:
+        return
+    from ..state._signing import seal
+
+    key = result_key(create=False)
+    if key is None:
+        return
+    record = seal({"run_id": run_id, "session": context.session_id,
+                   "shows": _fingerprint(earlier), "earlier": str(earlier.get("run_id", ""))}, key)
+    state_dir = context.state_dir
+
+    def write() -> None:
+        try:
+            directory = open_stage_dir(state_dir, stage)
+            if directory is not None:
+                with directory:
+                    for old in _records(directory, "shown-*.json"):
+                        directory.remove(old)  # one digest's promise at a time
+                    directory.write_json(f"shown-{run_id}.json", record)
+        except StateError as err:
+            raise OSError(str(err)) from err
+
+    delivery = current()
+    if delivery is None:
+        try:
+            write()
+        except OSError:
+            pass
+    else:
+        delivery.reserve(write, lambda: None)
+
+
+def _shown_before(directory: StateDir, data: dict[str, Any], session_id: str,
+                  key: bytes | None) -> bool:
+    """Whether session ``session_id``'s digest already showed a result with ``data``'s status
+    and output while ``data``'s run was in progress (:func:`_remember_shown`); the record is
+    used up either way. Never raises."""
+    from ..state._signing import genuine
+
+    name = f"shown-{data.get('run_id')}.json"
+    try:
+        record = _read(directory, name)
+        if record is None:
+            return False
+        directory.remove(name)
+    except StateError:
+        return False
+    return (bool(session_id) and genuine(record, key) and record.get("session") == session_id
+            and record.get("run_id") == data.get("run_id")
+            and record.get("shows") == _fingerprint(data))
+
+
+def _same_as_shown(data: dict[str, Any]) -> str:
+    """The one line a result gets when the session already saw its output (:func:`_shown_before`)."""
+    name = str(data.get("name", "?"))
+    head, _hidden = clean(f"[deferred stage '{name}': {data.get('status', '?')}]")
+    return (f"{head}\nIts run finished with the same result as the earlier run the "
+            "session-start digest showed above: nothing new.")
+
+
+def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None,
+                     session_id: str = "") -> list[str]:
     """Claim every finished, undelivered deferred result; return their texts (one per stage,
     the newest; older results of the same stage are superseded and dropped).
 
@@ -520,6 +603,8 @@ def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None) -> 
         caps: result-file caps in bytes by the name of each stage the effective config marks
             deferred (:func:`result_cap` of the stage's output cap). A result in the folder of
             a stage not named here is refused: set aside as ``refused-…`` and named once.
+        session_id: the session asking (its prompt hook); a result whose output its
+            session-start digest already showed (:func:`_remember_shown`) is one line.
 
     Only results our runner signed (:func:`_genuine`) are delivered; others are refused the
     same way. Exactly once across concurrent callers (atomic rename). Fast when there is
@@ -538,8 +623,11 @@ def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None) -> 
                                 or _records(directory, "reserved-*.json")):
                 key = result_key(create=False)
             claimed = _claim_all(directory, (caps or {})[name], key)
-        if claimed:  # older results of the same stage are superseded by the newest
-            texts.append(format_result(claimed[-1], late=True))
+            # older results of the same stage are superseded by the newest
+            if claimed and _shown_before(directory, claimed[-1], session_id, key):
+                texts.append(_same_as_shown(claimed[-1]))
+            elif claimed:
+                texts.append(format_result(claimed[-1], late=True))
     return texts
 
 
@@ -655,5 +743,6 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
         earlier = claimed[-1] if claimed else None
         if earlier is not None:
             text += "\n" + format_result(earlier, late=False, earlier=True)
+            _remember_shown(context, launch.name, launch.run_id, earlier)
         out.append(Delivery(launch.name, lost + text, earlier))
     return out

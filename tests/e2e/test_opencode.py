@@ -11,6 +11,7 @@ usage is reported once (one-shot file): a constant one loops compaction.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -240,3 +241,60 @@ def test_the_project_and_the_user_plugin_deliver_once(project: Project, fake_mod
     assert main and all(b.count(f"{project.mark}-startup-full") == 1 for b in main), main
     starts = [line for line in log.read_text().splitlines() if "--source startup" in line]
     assert len(starts) == 1, starts  # one copy served; without the claim both ran a start
+
+
+RUN_GATED_TOML = """\
+budget = 20
+grace = 0.5
+
+[[stages]]
+name = "mark"
+run = ["sh", "-c", "echo {mark}-$SUPERVISE_SOURCE-$SUPERVISE_MODE"]
+
+[[stages]]
+name = "late"
+deferred = true
+timeout = 60
+run = ["sh", "-c", "n=$(ls '{runs}' | wc -l); touch '{runs}'/run-$n; while [ ! -e '{gates}'/gate-$n ]; do sleep 0.05; done; echo {mark}-DEFERRED-RESULT"]
+"""
+
+
+def test_a_continued_session_sees_a_deferred_result_once(
+        project: Project, fake_model: FakeModel, oc_env: dict[str, str]) -> None:
+    """Issue 22, item 7: `run` ends before its deferred stage does; `run -c` (a full start
+    again: OpenCode keeps no system text) shows that earlier result while its own run is in
+    progress; its own run then finishes with the same output within the turn. The old code
+    put both results in one request (each delivered once, the output seen twice); now the
+    second is one line saying nothing changed.
+
+    Each run of the stage waits for its own gate (gate-0, gate-1); the second turn's bash
+    call opens gate-1 and waits for that run's result file."""
+    runs = project.path.parent / "runs"
+    runs.mkdir()
+    project.configure(RUN_GATED_TOML.format(mark=project.mark, runs=runs, gates=project.path))
+    config = json.loads((project.path / "opencode.json").read_text())
+    (project.path / "opencode.json").write_text(json.dumps({**config, "permission": {"bash": "allow"}}))
+    result = f"{project.mark}-DEFERRED-RESULT"
+    folder = project.path / ".supervise" / "deferred" / "late"
+    try:
+        opencode(project, oc_env, "turn 1")
+        assert not fake_model.seen(result)
+        (project.path / "gate-0").touch()
+        deadline = time.monotonic() + 60
+        while not list(folder.glob("result-*.json")):  # the first run's own completion record
+            assert time.monotonic() < deadline, "the first deferred run never finished"
+            time.sleep(0.05)
+        since = fake_model.count()
+        opencode(project, oc_env, "-c", "turn 2: FAKE_BASH touch gate-1; until ls "
+                                        ".supervise/deferred/late/result-*.json; do sleep 0.05; "
+                                        "done; sleep 1.2")
+    finally:
+        for n in range(3):
+            (project.path / f"gate-{n}").touch()  # every run ends: no process outlives the test
+    main = [b for b in fake_model.bodies(since) if TITLE not in b]
+    assert len(main) >= 2, "the bash tool call made no second request"
+    assert len(list(runs.iterdir())) == 2  # the premise: `run -c` ran the stage again
+    assert "EARLIER run" in main[0] and main[0].count(result) == 1  # shown at the start
+    # the output once in every request (the old code: [1, 2])
+    assert all(b.count(result) == 1 for b in main), [b.count(result) for b in main]
+    assert "nothing new" in main[-1]  # its own run arrived, said in one line
