@@ -20,7 +20,8 @@ OPENERS = {
     "supervisor/_main.py": (2, "fd 0-2 pointed at /dev/null when the hook starts with them closed"),
     "supervisor/bridges/_install.py": (2, "our own packaged bridge files and the installed copy "
                                           "(compared, never context)"),
-    "supervisor/commands/mcp.py": (1, "the MCP server's own stdout"),
+    "supervisor/commands/mcp.py": (2, "the MCP server's own stdout; /dev/null put on fd 0 "
+                                      "while the server reads the client's messages itself"),
     "supervisor/config/_plan.py": (1, "pyproject.toml's [tool.supervise] probe (the config is code)"),
     "supervisor/config/_schema.py": (1, "the packaged default.toml"),
     "supervisor/engine/_cgroup.py": (4, "cgroup files of our own stage trees"),
