@@ -346,15 +346,21 @@ def test_doctor_sees_an_extension_package_and_one_beside_the_placed_bridge(tmp_p
     with (project / ".git" / "info" / "exclude").open("a") as exclude:
         exclude.write("/.supervise/\n")  # as any install does; a package install writes none
     folder = ROOT / "plugins" / harness
-    if harness == "pi":
-        (project / ".pi").mkdir()
-        (project / ".pi" / "settings.json").write_text(json.dumps({"packages": [os.path.relpath(folder, project / ".pi")]}))
-    else:
-        (project / "opencode.json").write_text(json.dumps({"plugin": [folder.as_uri()]}))
+
+    def name_the_package() -> None:
+        if harness == "pi":
+            (project / ".pi").mkdir(exist_ok=True)
+            (project / ".pi" / "settings.json").write_text(json.dumps({"packages": [os.path.relpath(folder, project / ".pi")]}))
+        else:
+            (project / "opencode.json").write_text(json.dumps({"plugin": [folder.as_uri()]}))
+
+    name_the_package()
     doctor = _supervise(["doctor", harness], project, home, path)
     assert doctor.returncode == 0, doctor.stdout
     assert "package" in doctor.stdout and "is loaded from" in doctor.stdout
+    (project / ("opencode.json" if harness == "opencode" else ".pi/settings.json")).unlink()
     assert _supervise(["install", harness], project, home, path).returncode == 0
+    name_the_package()  # by hand, beside the placed bridge (install would move it back)
     doctor = _supervise(["doctor", harness], project, home, path)
     [twice] = [ln for ln in doctor.stdout.splitlines() if "registered 2 times" in ln]
     assert twice.startswith("FAIL") and f"supervise uninstall {harness}" in twice
@@ -385,3 +391,92 @@ def test_doctor_names_a_planted_plugin_list_and_never_blocks_on_it(tmp_path: Pat
     why = {"fifo": "not a regular file", "huge": "too large (3221225472 bytes",
            "deep": "not valid JSON (RecursionError)", "device link": "not a regular file"}[plant]
     assert line.startswith("warn") and why in line and str(listing) in line, line
+
+
+@pytest.fixture
+def fake_pi(tmp_path: Path) -> tuple[str, Path]:
+    """A ``pi`` on PATH that logs its arguments and, for ``install DIR [-l]`` and ``remove DIR
+    [-l]``, edits ``packages`` as the real CLI does (0.73.1: the path relative to the
+    settings file's folder; ``-l`` the project's ``.pi/settings.json``)."""
+    folder = tmp_path / "pi bin"
+    folder.mkdir()
+    log = tmp_path / "pi-calls"
+    script = folder / "pi"
+    script.write_text(f"""#!{sys.executable}
+import json, os, sys
+open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+verb, source, *rest = sys.argv[1:]
+where = os.path.join(".pi") if "-l" in rest else os.environ["PI_CODING_AGENT_DIR"]
+path = os.path.join(where, "settings.json")
+data = json.load(open(path)) if os.path.exists(path) else {{}}
+rel = os.path.relpath(source, where)
+if verb == "install":
+    data.setdefault("packages", []).append(rel)
+else:
+    data["packages"] = [p for p in data.get("packages", []) if os.path.abspath(os.path.join(where, p)) != os.path.abspath(source)]
+os.makedirs(where, exist_ok=True)
+json.dump(data, open(path, "w"))
+""")
+    script.chmod(0o755)
+    return f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin", log
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_install_plugin_moves_a_bridge_harness_to_its_package_and_back(
+        tmp_path: Path, harness: str, fake_pi: tuple[str, Path]) -> None:
+    """``install pi|opencode --plugin`` loads the package of ``plugins/`` (``pi install DIR -l``;
+    OpenCode's ``plugin`` list, every other key kept) and removes the bridge placed at that
+    scope; doctor sees the package alone; ``install`` without ``--plugin`` moves back;
+    ``uninstall`` removes the package. Before, ``--plugin`` placed the bridge as if absent."""
+    path, log = fake_pi
+    home = tmp_path / "home"
+    home.mkdir()
+    agent = tmp_path / "agent"
+    project = _git_project(tmp_path)
+    config = project / (".pi/settings.json" if harness == "pi" else "opencode.json")
+    if harness == "opencode":
+        config.write_text(json.dumps({"theme": "dark", "plugin": ["other-plugin"]}))
+    env_path = path
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERVISE_", "XDG_"))}
+        env.update(HOME=str(home), PATH=env_path, PI_CODING_AGENT_DIR=str(agent))
+        return subprocess.run([sys.executable, "-m", "supervisor", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    entry = project / (".pi/extensions/watchkeeper/index.ts" if harness == "pi"
+                       else ".opencode/plugins/watchkeeper.ts")
+    assert run("install", harness).returncode == 0 and entry.exists()
+    moved = run("install", harness, "--plugin")
+    assert moved.returncode == 0, moved.stderr
+    assert not entry.exists(), moved.stdout  # the placed bridge gave way to the package
+    data = json.loads(config.read_text())
+    folder = ROOT / "plugins" / harness
+    if harness == "pi":
+        assert log.read_text().splitlines() == [f"install {folder} -l"]
+        assert data["packages"] == [os.path.relpath(folder, project / ".pi")]
+    else:
+        assert data == {"theme": "dark", "plugin": ["other-plugin", folder.as_uri()]}
+    doctor = run("doctor", harness)
+    assert doctor.returncode == 0, doctor.stdout
+    assert "is loaded from" in doctor.stdout and "registered 2 times" not in doctor.stdout
+    assert "unchanged" in run("install", harness, "--plugin").stdout
+    back = run("install", harness)  # back to the placed bridge
+    assert back.returncode == 0, back.stderr
+    assert entry.exists() and "is loaded from" not in run("doctor", harness).stdout
+    assert run("install", harness, "--plugin").returncode == 0
+    gone = run("uninstall", harness)
+    assert gone.returncode == 0, gone.stderr
+    assert "is loaded from" not in run("doctor", harness).stdout
+    if harness == "opencode":
+        assert json.loads(config.read_text()) == {"theme": "dark", "plugin": ["other-plugin"]}
+
+
+def test_install_pi_plugin_without_the_cli_says_how_to_finish(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    proc = _supervise(["install", "pi", "--plugin"], project, home,
+                      f"{Path(sys.executable).parent}:/usr/bin:/bin")
+    assert proc.returncode == 1
+    assert "pi is not on PATH; run by hand: pi install " in proc.stderr and proc.stderr.strip().endswith("-l")

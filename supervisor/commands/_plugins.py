@@ -260,3 +260,126 @@ def package_uses(harness: str, project: Path, home: Path | None) -> list[tuple[P
                 if source:
                     out.append((path, source))
     return out
+
+
+def package_dir(harness: str) -> Path | None:
+    """The folder of our extension package for ``harness`` (``plugins/pi``,
+    ``plugins/opencode``) in this install (the wheel's ``supervisor/_plugins/`` or the
+    checkout), or None when it is not there."""
+    root = marketplace_root()
+    if root is None or harness not in PACKAGES:
+        return None
+    folder = root / PACKAGES[harness][1]
+    return folder if (folder / "package.json").is_file() else None
+
+
+def package_config(harness: str, scope: str, project: Path, home: Path) -> Path:
+    """The configuration file whose list loads our package at ``scope`` (``project`` or
+    ``user``): Pi's ``.pi/settings.json`` or ``<agent dir>/settings.json`` (``packages``,
+    written by ``pi install SOURCE [-l]``), OpenCode's ``opencode.json`` (the project's
+    ``opencode.json``, else ``.opencode/opencode.json`` when only that exists) or the user's
+    ``opencode/opencode.json`` (``plugin``)."""
+    if harness == "pi":
+        if scope == "project":
+            return project / ".pi" / "settings.json"
+        agent = os.environ.get("PI_CODING_AGENT_DIR")
+        return (Path(agent) if agent else home / ".pi" / "agent") / "settings.json"
+    if scope == "project":
+        root, inner = project / "opencode.json", project / ".opencode" / "opencode.json"
+        return inner if inner.is_file() and not root.exists() else root
+    config = os.environ.get("XDG_CONFIG_HOME")
+    return (Path(config) if config else home / ".config") / "opencode" / "opencode.json"
+
+
+def _uses_at(harness: str, scope: str, project: Path, home: Path) -> list[tuple[Path, str]]:
+    """:func:`package_uses` of the configuration files of ``scope``."""
+    mine = {package_config(harness, scope, project, home)}
+    if harness == "opencode" and scope == "project":
+        mine |= {project / "opencode.json", project / ".opencode" / "opencode.json"}
+    return [(path, source) for path, source in package_uses(harness, project, home)
+            if path in mine]
+
+
+def add_package(harness: str, scope: str, project: Path, home: Path) -> tuple[str, str]:
+    """Make ``harness`` load our package at ``scope``: ``pi install DIR [-l]`` with the ``pi``
+    on ``PATH`` (0.73.1 writes the path, relative to the settings file, into ``packages``), or
+    our ``file://`` URL added to OpenCode's ``plugin`` list (every other key kept).
+
+    Returns:
+        ``(line, problem)``: what happened, and ``""`` or one line saying what failed and
+        the command to run by hand.
+    """
+    folder = package_dir(harness)
+    if folder is None:
+        return "", f"the {harness} package (plugins/{harness}) is not in this install"
+    config = package_config(harness, scope, project, home)
+    if _uses_at(harness, scope, project, home):
+        return f"{harness}: the package is already loaded from {config} (unchanged)", ""
+    if harness == "opencode":
+        from ..adapters import _settings
+
+        data = dict(_settings.read_settings(config) or {})
+        entries = data.get("plugin")
+        data["plugin"] = [*(entries if isinstance(entries, list) else []), folder.as_uri()]
+        config.parent.mkdir(parents=True, exist_ok=True)
+        _settings.write_settings(config, data)
+        return f"{harness}: the package {folder.as_uri()} added to \"plugin\" in {config}", ""
+    import shlex
+
+    command = ["pi", "install", str(folder), *(["-l"] if scope == "project" else [])]
+    problem = _run_cli(command, project)
+    if problem:
+        return "", f"{problem}; run by hand: {shlex.join(command)}"
+    return f"{harness}: the package {folder} added to \"packages\" in {config} (pi install)", ""
+
+
+def remove_package(harness: str, scope: str, project: Path, home: Path) -> tuple[list[str], str]:
+    """Stop ``harness`` loading our package at ``scope``: each entry naming it removed
+    (``pi remove SOURCE [-l]``; from OpenCode's ``plugin`` list, every other key kept, a file
+    left empty removed). Returns ``(lines, problem)`` as :func:`add_package`."""
+    import shlex
+
+    lines: list[str] = []
+    for path, source in _uses_at(harness, scope, project, home):
+        if harness == "opencode":
+            from ..adapters import _settings
+
+            data = dict(_settings.read_settings(path) or {})
+            for key in ("plugin", "plugins"):
+                entries = data.get(key)
+                if isinstance(entries, list):
+                    data[key] = [e for e in entries if not _names_package(e, harness)]
+                    if not data[key]:
+                        del data[key]
+            if data:
+                _settings.write_settings(path, data)
+            else:
+                path.unlink()
+            lines.append(f"{harness}: the package {source} removed from {path}")
+            continue
+        target = source if source.startswith("npm:") or os.path.isabs(source) else str(
+            (path.parent / source).resolve())
+        command = ["pi", "remove", target, *(["-l"] if scope == "project" else [])]
+        problem = _run_cli(command, project)
+        if problem:
+            return lines, f"{problem}; run by hand: {shlex.join(command)}"
+        lines.append(f"{harness}: the package {source} removed from {path} (pi remove)")
+    return lines, ""
+
+
+def _run_cli(command: list[str], project: Path) -> str:
+    """Run a harness CLI found on ``PATH`` in ``project``; ``""`` or one line of what failed."""
+    import shlex
+
+    cli = shutil.which(command[0])
+    if cli is None:
+        return f"{command[0]} is not on PATH"
+    try:
+        proc = subprocess.run([cli, *command[1:]], cwd=project, capture_output=True, text=True,
+                              timeout=CLI_TIMEOUT, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"{shlex.join(command)} failed ({err})"
+    if proc.returncode != 0:
+        last = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        return f"{shlex.join(command)} failed ({last[0][:200]})"
+    return ""

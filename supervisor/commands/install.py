@@ -58,8 +58,10 @@ def parser(prog: str, verb_help: str) -> argparse.ArgumentParser:
                        help="register the harness plugin instead of the settings hooks (Claude "
                        "Code: enables watchkeeper@watchkeeper in the scope's settings file, "
                        "which stays machine-independent, and puts the plugin in Claude's cache "
-                       "with `claude plugin install`); without it, a scope that has the "
-                       "plugin moves back to the settings hooks")
+                       "with `claude plugin install`; Gemini CLI: links the extension; Pi, "
+                       "OpenCode: loads the extension package of plugins/ instead of the placed "
+                       "bridge, with `pi install` or OpenCode's \"plugin\" list); without it, "
+                       "a scope that has the plugin or package moves back")
     add_directory(p)
     return p
 
@@ -237,6 +239,7 @@ def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
     if args.scope in ("project", "user"):
         for name in bridged:
             paths += bridge(name).files(args.scope, project_dir, home)
+            paths.append(_plugins.package_config(name, args.scope, project_dir, home))
     mcp_file = mcp_path(args, project_dir, home)
     if isinstance(mcp_file, Path):
         paths.append(mcp_file)
@@ -362,6 +365,50 @@ def _install_plugin(adapter: Adapter, scope: str, path: Path, data: dict[str, ob
     return True
 
 
+def packages_verb(verb: str, names: list[str], scope: str, project_dir: Path, home: Path) -> bool:
+    """``install``: make each bridge harness of ``names`` (Pi, OpenCode) load our extension
+    package of ``plugins/`` at ``scope`` and remove the bridge files placed at that scope (the
+    move from the placed bridge to the package; another scope's files are never touched);
+    ``uninstall``: stop it loading the package at ``scope``
+    (:func:`supervisor.commands._plugins.add_package`, ``remove_package``). One line each,
+    errors on stderr; True when one failed."""
+    from .._errors import ConfigError
+    from ..bridges._install import get as bridge, uninstall as unplace
+
+    failed = False
+    for name in names:
+        if scope not in ("project", "user"):
+            print(f"{name}: skipped: {bridge(name).title} has no {scope} configuration; run "
+                  f"`supervise {verb} {name} --plugin --scope project`", file=sys.stderr)
+            continue
+        try:
+            if verb == "install":
+                line, problem = _plugins.add_package(name, scope, project_dir, home)
+                lines = [line] if line else []
+            else:
+                lines, problem = _plugins.remove_package(name, scope, project_dir, home)
+            for line in lines:
+                print(line)
+            if problem:
+                print(f"supervise {verb}: {name}: the package is not "
+                      f"{'added' if verb == 'install' else 'removed'}: {problem}", file=sys.stderr)
+                failed = True
+                continue
+            if verb == "install":
+                placed = unplace(bridge(name), scope, project_dir, home)
+                if "removed" in placed:
+                    print(f"{placed} (the package replaces it)")
+                if scope == "project":
+                    print(f"note: {_rel(_plugins.package_config(name, scope, project_dir, home), project_dir)} "
+                          "now names this install's package folder (the packages are not "
+                          "published on npm yet): a teammate's path differs. To keep it yours "
+                          f"alone, use `supervise install {name} --plugin --scope user`.")
+        except (ConfigError, OSError, ValueError) as err:
+            print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
+            failed = True
+    return failed
+
+
 def main(argv: list[str]) -> int:
     """Install each named harness; exit 1 if any settings file was refused (or is behind a
     symbolic link: then nothing is written), 2 on bad usage."""
@@ -382,7 +429,12 @@ def main(argv: list[str]) -> int:
     budget, warning = project_budget(project_dir)
     if warning:
         print(warning, file=sys.stderr)
-    failed = run_verb("install", bridged, args.scope, project_dir, budget)
+    if args.plugin:
+        failed = packages_verb("install", bridged, args.scope, project_dir, home)
+    else:
+        failed = run_verb("install", bridged, args.scope, project_dir, budget)
+        if bridged and not failed:  # a scope that loaded the package moves back to the bridge
+            failed = packages_verb("uninstall", bridged, args.scope, project_dir, home)
     if args.mcp:
         failed |= mcp_verb("install", args, project_dir, home)
     steps: list[str] = []

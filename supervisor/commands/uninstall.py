@@ -16,7 +16,7 @@ from .._errors import ConfigError
 from .._exitcodes import EXIT_FAILURE, EXIT_OK
 from ..adapters import _settings
 from . import _plugins
-from .install import _rel, link_refusals, mcp_verb, prepare
+from .install import _rel, link_refusals, mcp_verb, packages_verb, prepare
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +35,8 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILURE
     args, adapters, bridged, project_dir = request
     failed = run_verb("uninstall", bridged, args.scope, project_dir)
+    if bridged:  # the extension package of plugins/ at that scope too
+        failed |= packages_verb("uninstall", bridged, args.scope, project_dir, home)
     if args.mcp:
         failed |= mcp_verb("uninstall", args, project_dir, home)
     for adapter in adapters:

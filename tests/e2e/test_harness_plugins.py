@@ -121,9 +121,10 @@ def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: 
 def test_pi_package_installed_from_a_local_path_delivers_the_digest(project: Project,
                                                                    fake_model: FakeModel,
                                                                    tmp_path: Path) -> None:
-    """``pi install plugins/pi -l`` (0.73.1): the package's extension finds the installed
-    package through ``supervise-hook --where`` (no copy of the bridge) and the digest reaches
-    the model."""
+    """``supervise install pi --plugin`` runs ``pi install plugins/pi -l`` (0.73.1) with the
+    real CLI on PATH: the package's extension finds the installed package through
+    ``supervise-hook --where`` (no copy of the bridge) and the digest reaches the model;
+    ``supervise uninstall pi`` removes it (``pi remove``)."""
     import json
     import subprocess
 
@@ -138,20 +139,28 @@ def test_pi_package_installed_from_a_local_path_delivers_the_digest(project: Pro
         "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
     env = on_path(clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1",
                             PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0"))
-    added = subprocess.run([str(pi), "install", str(ROOT / "plugins" / "pi"), "-l"], cwd=project.path,
-                           env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    env["PATH"] = f"{pi.parent}{os.pathsep}{env['PATH']}"
+    added = subprocess.run([sys.executable, "-m", "supervisor", "install", "pi", "--plugin"],
+                           cwd=project.path, env=env, capture_output=True, text=True, timeout=180,
+                           stdin=subprocess.DEVNULL)
     assert added.returncode == 0, added.stdout + added.stderr
+    assert json.loads((project.path / ".pi" / "settings.json").read_text())["packages"]
     assert not (project.path / ".pi" / "extensions").exists()  # nothing placed by us
     proc = run_harness([pi, "--provider", "fake", "--model", "fake-model", "-p", "turn 1"],
                        project.path, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert fake_model.seen(f"{project.mark}-startup-full")
+    gone = subprocess.run([sys.executable, "-m", "supervisor", "uninstall", "pi"], cwd=project.path,
+                          env=env, capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert not json.loads((project.path / ".pi" / "settings.json").read_text()).get("packages")
 
 
 def test_opencode_package_named_by_path_delivers_the_digest(project: Project, fake_model: FakeModel,
                                                            tmp_path: Path) -> None:
-    """OpenCode 1.18.33 with ``"plugin": ["file://.../plugins/opencode"]`` in opencode.json: the
-    package finds the installed package through ``supervise-hook --where``."""
+    """``supervise install opencode --plugin`` adds ``"file://.../plugins/opencode"`` to the
+    ``plugin`` list of the project's opencode.json (every other key kept): OpenCode 1.18.33
+    loads it and the package finds the installed package through ``supervise-hook --where``."""
     import json
 
     from conftest import clean_env
@@ -160,7 +169,6 @@ def test_opencode_package_named_by_path_delivers_the_digest(project: Project, fa
     opencode = harness_bin("opencode")
     (project.path / "opencode.json").write_text(json.dumps({
         "$schema": "https://opencode.ai/config.json",
-        "plugin": [(ROOT / "plugins" / "opencode").as_uri()],
         "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
                               "options": {"baseURL": f"{fake_model.url}/v1", "apiKey": "dummy"},
                               "models": {"fake-model": {"name": "Fake",
@@ -174,6 +182,15 @@ def test_opencode_package_named_by_path_delivers_the_digest(project: Project, fa
                             XDG_CACHE_HOME=str(tmp_path / "oc-cache"), XDG_STATE_HOME=str(xdg / "state"),
                             OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
                             OPENCODE_DISABLE_LSP_DOWNLOAD="1", PWD=str(project.path)))
+    import subprocess
+    import sys
+
+    added = subprocess.run([sys.executable, "-m", "supervisor", "install", "opencode", "--plugin"],
+                           cwd=project.path, env=env, capture_output=True, text=True, timeout=60,
+                           stdin=subprocess.DEVNULL)
+    assert added.returncode == 0, added.stdout + added.stderr
+    config = json.loads((project.path / "opencode.json").read_text())
+    assert config["plugin"] == [(ROOT / "plugins" / "opencode").as_uri()] and config["model"]
     proc = run_harness([opencode, "run", "turn 1"], project.path, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (project.path / ".opencode" / "plugins").exists()  # nothing placed by us
