@@ -161,3 +161,157 @@ def test_summary_of_every_kind(git_repo: Path, tmp_path: Path, kind: str,
     KINDS[kind](path)
     monkeypatch.setenv("MY_API_KEY", SECRET)
     _clean(run(git_repo, tmp_path / "state"))
+
+
+REFUSED = ("environ", "passwd", "devzero", "fifo", "huge", "binary", "loop")
+"""The kinds a reader names and never reads (``hidden`` is read, cleaned and counted)."""
+
+
+def _imports_of_every_kind(repo: Path) -> None:
+    for kind, make in KINDS.items():
+        make(repo / f"{kind}.md")
+    (repo / "AGENTS.md").write_text("rules\n" + "".join(f"see @{k}.md\n" for k in KINDS))
+    (repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n'
+        "options = { list_nested = false }\n")
+
+
+def test_rules_files_of_every_kind(git_repo: Path) -> None:
+    """``.cursor/rules`` files of each kind, through the terminal digest, the Codex hook and
+    the Pi bridge (each supplies Cursor's rules itself)."""
+    rules = git_repo / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    for kind, make in KINDS.items():
+        make(rules / f"{kind}.mdc")
+    (rules / "hidden.mdc").unlink()
+    (rules / "hidden.mdc").write_text("---\nalwaysApply: true\n---\n" + HIDDEN)
+    digest = run_cli("digest", cwd=git_repo, env=_env())
+    payload = json.dumps({"session_id": "s", "cwd": str(git_repo), "source": "startup"}).encode()
+    hook = run_cli("hook", "codex", cwd=git_repo, input=payload, env=_env())
+    bridge = run_cli("bridge", "--harness", "pi", "--source", "startup", "--cwd", str(git_repo),
+                     "--session-id", "s2", cwd=git_repo, env=_env())
+    for run in (digest, hook, bridge):
+        assert run.returncode == 0, run.stderr
+        text = run.stdout.decode()
+        _clean(text)
+        assert "rule concealed" in text, text
+        for kind in ("environ", "passwd", "devzero", "fifo", "huge", "binary"):
+            assert f"{kind}.mdc" in text, (kind, text)
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_a_scoped_rule_turned_into_every_kind_is_never_injected_on_a_read(git_repo: Path,
+                                                                          kind: str) -> None:
+    """A path-scoped rule indexed at the start, turned into each kind before the read that
+    would inject it (Claude's PostToolUse, Cursor's rule)."""
+    rules = git_repo / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    rule = rules / "ts.mdc"
+    rule.write_text("---\nglobs: '**/*.ts'\n---\nplain rule\n")
+    (git_repo / "app.ts").write_text("let x = 1\n")
+    start = json.dumps({"session_id": "s1", "cwd": str(git_repo), "source": "startup",
+                        "hook_event_name": "SessionStart"}).encode()
+    assert run_cli("hook", "claude", cwd=git_repo, input=start, env=_env()).returncode == 0
+    assert (git_repo / ".supervise" / "rules" / "claude.json").exists()
+    rule.unlink()
+    if kind == "hidden":
+        rule.write_text("---\nglobs: '**/*.ts'\n---\n" + HIDDEN)
+    else:
+        KINDS[kind](rule)
+    read = json.dumps({"session_id": "s1", "cwd": str(git_repo), "tool_name": "Read",
+                       "hook_event_name": "PostToolUse",
+                       "tool_input": {"file_path": str(git_repo / "app.ts")}}).encode()
+    run = run_cli("hook", "claude", "--event", "post-tool", cwd=git_repo, input=read, env=_env())
+    assert run.returncode == 0, run.stderr
+    text = _context(run.stdout)
+    _clean(text)
+    if kind == "hidden":
+        assert "rule concealed" in text and "globs" not in text
+    else:
+        assert f"Instructions at {rule} not injected: " in text, text
+
+
+def test_the_bridge_and_the_re_emit_of_every_kind(git_repo: Path) -> None:
+    """``@import`` of each kind, through the Pi bridge's start and Claude's re-emit after
+    ``compact`` (the same door as the session start)."""
+    _imports_of_every_kind(git_repo)
+    bridge = run_cli("bridge", "--harness", "pi", "--source", "startup", "--cwd", str(git_repo),
+                     "--session-id", "b1", cwd=git_repo, env=_env())
+    texts = [bridge.stdout.decode()]
+    assert bridge.returncode == 0, bridge.stderr
+    for source in ("startup", "compact"):
+        payload = json.dumps({"session_id": "s1", "cwd": str(git_repo), "source": source,
+                              "hook_event_name": "SessionStart"}).encode()
+        run = run_cli("hook", "claude", cwd=git_repo, input=payload, env=_env())
+        assert run.returncode == 0, run.stderr
+        texts.append(_context(run.stdout))
+    for text in texts:
+        _clean(text)
+        for kind in REFUSED:
+            assert f"@{kind}.md in AGENTS.md: " in text, (kind, text)
+        assert "rule concealed" in text
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_mcp_resources_of_every_kind(git_repo: Path, kind: str) -> None:
+    """An instruction or memory resource of each kind: listed only as a regular file, read
+    only through the door; a memory name with hidden text or a line feed is not offered."""
+    from supervisor._errors import ConfigError
+    from supervisor.commands import mcp
+
+    KINDS[kind](git_repo / "AGENTS.md")
+    store = git_repo / ".remember"
+    store.mkdir()
+    KINDS[kind](store / "core.md")
+    (store / "a\x1b[8mb.md").write_text("named\n")
+    (store / "c\u202ed.md").write_text("named\n")
+    listed = dict(mcp._resources(git_repo))
+    assert not any("\x1b" in uri or "\u202e" in uri for uri in listed)
+    for uri in ("watchkeeper://instructions/AGENTS.md", "watchkeeper://memory/core.md"):
+        if uri not in listed:
+            assert kind in ("environ", "passwd", "devzero", "fifo", "loop"), (kind, uri)
+            continue
+        os.environ["MY_API_KEY"] = SECRET
+        try:
+            text = mcp.read_resource_text(git_repo, uri)
+        except ConfigError as err:
+            text = str(err)
+        finally:
+            del os.environ["MY_API_KEY"]
+        _clean(text)
+
+
+@pytest.mark.parametrize("folder", [".cursor/rules", ".claude/rules"])
+def test_a_rules_folder_linked_out_of_the_project_is_not_walked(git_repo: Path, tmp_path: Path,
+                                                               folder: str) -> None:
+    """``.cursor/rules -> /`` made the instructions stage walk the whole file system (its
+    budget spent, the digest without instructions); a rules folder outside the project is
+    not walked, and one flooded with names is walked only so far."""
+    outside = tmp_path / "outside"
+    (outside / "deep").mkdir(parents=True)
+    (outside / "deep" / "secret.mdc").write_text("---\nalwaysApply: true\n---\nOUTSIDE-RULE\n")
+    (outside / "deep" / "secret.md").write_text("OUTSIDE-RULE\n")
+    link = git_repo / folder
+    link.parent.mkdir()
+    link.symlink_to(outside)
+    (git_repo / "AGENTS.md").write_text("inside rules\n")
+    digest = run_cli("digest", cwd=git_repo, env=_env())
+    assert digest.returncode == 0, digest.stderr
+    text = digest.stdout.decode()
+    assert "inside rules" in text and "OUTSIDE-RULE" not in text and "secret" not in text
+
+
+def test_a_rules_folder_flooded_with_names_is_walked_only_so_far(git_repo: Path) -> None:
+    """A rules folder of 5,000 rules is walked to the cap, not to its end."""
+    rules = git_repo / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    for i in range(5000):
+        (rules / f"r{i:05}.mdc").touch()
+    code = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from instructions.rules import rule_files; from instructions.files import Place; "
+            "root = Path(sys.argv[2]); print(len(rule_files(Place(root, root, root))))")
+    stages = Path(__file__).resolve().parent.parent / "stages"
+    run = subprocess.run([sys.executable, "-c", code, str(stages), str(git_repo)],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert int(run.stdout) <= 4096

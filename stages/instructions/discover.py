@@ -47,7 +47,8 @@ import os
 import sys
 from pathlib import Path
 
-from instructions.files import Place, examine, file_size, find_git_root, is_regular, present, read_instruction
+from instructions.files import (Place, examine, file_size, find_git_root, is_regular, is_within,
+                                present, read_instruction, rules_in)
 
 CODEX_PROJECT_DOC_MAX_BYTES = 32 * 1024
 _CLAUDE_DIR_FILES = ("CLAUDE.md", ".claude/CLAUDE.md")
@@ -69,12 +70,10 @@ def _supplied(path: Path) -> bool:
     return bool(why) if content is None else bool(content.text.strip())
 
 
-def _rules(directory: Path) -> list[Path]:
-    """``<directory>/*.md`` rule files (recursive, sorted by relative path)."""
-    if not directory.is_dir():
-        return []
-    return sorted((p for p in directory.rglob("*.md") if is_regular(p)),
-                  key=lambda p: p.relative_to(directory).as_posix())
+def _rules(directory: Path, root: Path | None = None) -> list[Path]:
+    """``<directory>/*.md`` rule files (recursive, sorted by relative path; regular files, a
+    bounded walk that leaves ``root`` never: :func:`instructions.files.rules_in`)."""
+    return [p for p in rules_in(directory, (".md",), root) if is_regular(p)]
 
 
 def _ancestors_down(cwd: Path) -> list[Path]:
@@ -94,8 +93,9 @@ def claude_loads(place: Place) -> list[Path]:
     out = [claude_managed(), place.home / ".claude" / "CLAUDE.md",
            *_rules(place.home / ".claude" / "rules")]
     for d in _ancestors_down(place.cwd):
-        out += [d / "CLAUDE.md", d / ".claude" / "CLAUDE.md", *_rules(d / ".claude" / "rules"),
-                d / "CLAUDE.local.md"]
+        inside = place.root if is_within(d, place.root) else None  # the tree: confined
+        out += [d / "CLAUDE.md", d / ".claude" / "CLAUDE.md",
+                *_rules(d / ".claude" / "rules", inside), d / "CLAUDE.local.md"]
     return [p for p in out if is_regular(p)]
 
 
@@ -308,7 +308,7 @@ def copilot_loads(place: Place) -> list[Path]:
     root = git_root or place.cwd
     out += _upward_names(place, ("AGENTS.md", "CLAUDE.md", "GEMINI.md"))
     out += [p for p in (root / ".github" / "copilot-instructions.md",) if is_regular(p)]
-    return out + [p for p in _rules(root / ".github" / "instructions")
+    return out + [p for p in _rules(root / ".github" / "instructions", root)
                   if p.name.endswith(".instructions.md")]
 
 

@@ -89,6 +89,41 @@ ANYWHERE = Scope((), anywhere=True)
 for their imports), its documented home files, the files the config names."""
 
 
+MAX_WALK = 4096
+"""Names one rules folder's walk looks at, at most (a folder flooded with names, or a deep
+tree, costs this many ``stat`` calls, not the stage's whole budget)."""
+
+
+def rules_in(directory: Path, suffixes: tuple[str, ...], root: Path | None = None) -> list[Path]:
+    """The files under ``directory`` with one of ``suffixes`` that are not folders (a link, a
+    FIFO included: the door names them), sorted by relative path; links to folders are not
+    followed, and at most :data:`MAX_WALK` names are looked at. With ``root`` (a project
+    folder), a ``directory`` whose real path leaves ``root`` is not walked at all
+    (``.cursor/rules -> /`` would walk the whole file system). Never raises."""
+    try:
+        if not directory.is_dir():
+            return []
+        if root is not None and not is_within(Path(real(directory)), Path(real(root))):
+            return []
+    except OSError:
+        return []
+    found: list[Path] = []
+    seen = 0
+    for folder, dirs, files in os.walk(directory):  # followlinks=False
+        dirs.sort()
+        for name in (*sorted(files), *(d for d in dirs if os.path.islink(os.path.join(folder, d)))):
+            seen += 1
+            if seen > MAX_WALK:
+                break
+            path = Path(folder, name)
+            if path.suffix in suffixes and present(path):
+                found.append(path)
+        seen += len(dirs)
+        if seen >= MAX_WALK:
+            dirs.clear()  # walk no deeper
+    return sorted(found, key=lambda p: p.relative_to(directory).as_posix())
+
+
 def is_regular(path: str | Path) -> bool:
     """True for a regular file (symlinks followed); never raises."""
     try:

@@ -29,7 +29,7 @@ import os
 from collections.abc import Container
 from pathlib import Path
 
-from instructions.files import FileText, Place, examine, is_regular, real
+from instructions.files import FileText, Place, examine, real, rules_in
 from supervisor._record import record, replace
 from supervisor.session._rules import INDEX_DIR, INDEX_VERSION, index_name, split_frontmatter
 from supervisor.state._intake import project_scope
@@ -79,15 +79,14 @@ def is_rule_file(path: Path) -> bool:
 
 def rule_files(place: Place) -> list[tuple[str, Path]]:
     """``[(convention, path)]`` of every rules file from the project root down to cwd, each
-    folder's files sorted by relative path, Claude's before Cursor's."""
+    folder's files sorted by relative path, Claude's before Cursor's. Anything but a folder
+    with a rules suffix is one (a link, a FIFO, a device link): :func:`classify` reads it
+    through the door, which names why it is not read. A rules folder that leads out of the
+    project is not walked, and a walk is bounded (:func:`instructions.files.rules_in`)."""
     out: list[tuple[str, Path]] = []
     for d in place.dirs_root_to_cwd():
         for convention, (folder, suffixes) in CONVENTIONS.items():
-            base = d / folder
-            if not base.is_dir():
-                continue
-            found = [p for p in base.rglob("*") if p.suffix in suffixes and is_regular(p)]
-            out += [(convention, p) for p in sorted(found, key=lambda p: p.relative_to(base).as_posix())]
+            out += [(convention, p) for p in rules_in(d / folder, suffixes, place.root)]
     return out
 
 

@@ -7,7 +7,7 @@
 // interpreter path, so nothing here depends on PATH.
 
 import { spawn as nodeSpawn, spawnSync } from "node:child_process"
-import { existsSync, readFileSync, readdirSync } from "node:fs"
+import { closeSync, constants, existsSync, fstatSync, openSync, readFileSync, readSync, readdirSync, statSync } from "node:fs"
 import { dirname, join, resolve as resolvePath } from "node:path"
 import { fileURLToPath } from "node:url"
 
@@ -40,15 +40,42 @@ const HERE = (() => {
   }
 })()
 
-/** Read `watchkeeper.json` from `dir` (default: beside this file): {python, budget, ...}. */
+/** Bytes of `watchkeeper.json` read at most (ours is a few hundred). */
+export const SETTINGS_CAP = 64 * 1024
+
+/**
+ * The text of the small file `file`, or null when it is not a regular file of at most `cap`
+ * bytes. Never blocks: a FIFO planted in a project's extension folder would otherwise hold
+ * the harness at load, and a link to /dev/zero never ends (stat first, then opened
+ * O_NONBLOCK and fstat-ed, so a file swapped in between is judged too).
+ */
+export function readSmallFile(file, cap = SETTINGS_CAP) {
+  if (!statSync(file).isFile()) return null
+  const fd = openSync(file, constants.O_RDONLY | (constants.O_NONBLOCK ?? 0))
+  try {
+    const st = fstatSync(fd)
+    if (!st.isFile() || st.size > cap) return null
+    const buf = Buffer.alloc(cap + 1)
+    let got = 0
+    for (let n = 1; n > 0 && got <= cap; got += n) n = readSync(fd, buf, got, cap + 1 - got, null)
+    return got > cap ? null : buf.subarray(0, got).toString("utf8")
+  } finally {
+    closeSync(fd)
+  }
+}
+
+/** Read `watchkeeper.json` from `dir` (default: beside this file): {python, budget, ...};
+ *  a file that is not a small regular file of JSON is no settings. */
 export function loadSettings(dir = HERE) {
   const file = join(dir, "watchkeeper.json")
   let data = {}
   try {
-    data = JSON.parse(readFileSync(file, "utf8"))
+    const text = readSmallFile(file)
+    data = text === null ? {} : JSON.parse(text)
   } catch {
     data = {}
   }
+  if (data === null || typeof data !== "object") data = {}
   const budget = Number(process.env.SUPERVISE_TIMEOUT || data.budget || 120)
   return {
     python: typeof data.python === "string" && data.python ? data.python : "",

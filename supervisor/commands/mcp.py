@@ -422,21 +422,37 @@ def _spawn_child(kind: str, project: Path, client: str) -> tuple[Any, str]:
     return child, text
 
 
+MAX_MEMORY_RESOURCES = 256
+"""Memory files offered as resources at most (a store flooded with names is listed no further)."""
+
+
 def _resources(project: Path) -> list[tuple[str, Path]]:
-    """``(uri, path)`` of each instruction and memory file present (regular files only)."""
+    """``(uri, path)`` of each instruction and memory file present (regular files only; a
+    memory file whose name :func:`supervisor._sanitize.one_line` would change, i.e. holds a
+    line feed, an escape sequence, a bidi control or other hidden text, is not offered: its
+    URI would carry that text to the client and the model; at most
+    :data:`MAX_MEMORY_RESOURCES` of them, the store's first 4,096 names sorted)."""
     import stat
+
+    from .._sanitize import one_line
 
     found: list[tuple[str, Path]] = []
     for name in INSTRUCTION_FILES:
         found.append((f"watchkeeper://instructions/{name}", project / name))
     store = project / MEMORY_DIR
+    names: list[str] = []
     try:
-        names = sorted(os.listdir(store)) if stat.S_ISDIR(os.lstat(store).st_mode) else []
+        if stat.S_ISDIR(os.lstat(store).st_mode):
+            with os.scandir(store) as entries:
+                for entry in entries:
+                    names.append(entry.name)
+                    if len(names) >= 4096:
+                        break
     except OSError:
         names = []
-    for name in names:
-        if name.endswith(".md") and "\n" not in name:
-            found.append((f"watchkeeper://memory/{name}", store / name))
+    offered = [n for n in sorted(names) if n.endswith(".md") and one_line(n) == n]
+    for name in offered[:MAX_MEMORY_RESOURCES]:
+        found.append((f"watchkeeper://memory/{name}", store / name))
     out = []
     for uri, path in found:
         try:

@@ -10,8 +10,8 @@ load itself (``stages/instructions/rules.py``, ``write_index``)::
 The index names the files a read injects, so it is a record replayed into context: it is
 used only when it carries our signature under the per-user key
 (:mod:`supervisor.state._signing`; a planted or edited index, or one of another harness, is
-set aside, never followed), and only its rules inside its ``root`` count. With no home there
-is no key: no index is written and no rule is injected on a read.
+set aside, never followed). With no home there is no key: no index is written and no rule is
+injected on a read.
 
 A read hook (Claude ``PostToolUse``, the Pi bridge's ``tool_result``) asks :func:`matching`
 which of them cover the file read; :func:`supervisor.session._nested.handle_post_tool`
@@ -89,8 +89,8 @@ def matching(state_dir: StrPath, harness: str, file_path: str) -> dict[str, tupl
     """``{rule path: its globs}`` of the rules indexed for ``harness`` in ``state_dir`` whose
     globs cover ``file_path`` (absolute), in index order; ``{}`` without an index, for a file
     outside the project, or when the index cannot be read or is not ours (:func:`check_index`:
-    set aside). A rule whose real path is outside the index's root is never named. Never
-    raises."""
+    set aside). A rule is read by the caller through the one door, which refuses (and
+    names) one that now leads out of the project. Never raises."""
     from .._errors import StateError
     from ..state._signing import user_key
     from ..state._statedir import open_subpath
@@ -125,8 +125,6 @@ def matching(state_dir: StrPath, harness: str, file_path: str) -> dict[str, tupl
         if not isinstance(path, str) or not isinstance(globs, list):
             continue
         shown = tuple(g for g in globs if isinstance(g, str))
-        if not os.path.realpath(path).startswith(inside):
-            continue  # ours, but a rule out of its project is never injected
         if any(_covers(g, rel) for g in shown):
             out[path] = shown
     return out

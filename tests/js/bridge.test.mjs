@@ -383,3 +383,33 @@ test("two copies of the bridge in one load: the first serves, the other stands d
     t.cleanup()
   }
 })
+
+test("watchkeeper.json planted as a FIFO, a link to /dev/zero, huge or deep: no settings, no wait", async () => {
+  const { execFileSync } = await import("node:child_process")
+  const { symlinkSync, truncateSync } = await import("node:fs")
+  const plants = {
+    fifo: (f) => execFileSync("mkfifo", [f]),
+    devzero: (f) => symlinkSync("/dev/zero", f),
+    huge: (f) => { writeFileSync(f, '{"python": "/bin/planted"'); truncateSync(f, 3 * 2 ** 30) },
+    deep: (f) => writeFileSync(f, "[".repeat(200000) + "]".repeat(200000)),
+    list: (f) => writeFileSync(f, "[1, 2]"),
+  }
+  for (const [kind, plant] of Object.entries(plants)) {
+    const dir = mkdtempSync(join(tmpdir(), `wk-settings-${kind}-`))
+    try {
+      plant(join(dir, "watchkeeper.json"))
+      const settings = core.loadSettings(dir)
+      assert.equal(settings.python, "", kind)
+      assert.equal(settings.budget, 120, kind)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  }
+  const dir = mkdtempSync(join(tmpdir(), "wk-settings-ok-"))
+  try {
+    writeFileSync(join(dir, "watchkeeper.json"), '{"python": "/usr/bin/python3", "budget": 30}')
+    assert.deepEqual({ ...core.loadSettings(dir), file: "" }, { python: "/usr/bin/python3", budget: 30, file: "" })
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
