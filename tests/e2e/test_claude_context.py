@@ -146,3 +146,57 @@ def test_agents_md_reaches_the_model_once_at_start_and_on_a_nested_read(
     assert bodies[0].count(f"ROOTAGENTS{mark}") == 1, bodies[0][:3000]
     assert max(b.count(f"ROOTAGENTS{mark}") for b in bodies) == 1
     assert max(b.count(f"PKGAGENTS{mark}") for b in bodies) == 1, "pkg/AGENTS.md not once"
+
+
+def test_instructions_loaded_reports_claude_md_files_but_not_agents_md(
+        project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
+    """Issue 22: what Claude Code's ``InstructionsLoaded`` hook reports at the newest pin
+    (2.1.332). It fires, at project scope in ``-p`` mode, for the CLAUDE.md family: the root
+    ``CLAUDE.md`` with ``load_reason`` ``session_start``, and ``pkg/CLAUDE.md`` with
+    ``nested_traversal`` and the read file as ``trigger_file_path``. It never fires for the
+    AGENTS.md files Claude loads itself (from 2.1.281, when no CLAUDE file is on the path),
+    although their text reaches the model: so it cannot tell watchkeeper the one
+    version-dependent fact (docs/harnesses/claude.md says why it is not used). A version
+    that starts reporting AGENTS.md fails this test, and the hook becomes worth reading."""
+    import json
+
+    from conftest import harness_bin
+
+    harness_bin("claude")
+    log = tmp_path / "instructions-loaded.jsonl"
+    settings = {"hooks": {"InstructionsLoaded": [{"hooks": [{"type": "command", "command":
+                f"sh -c 'cat >> \"{log}\"; echo >> \"{log}\"'"}]}]}}
+    mark = project.mark
+    (project.path / ".claude").mkdir()
+    (project.path / ".claude" / "settings.json").write_text(json.dumps(settings))
+    pkg = project.path / "pkg"
+    pkg.mkdir()
+    (pkg / "code.txt").write_text("code\n")
+
+    def events() -> list[dict]:
+        if not log.exists():
+            return []
+        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+    (project.path / "CLAUDE.md").write_text(f"ROOTCLAUDE{mark}\n@AGENTS.md\n")
+    (project.path / "AGENTS.md").write_text(f"INCLUDED{mark}\n")
+    (pkg / "CLAUDE.md").write_text(f"PKGCLAUDE{mark}\n")
+    claude(project, fake_model, "-p", f"FAKE_READ {pkg / 'code.txt'}", "--allowedTools", "Read")
+    got = {(e["file_path"], e.get("load_reason"), e.get("trigger_file_path")) for e in events()}
+    assert (str(project.path / "CLAUDE.md"), "session_start", None) in got, got
+    assert (str(pkg / "CLAUDE.md"), "nested_traversal", str(pkg / "code.txt")) in got, got
+    included = [e for e in events() if e["file_path"] == str(project.path / "AGENTS.md")]
+    assert [(e["load_reason"], e.get("parent_file_path")) for e in included] == [
+        ("include", str(project.path / "CLAUDE.md"))], included  # an AGENTS.md only as an include
+    assert all(e["hook_event_name"] == "InstructionsLoaded" and e["memory_type"] == "Project"
+               for e in events())
+
+    log.unlink()
+    for name in ("CLAUDE.md", "pkg/CLAUDE.md"):
+        (project.path / name).unlink()
+    (project.path / "AGENTS.md").write_text(f"ROOTAGENTS{mark}\n")
+    (pkg / "AGENTS.md").write_text(f"PKGAGENTS{mark}\n")
+    since = fake_model.count()
+    claude(project, fake_model, "-p", f"FAKE_READ {pkg / 'code.txt'}", "--allowedTools", "Read")
+    assert fake_model.seen(f"ROOTAGENTS{mark}", since) and fake_model.seen(f"PKGAGENTS{mark}", since)
+    assert events() == [], events()  # Claude loaded both and reported neither
