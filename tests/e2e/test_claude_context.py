@@ -200,3 +200,66 @@ def test_instructions_loaded_reports_claude_md_files_but_not_agents_md(
     claude(project, fake_model, "-p", f"FAKE_READ {pkg / 'code.txt'}", "--allowedTools", "Read")
     assert fake_model.seen(f"ROOTAGENTS{mark}", since) and fake_model.seen(f"PKGAGENTS{mark}", since)
     assert events() == [], events()  # Claude loaded both and reported neither
+
+
+def test_claude_itself_notes_an_edited_nested_claude_md_once(
+        project: Project, fake_model: FakeModel) -> None:
+    """Why InstructionsLoaded is not used for the refresh either: the CLAUDE.md files it
+    reports mid-session (``pkg/CLAUDE.md`` on a read below ``pkg/``, ``nested_traversal``)
+    are files Claude Code 2.1.332 tracks as read, and an edit of one reaches the next request
+    from Claude itself ("... changed on disk since you last read it"), once. Adding the
+    reported file to our refresh baseline (tried) gave the model a second copy under our
+    INSTRUCTIONS CHANGED note. The files loaded at start (root CLAUDE.md, AGENTS.md) get no
+    such note from Claude: our refresh gives them, once (test_claude.py)."""
+    import json
+    import subprocess
+
+    from conftest import RUN_TIMEOUT, harness_bin
+    from test_claude import claude_env
+
+    harness_bin("claude")
+    mark = project.mark
+    pkg = project.path / "pkg"
+    pkg.mkdir()
+    (pkg / "code.txt").write_text("code\n")
+    (project.path / "CLAUDE.md").write_text(f"ROOTCLAUDE{mark}\n")
+    (pkg / "CLAUDE.md").write_text(f"OLDPKG{mark}\n")
+    project.configure(f'budget = 20\ngrace = 0.5\n[[stages]]\nname = "instructions"\n'
+                      f'builtin = "instructions"\n')
+    project.install("claude")
+    proc = subprocess.Popen(
+        [str(harness_bin("claude")), "-p", "--input-format", "stream-json", "--output-format",
+         "stream-json", "--verbose", "--allowedTools", "Read"],
+        cwd=project.path, env=claude_env(fake_model), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+
+    def send(text: str) -> None:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(json.dumps({"type": "user", "message": {"role": "user", "content": text}})
+                         + "\n")
+        proc.stdin.flush()
+        for line in proc.stdout:
+            if '"type":"result"' in line.replace(" ", ""):
+                return
+        raise AssertionError("claude stream-json ended before a result")
+
+    try:
+        send(f"FAKE_READ {pkg / 'code.txt'}")
+        assert fake_model.seen(f"OLDPKG{mark}"), "the premise: Claude loaded pkg/CLAUDE.md itself"
+        (pkg / "CLAUDE.md").write_text(f"NEWPKG{mark}\n")
+        since = fake_model.count()
+        send("next turn")
+        last = fake_model.bodies(since)[-1]
+        assert last.count(f"NEWPKG{mark}") == 1, last[-3000:]
+        assert "changed on disk since you last read it" in last  # Claude's own note
+        assert "INSTRUCTIONS CHANGED" not in last
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
