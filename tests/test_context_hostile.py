@@ -315,3 +315,20 @@ def test_a_rules_folder_flooded_with_names_is_walked_only_so_far(git_repo: Path)
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert int(run.stdout) <= 4096
+
+
+def test_a_worktree_rules_folder_linked_into_its_main_checkout_is_read(git_repo: Path,
+                                                                        tmp_path: Path) -> None:
+    """The main checkout of a linked worktree is inside the door's scope: a worktree's
+    ``.cursor/rules`` linked there is walked and its rules supplied."""
+    shared = git_repo / "shared-rules"
+    shared.mkdir()
+    (shared / "all.mdc").write_text("---\nalwaysApply: true\n---\nMAIN-CHECKOUT-RULE\n")
+    linked = tmp_path / "linked"
+    subprocess.run(["git", "-C", str(git_repo), "worktree", "add", "-q", str(linked)],
+                   check=True, timeout=30)
+    (linked / ".cursor").mkdir()
+    (linked / ".cursor" / "rules").symlink_to(shared)
+    digest = run_cli("digest", cwd=linked, env=_env())
+    assert digest.returncode == 0, digest.stderr
+    assert "MAIN-CHECKOUT-RULE" in digest.stdout.decode()

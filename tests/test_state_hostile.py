@@ -158,7 +158,7 @@ SESSION = "s1"
 NESTED_KEY = __import__("hashlib").sha256(SESSION.encode()).hexdigest()[:32]
 REFRESH_KEY = __import__("supervisor.session._refresh", fromlist=["session_key"]).session_key(SESSION)
 STATE_FOLDERS = ("deferred", "deferred/net", "nested", "memory", "logs", "fastpath", "digests",
-                 "refresh", "starts", "staged")
+                 "refresh", "starts", "staged", "rules")
 """Every folder of the state dir (relative)."""
 STATE_FILES = (
     "lock.json", "complete.json", "lock.flock", "last-digest.json", "sessions.json",
@@ -171,7 +171,7 @@ STATE_FILES = (
     "fastpath/watch", "fastpath/wake-x", "digests/digest-000000000000.txt",
     "logs/hello.count.json", "logs/.count.flock", f"refresh/{REFRESH_KEY}.json", "refresh/.flock",
     "starts/0123456789abcdef0123456789abcdef.json", "deferred/net/reserved-1-1-x.json",
-    "staged/x",
+    "staged/x", "rules/claude.json",
 )
 """Every file of the state dir (relative; ``off`` is left out: its presence is the switch)."""
 WALK_CONFIG = """budget = 30
@@ -209,6 +209,9 @@ def _walk_project(tmp_path: Path) -> tuple[Path, Path, Path]:
     sub = project / "sub"
     sub.mkdir()
     (sub / "AGENTS.md").write_text("nested rules\n")
+    rules = project / ".cursor" / "rules"  # a path-scoped rule: the post-tool hook reads
+    rules.mkdir(parents=True)  # its index (rules/claude.json)
+    (rules / "py.mdc").write_text("---\nglobs: '**/*.py'\n---\nscoped rule\n")
     victim = tmp_path / "victim.txt"
     victim.write_text("PRECIOUS")
     elsewhere = tmp_path / "elsewhere"

@@ -98,13 +98,19 @@ def rules_in(directory: Path, suffixes: tuple[str, ...], root: Path | None = Non
     """The files under ``directory`` with one of ``suffixes`` that are not folders (a link, a
     FIFO included: the door names them), sorted by relative path; links to folders are not
     followed, and at most :data:`MAX_WALK` names are looked at. With ``root`` (a project
-    folder), a ``directory`` whose real path leaves ``root`` is not walked at all
-    (``.cursor/rules -> /`` would walk the whole file system). Never raises."""
+    folder), a ``directory`` whose real path leaves the project (its
+    :func:`supervisor.state._intake.project_scope`: the project, the main checkout of a
+    linked worktree) is not walked at all (``.cursor/rules -> /`` would walk the whole file
+    system). Never raises."""
+    from supervisor.state._intake import project_scope
+
     try:
         if not directory.is_dir():
             return []
-        if root is not None and not is_within(Path(real(directory)), Path(real(root))):
-            return []
+        if root is not None:
+            here = Path(real(directory))
+            if not any(is_within(here, Path(r)) for r in project_scope(root).roots):
+                return []
     except OSError:
         return []
     found: list[Path] = []
