@@ -332,3 +332,26 @@ def test_a_worktree_rules_folder_linked_into_its_main_checkout_is_read(git_repo:
     digest = run_cli("digest", cwd=linked, env=_env())
     assert digest.returncode == 0, digest.stderr
     assert "MAIN-CHECKOUT-RULE" in digest.stdout.decode()
+
+
+def test_a_deep_rules_tree_leaves_the_instructions_whole(git_repo: Path) -> None:
+    """A 1,800-deep folder chain under ``.cursor/rules`` overflowed the walk's recursion
+    (``rglob``, ``os.walk``): the instructions stage died and the digest lost AGENTS.md."""
+    (git_repo / "AGENTS.md").write_text("top rules\n")
+    rules = git_repo / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    fd = os.open(rules, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(1800):
+            os.mkdir("a", dir_fd=fd)
+            deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        made = os.open("x.mdc", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+        os.write(made, b"---\nalwaysApply: true\n---\nDEEP\n")
+        os.close(made)
+    finally:
+        os.close(fd)
+    digest = run_cli("digest", cwd=git_repo, env=_env())
+    assert digest.returncode == 0, digest.stderr
+    assert "top rules" in digest.stdout.decode(), digest.stdout.decode()

@@ -92,13 +92,15 @@ for their imports), its documented home files, the files the config names."""
 MAX_WALK = 4096
 """Names one rules folder's walk looks at, at most (a folder flooded with names, or a deep
 tree, costs this many ``stat`` calls, not the stage's whole budget)."""
+MAX_DEPTH = 32
+"""Folder levels below a rules folder walked at most."""
 
 
 def rules_in(directory: Path, suffixes: tuple[str, ...], root: Path | None = None) -> list[Path]:
     """The files under ``directory`` with one of ``suffixes`` that are not folders (a link, a
     FIFO included: the door names them), sorted by relative path; links to folders are not
-    followed, and at most :data:`MAX_WALK` names are looked at. With ``root`` (a project
-    folder), a ``directory`` whose real path leaves the project (its
+    followed, and at most :data:`MAX_WALK` names and :data:`MAX_DEPTH` levels are looked at.
+    With ``root`` (a project folder), a ``directory`` whose real path leaves the project (its
     :func:`supervisor.state._intake.project_scope`: the project, the main checkout of a
     linked worktree) is not walked at all (``.cursor/rules -> /`` would walk the whole file
     system). Never raises."""
@@ -115,18 +117,30 @@ def rules_in(directory: Path, suffixes: tuple[str, ...], root: Path | None = Non
         return []
     found: list[Path] = []
     seen = 0
-    for folder, dirs, files in os.walk(directory):  # followlinks=False
-        dirs.sort()
-        for name in (*sorted(files), *(d for d in dirs if os.path.islink(os.path.join(folder, d)))):
-            seen += 1
-            if seen > MAX_WALK:
-                break
-            path = Path(folder, name)
-            if path.suffix in suffixes and present(path):
+    stack = [(directory, 0)]  # iterative: a 2,000-deep tree overflowed os.walk's recursion
+    while stack and seen < MAX_WALK:
+        folder, depth = stack.pop()
+        try:
+            with os.scandir(folder) as entries:
+                names: list[os.DirEntry[str]] = []
+                for entry in entries:
+                    names.append(entry)
+                    seen += 1
+                    if seen >= MAX_WALK:
+                        break
+        except OSError:
+            continue
+        for entry in sorted(names, key=lambda e: e.name, reverse=True):
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            path = Path(folder, entry.name)
+            if is_folder:
+                if depth + 1 < MAX_DEPTH:
+                    stack.append((path, depth + 1))
+            elif path.suffix in suffixes and present(path):
                 found.append(path)
-        seen += len(dirs)
-        if seen >= MAX_WALK:
-            dirs.clear()  # walk no deeper
     return sorted(found, key=lambda p: p.relative_to(directory).as_posix())
 
 
