@@ -334,24 +334,68 @@ def test_a_worktree_rules_folder_linked_into_its_main_checkout_is_read(git_repo:
     assert "MAIN-CHECKOUT-RULE" in digest.stdout.decode()
 
 
+def _remove_chain(top: Path) -> None:
+    """Remove a folder chain too deep for ``shutil.rmtree`` (recursive in Python 3.11: it and
+    pytest's own clean-up of old temporary folders raise RecursionError on it), descending
+    by descriptors."""
+    import stat
+
+    fds = [os.open(top, os.O_RDONLY | os.O_DIRECTORY)]
+    while fds:
+        sub = None
+        for name in os.listdir(fds[-1]):
+            if stat.S_ISDIR(os.stat(name, dir_fd=fds[-1], follow_symlinks=False).st_mode):
+                sub = name
+                break
+            os.unlink(name, dir_fd=fds[-1])
+        if sub is not None:
+            fds.append(os.open(sub, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fds[-1]))
+            continue
+        os.close(fds.pop())
+        if fds:
+            for name in os.listdir(fds[-1]):
+                try:
+                    os.rmdir(name, dir_fd=fds[-1])  # the emptied child
+                except OSError:
+                    pass
+    os.rmdir(top)
+
+
 def test_a_deep_rules_tree_leaves_the_instructions_whole(git_repo: Path) -> None:
-    """A 1,800-deep folder chain under ``.cursor/rules`` overflowed the walk's recursion
+    """A 1,200-deep folder chain under ``.cursor/rules`` overflowed the walk's recursion
     (``rglob``, ``os.walk``): the instructions stage died and the digest lost AGENTS.md."""
     (git_repo / "AGENTS.md").write_text("top rules\n")
     rules = git_repo / ".cursor" / "rules"
     rules.mkdir(parents=True)
     fd = os.open(rules, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        for _ in range(1800):
-            os.mkdir("a", dir_fd=fd)
-            deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        try:
+            for _ in range(1200):
+                os.mkdir("a", dir_fd=fd)
+                deeper = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+                os.close(fd)
+                fd = deeper
+            made = os.open("x.mdc", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
+            os.write(made, b"---\nalwaysApply: true\n---\nDEEP\n")
+            os.close(made)
+        finally:
             os.close(fd)
-            fd = deeper
-        made = os.open("x.mdc", os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd)
-        os.write(made, b"---\nalwaysApply: true\n---\nDEEP\n")
-        os.close(made)
+        digest = run_cli("digest", cwd=git_repo, env=_env())
+        assert digest.returncode == 0, digest.stderr
+        assert "top rules" in digest.stdout.decode(), digest.stdout.decode()
     finally:
-        os.close(fd)
+        _remove_chain(rules / "a")
+
+
+def test_a_rule_with_deeply_nested_frontmatter_is_named_not_fatal(git_repo: Path) -> None:
+    """PyYAML composes recursively: a 20,000-deep ``globs: [[[...`` frontmatter raised
+    RecursionError through the instructions stage, and the digest lost AGENTS.md."""
+    (git_repo / "AGENTS.md").write_text("top rules\n")
+    rules = git_repo / ".cursor" / "rules"
+    rules.mkdir(parents=True)
+    (rules / "deep.mdc").write_text("---\nglobs: " + "[" * 20000 + "]" * 20000 + "\n---\nbody\n")
     digest = run_cli("digest", cwd=git_repo, env=_env())
     assert digest.returncode == 0, digest.stderr
-    assert "top rules" in digest.stdout.decode(), digest.stdout.decode()
+    text = digest.stdout.decode()
+    assert "top rules" in text, text
+    assert "deep.mdc: rule not applied: its frontmatter is nested too deeply to parse" in text

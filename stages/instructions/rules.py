@@ -114,6 +114,9 @@ def classify(convention: str, path: Path, root: Path) -> Rule:
             where = getattr(err, "problem_mark", None)
             at = f" at line {where.line + 2}" if where is not None else ""
             return Rule(path, convention, "broken", problem=f"its frontmatter is not valid YAML{at}")
+        except (RecursionError, MemoryError):  # PyYAML composes recursively: `[[[[...`
+            return Rule(path, convention, "broken",
+                        problem="its frontmatter is nested too deeply to parse")
     if not isinstance(meta, dict):
         return Rule(path, convention, "broken", problem="its frontmatter is not a YAML mapping")
     text = replace(content, text=body)
