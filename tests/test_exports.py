@@ -68,7 +68,8 @@ def _imported(argv: list[str], tmp: Path, **run: object) -> tuple[subprocess.Com
     and every module it had imported when it ended."""
     out = tmp / "modules.txt"
     out.unlink(missing_ok=True)
-    env = {**__import__("os").environ, "WK_MODULES_OUT": str(out)}
+    base = run.pop("env", None) or __import__("os").environ
+    env = {**base, "WK_MODULES_OUT": str(out)}  # type: ignore[dict-item]
     proc = subprocess.run([sys.executable, "-P", "-c", _RUN_AND_LIST, *argv], capture_output=True,
                           timeout=60, env=env, **run)  # type: ignore[call-overload]
     return proc, set(out.read_text().split("\n"))
@@ -148,4 +149,36 @@ def test_bridge_entry_imports_nothing_heavy(git_repo: Path, tmp_path: Path, sour
     result = json.loads(proc.stdout)
     assert result["kind"] in ("ready", "empty") and result["project"] == str(git_repo.resolve()), result
     heavy = (loaded - _interpreter_start(tmp_path)) & HEAVY
+    assert not heavy, sorted(heavy)
+
+
+EVENT_LOOP = frozenset({"anyio", "asyncio", "ssl", "socket", "logging", "selectors",
+                        "concurrent.futures", "threading", "typing", "dataclasses", "inspect",
+                        "ctypes", "json"})
+"""What a session start that runs stages must not import: anyio's asyncio backend (which
+brings ``ssl``, ``socket``, ``logging``, ``concurrent.futures`` and ``threading``) was about
+half of its CPU; the engine runs on its own loop (``supervisor.engine._loop``). ``typing``
+and ``dataclasses`` (the engine's value classes are records), ``ctypes`` (the subreaper's
+``prctl`` goes through ``_ctypes``) and ``json`` (``supervisor._jsontext``) stay out too."""
+
+
+def test_a_session_start_with_stages_runs_without_an_event_loop_library(
+        git_repo: Path, tmp_path: Path) -> None:
+    """A SessionStart of the embedded default digest (no supervise.toml: the ``instructions``
+    and ``repo`` stages run, forked, and print) imports none of :data:`EVENT_LOOP`; it did
+    import anyio, asyncio, ssl, socket and logging for one event loop. The digest's output
+    proves the stages ran through the engine."""
+    (git_repo / "AGENTS.md").write_text("# Rules\nRun the tests.\n")
+    (git_repo / "README.md").write_text("changed\n")
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("GIT_")}
+    env["SUPERVISE_STATE_DIR"] = str(tmp_path / "state")
+    for session in ("s1", "s2"):  # the first run fills the plan cache
+        stdin = _payload(git_repo, "SessionStart", session=session, source="startup")
+        proc, loaded = _imported(["-m", "supervisor", "hook", "claude"], tmp_path, input=stdin,
+                                 cwd=git_repo, env=env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout.decode()
+    assert "## Repository" in out and "README.md" in out and "Run the tests." in out, out
+    assert "supervisor.engine._run" in loaded  # the stages ran through the engine
+    heavy = (loaded - _interpreter_start(tmp_path)) & EVENT_LOOP
     assert not heavy, sorted(heavy)

@@ -134,8 +134,7 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
     import time
     import uuid
 
-    import anyio
-
+    from supervisor.engine import _loop
     from supervisor.engine._reaper import TOKEN_VAR
     from supervisor.engine._tree import StageTree, Watch
 
@@ -148,9 +147,9 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
 
         async def until_member() -> None:
             while proc.pid not in tree.members:  # the handshake: a scan has seen it
-                await watch.refresh(anyio.current_time() + 5.0)
+                await watch.refresh(_loop.current_time() + 5.0)
 
-        anyio.run(until_member)
+        _loop.run(until_member)
         complete, _ = watch._scan_sync(time.monotonic() - 1.0, {proc.pid: token}, set(), None,
                                        set(), set(), math.inf)
         assert not complete

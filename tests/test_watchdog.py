@@ -76,6 +76,8 @@ from functools import partial  # noqa: E402
 from typing import Any  # noqa: E402
 
 import anyio  # noqa: E402
+
+from supervisor.engine import _loop  # noqa: E402
 import psutil  # noqa: E402
 
 from helpers import alive_and_ours, supervise_cmd  # noqa: E402
@@ -495,17 +497,17 @@ def test_leftover_checks_ending_together_share_one_children_listing(
             watch.add(tree)
 
         async def one(i: int, tree: _tree.StageTree) -> None:
-            found[i] = await watch.has_leftovers(tree, anyio.current_time() + 30)
+            found[i] = await watch.has_leftovers(tree, _loop.current_time() + 30)
 
-        async with anyio.create_task_group() as tg:
+        async with _loop.create_task_group() as tg:
             for i, tree in enumerate(trees):
                 tg.start_soon(one, i, tree)
         checked = listings
         for i in sorted(leave):
-            reports.append(await watch.kill_stage(trees[i], 0.2, anyio.current_time() + 10))
+            reports.append(await watch.kill_stage(trees[i], 0.2, _loop.current_time() + 10))
         found[-1] = checked <= count // 4  # recorded before the kills' own listings
 
-    anyio.run(check)
+    _loop.run(check)
     assert {i for i in range(count) if found[i]} == leave
     assert found[-1], f"the {count} leftover checks took their own listings of our children"
     assert all(r.survivors == 0 for r in reports), reports
@@ -557,7 +559,7 @@ entry()
     ("SIGTERM", ["hook", "claude"], 0)])
 def test_a_signal_as_the_event_loop_ends_is_acted_on(tmp_path: Path, signame: str,
                                                      verb: list[str], status: int) -> None:
-    """A signal after ``with_signals`` put the quiet handler back but before ``anyio.run``
+    """A signal after ``with_signals`` put the quiet handler back but before the engine's loop
     returned was recorded (a loop was running) and never acted on: ``supervise digest`` went
     on and exited 0, not 143, and the hook delivered its envelope after a TERM. It is now acted
     on as the loop ends, as one a moment later would be: 128+n for a terminal verb, a quiet 0
@@ -604,12 +606,12 @@ def test_a_leftover_check_takes_its_two_fresh_scans_in_one_thread_round(
         watch = _tree.Watch()
         tree = _tree.StageTree(leader, lambda: False, token)
         watch.add(tree)
-        since = anyio.current_time()
-        left = await watch.has_leftovers(tree, anyio.current_time() + 30)
+        since = _loop.current_time()
+        left = await watch.has_leftovers(tree, _loop.current_time() + 30)
         fresh.append(sum(1 for began in watch.began if began >= since))
         return left
 
-    assert anyio.run(check) is False
+    assert _loop.run(check) is False
     assert fresh[0] >= 2, "settled without two fresh scans"
     assert rounds[0] >= 1 and scans[0] >= 2 * rounds[0], (rounds, scans)
 
@@ -675,9 +677,9 @@ def test_the_freeze_of_an_empty_tree_ends_after_one_quiet_scan(
         watch = _tree.Watch()
         tree = _tree.StageTree(leader, lambda: False, token)
         watch.add(tree)
-        await watch._freeze(tree, anyio.current_time() + 60, {})
+        await watch._freeze(tree, _loop.current_time() + 60, {})
 
-    anyio.run(freeze)
+    _loop.run(freeze)
     quiet = [complete and churn == 0 for complete, churn in seen]
     assert quiet and quiet[-1], seen  # it ended on a quiet scan, not at its bound
     assert not any(quiet[:-1]), f"a quiet scan of an empty tree did not end the freeze: {seen}"

@@ -233,7 +233,7 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
          notice: str | None, started: Prestart) -> tuple[DigestResult, Aborter]:
     """Run the digest (its first stages already ``started``), print it as ``args.format``
     says, settle the deferred results it carried; the result and the signal aborter."""
-    from ..engine._run import run_digest
+    from ..engine._run import digest
     from ..engine._output import StreamSink
     from ..engine._signals import run_with_signals
 
@@ -245,7 +245,7 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
         sink.write(notice.encode() + b"\n")
 
     async def body(aborter: Aborter) -> DigestResult:
-        return await run_digest(config, context, sink=sink, abort=aborter.event, only=args.only,
+        return await digest(config, context, sink=sink, abort=aborter.event, only=args.only,
                                 abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
                                 on_stage=live, keep_output=sink is None, prestart=started,
                                 output_chunks=chunks)

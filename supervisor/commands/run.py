@@ -162,7 +162,7 @@ def _run_with_engine(command: list[str], budget: float, grace: float, capture: b
     """The engine's path (:func:`supervisor.run_command`), where :mod:`supervisor.engine._runwait`
     cannot run (no ``posix_spawn`` with a new session)."""
     from ..engine import _reaper
-    from ..engine._run import run_command
+    from ..engine._run import command as run_command
     from ..engine._output import BufferSink
     from ..engine._results import StageResult
     from ..engine._signals import Aborter, run_with_signals

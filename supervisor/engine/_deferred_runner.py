@@ -2,7 +2,7 @@
 
 :func:`supervisor.engine._deferred.launch_all` spawns this program in its own session (stdio on
 ``/dev/null``) for each deferred stage. It becomes its own child subreaper, runs the stage
-through the engine (:func:`supervisor.engine._run.run_digest`) under the stage's own deadline,
+through the engine (:func:`supervisor.engine._run.digest`) under the stage's own deadline,
 and writes the signed result to ``<state>/deferred/<stage>/result-<run id>.json``, or a
 ``lost-<run id>.json`` record saying why there is none.
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import _reaper
     from .._interrupts import SIGNALS, leave_quietly_on_signals
     from ..config._context import SessionContext
-    from ._run import run_digest
+    from ._run import digest
     from ._signals import Aborter, _act_on, run_with_signals
     from ..config._plan import DigestPlan
 
@@ -104,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             # runner died at once and its stage ran on, orphaned, with no deadline.
             async def body(aborter: Aborter) -> DigestResult:
                 in_run[0] = True  # with_signals listens: from its end on, hold() records
-                return await run_digest(config, context, abort=aborter.event,
-                                        abort_reason=aborter.reason)
+                return await digest(config, context, abort=aborter.event,
+                                    abort_reason=aborter.reason)
 
             result, aborter = run_with_signals(body)
             if aborter.signum is not None and not pending:

@@ -9,10 +9,10 @@ are imported, so the stages work while those imports run.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+from .._jsontext import dumps
 from . import _cgroup, _proctable, _reaper, _spawn
 from ._reaper import TOKEN_VAR
 from ..config._builtins import builtin_argv, builtin_program, idle, may_idle
@@ -93,7 +93,7 @@ def stage_env(spec: StagePlan, context: SessionContext, token: str,
     # names the link once, see supervisor.state._statedir)
     env["SUPERVISE_STATE_DIR"] = usable_path(context.state_dir)
     env["SUPERVISE_STAGE_NAME"] = spec.name
-    env["SUPERVISE_STAGE_OPTIONS"] = json.dumps(spec.options)
+    env["SUPERVISE_STAGE_OPTIONS"] = dumps(spec.options)
     if digest is not None:
         env["SUPERVISE_DIGEST_BUILTINS"] = _digest_builtins(digest)
     env[TOKEN_VAR] = token

@@ -11,10 +11,17 @@ from __future__ import annotations
 import codecs
 import os
 import stat
-from dataclasses import dataclass, field
-from typing import Protocol, final
-
+from .._record import field, mutable_record
 from .._sanitize import StreamCleaner, removed_note
+
+TYPE_CHECKING = False  # not typing's: a session start runs this module
+if TYPE_CHECKING:
+    from typing import Protocol, final
+else:
+    Protocol = object
+
+    def final(cls: type) -> type:
+        return cls
 
 CUT_MARKER = "[supervise] OUTPUT CUT"
 
@@ -157,10 +164,10 @@ class StreamSink:
     async def wait_room(self, limit: int = HIGH_WATER) -> None:
         """Wait (cancellably) until at most ``limit`` bytes are pending: back-pressure for a
         producer, bounded by its caller's deadline."""
-        import anyio
+        from . import _loop
 
         while self.pending > limit and not self.broken:
-            await anyio.wait_writable(self._fd)
+            await _loop.wait_writable(self._fd)
             self._flush()
 
     def close(self, timeout: float = 0.2) -> bool:
@@ -214,7 +221,7 @@ def cut_utf8(data: bytes, limit: int) -> bytes:
     return data[:end]
 
 
-@dataclass
+@mutable_record
 class _Slot:
     name: str
     cap: int

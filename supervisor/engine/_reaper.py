@@ -2,8 +2,8 @@
 switches read from the environment, the child subreaper, the listing of our children and the
 zombie reaper.
 
-Stdlib only (``os``, ``sys``; ``ctypes`` only when the subreaper is switched on), so that
-``supervise run`` (:mod:`supervisor.engine._runwait`) imports it without the engine's anyio,
+Stdlib only (``os``, ``sys``; ``_ctypes`` only when the subreaper is switched on), so that
+``supervise run`` (:mod:`supervisor.engine._runwait`) imports it without the engine's loop,
 and the engine (:mod:`supervisor.engine._stage`, :mod:`supervisor.engine._tree`) reads the
 same numbers: this module is their one home.
 """
@@ -16,6 +16,7 @@ import sys
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+    from typing import Any
 
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage (and of ``supervise run``'s command) inherits this variable; the
@@ -69,13 +70,45 @@ def enable_subreaper() -> bool:
         _subreaper = False
         if sys.platform.startswith("linux") and not PORTABLE:  # forced off: the macOS path
             try:
-                import ctypes
-
-                libc = ctypes.CDLL(None, use_errno=True)
-                _subreaper = libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-            except (OSError, AttributeError):
+                _subreaper = _prctl(_PR_SET_CHILD_SUBREAPER, 1) == 0
+            except (OSError, AttributeError, TypeError):
                 _subreaper = False
     return _subreaper
+
+
+def _prctl(option: int, arg: int) -> int:
+    """``prctl(option, arg, 0, 0, 0)`` of the C library; its return value (-1 on failure).
+
+    Called through ``_ctypes``, the C half of ``ctypes``, with the one C type it needs (an
+    ``int`` result): ``ctypes`` itself defines about fifty classes and imports ``struct`` at
+    import, several times what this one call costs. Falls back to ``ctypes`` where ``_ctypes``
+    is not what is expected.
+
+    Raises:
+        OSError: the C library cannot be opened; AttributeError: no ``prctl`` in it.
+    """
+    call: Any
+    try:
+        import _ctypes
+
+        c: Any = _ctypes  # typeshed types it as ctypes' own internals
+
+        class _CInt(c._SimpleCData):  # type: ignore[misc]
+            _type_ = "i"
+
+        class _CFunction(c.CFuncPtr):  # type: ignore[misc]
+            _flags_ = c.FUNCFLAG_CDECL | c.FUNCFLAG_USE_ERRNO
+            _restype_ = _CInt
+
+        class _Library:
+            _handle = c.dlopen(None, os.RTLD_NOW)
+
+        call = _CFunction(("prctl", _Library()))
+    except (ImportError, AttributeError, TypeError):  # pragma: no cover - another ctypes
+        import ctypes
+
+        call = ctypes.CDLL(None, use_errno=True).prctl
+    return int(call(option, arg, 0, 0, 0))
 
 
 def owns_children() -> bool:

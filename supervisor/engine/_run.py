@@ -2,7 +2,11 @@
 
 Public entry points: :func:`run_digest` (a whole digest) and :func:`run_command` (bound one
 command tree, ``supervise run``). Both are async (anyio) so an extension bridge or any other
-program can embed, cancel and observe them. One stage's life is in :mod:`supervisor.engine._stage`.
+program can embed, cancel and observe them; they run the engine on its own event loop
+(:mod:`supervisor.engine._loop`) in a worker thread. The CLI runs the same coroutines,
+:func:`digest` and :func:`command`, on that loop in its main thread
+(:func:`supervisor.engine._signals.run_with_signals`): a session start imports neither anyio
+nor asyncio. One stage's life is in :mod:`supervisor.engine._stage`.
 """
 
 from __future__ import annotations
@@ -11,12 +15,11 @@ import math
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import anyio
+TYPE_CHECKING = False  # not typing's: a session start runs this module
 
 from .._record import replace
-from . import _banner, _cgroup, _deferred, _reaper, _spawn, _tree
+from . import _banner, _cgroup, _deferred, _loop, _reaper, _spawn, _tree
 from ..config._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
@@ -28,9 +31,17 @@ from ._reaper import DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT
 from ._stage import DigestRun, run_stage
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+    from typing import Any, TypeVar
+
+    import anyio
+
     from ..config._schema import DigestConfig
 
-__all__ = ("DigestResult", "StageResult", "run_command", "run_digest", "stage_argv", "stage_env")
+    T = TypeVar("T")
+
+__all__ = ("DigestResult", "StageResult", "command", "digest", "run_command", "run_digest",
+           "stage_argv", "stage_env")
 
 
 async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext, *, sink: Sink | None = None,
@@ -57,7 +68,8 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
             ``--budget`` part, which the banner adds).
         on_stage: observer called as ``on_stage(name, None)`` when a stage starts and
             ``on_stage(name, result)`` when it ends (live progress, bridges' events). It runs
-            in the event loop: keep it quick and never raise from it.
+            in the caller's event loop while the engine waits for it: keep it quick and never
+            raise from it. (``sink.write`` is called from the engine's worker thread.)
         keep_output: False when the caller needs only what streamed to ``sink`` (a terminal
             digest): no text is kept, so memory stays flat whatever the stages print, and the
             result's ``text`` and each stage's ``output`` are empty.
@@ -79,13 +91,117 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
         Nothing for stage failures (they are results). A cancellation from the caller kills
         every stage (bounded, shielded) and propagates.
     """
-    return await _execute(as_plan(config), context, sink, only, abort, abort_reason, rerun_hint,
+    plan = as_plan(config)
+    if on_stage is not None:
+        observer = on_stage
+
+        def on_stage(name: str, result: StageResult | None) -> None:  # the engine's thread
+            import anyio.from_thread
+
+            anyio.from_thread.run_sync(observer, name, result)  # in the caller's loop
+    return await _embedded(lambda inner: _execute(
+        plan, context, sink, only, inner, abort_reason, rerun_hint, on_stage=on_stage,
+        keep_output=keep_output, prestart=prestart, output_chunks=output_chunks), abort)
+
+
+async def digest(config: DigestPlan, context: SessionContext, *, sink: Sink | None = None,
+                 only: Collection[str] | None = None, abort: _loop.Event | None = None,
+                 abort_reason: str | Callable[[], str] = "signal",
+                 rerun_hint: str | None = None,
+                 on_stage: Callable[[str, StageResult | None], None] | None = None,
+                 keep_output: bool = True, prestart: Prestart | None = None,
+                 output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
+    """:func:`run_digest` on the engine's own loop (:mod:`supervisor.engine._loop`, run by
+    :func:`supervisor.engine._signals.run_with_signals` or :func:`supervisor.engine._loop.run`):
+    the same arguments, ``abort`` an event of that loop. What the CLI and the deferred runner
+    run."""
+    return await _execute(config, context, sink, only, abort, abort_reason, rerun_hint,
                           on_stage=on_stage, keep_output=keep_output, prestart=prestart,
                           output_chunks=output_chunks)
 
 
+class _Embedding:
+    """The engine's loop in a worker thread, as seen from the caller's anyio loop: what the
+    caller asks (an abort, a cancellation) is handed to the engine's loop once it runs."""
+
+    def __init__(self) -> None:
+        import _thread
+
+        self.lock = _thread.allocate_lock()
+        self.loop: _loop._Loop | None = None
+        self.pending: list[Callable[[], object]] = []
+        self.scope = _loop.CancelScope()
+        self.abort = _loop.Event()
+
+    def call(self, fn: Callable[[], object]) -> None:
+        """Run ``fn`` on the engine's loop (now, or as soon as it starts)."""
+        with self.lock:
+            loop = self.loop
+            if loop is None:
+                self.pending.append(fn)
+                return
+        loop.call_soon_threadsafe(fn)
+
+    async def main(self, body: Callable[[_loop.Event], Awaitable[T]]) -> tuple[bool, T | None]:
+        with self.lock:
+            self.loop = _loop.current_loop()
+            pending, self.pending = self.pending, []
+        for fn in pending:
+            fn()
+        with self.scope:
+            return True, await body(self.abort)
+        return False, None  # cancelled by the caller: every stage was killed
+
+
+async def _embedded(body: Callable[[_loop.Event], Awaitable[T]],
+                    abort: anyio.Event | None) -> T:
+    """Run ``body(abort)`` on the engine's loop in a worker thread, relaying the caller's
+    ``abort`` and its cancellation (which kills every stage, then propagates)."""
+    import anyio
+    import anyio.to_thread
+
+    embedding = _Embedding()
+    outcome: list[tuple[bool, Any]] = []
+    done = anyio.Event()
+
+    async def runner() -> None:
+        try:
+            with anyio.CancelScope(shield=True):
+                outcome.append((True, await anyio.to_thread.run_sync(
+                    _loop.run, embedding.main, body)))
+        except BaseException as err:  # raised to the caller below
+            outcome.append((False, err))
+        finally:
+            done.set()
+
+    async def relay() -> None:
+        assert abort is not None
+        await abort.wait()
+        embedding.call(embedding.abort.set)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runner)
+        if abort is not None:
+            tg.start_soon(relay)
+        try:
+            await done.wait()
+        except anyio.get_cancelled_exc_class():
+            embedding.call(embedding.scope.cancel)
+            with anyio.CancelScope(shield=True):
+                await done.wait()
+            raise
+        tg.cancel_scope.cancel()
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    finished, result = value
+    if not finished:  # pragma: no cover - only a cancellation of ours ends it so
+        raise RuntimeError("the digest was cancelled")
+    return result  # type: ignore[no-any-return]
+
+
 async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | None,
-                   only: Collection[str] | None, abort: anyio.Event | None,
+                   only: Collection[str] | None, abort: _loop.Event | None,
                    abort_reason: str | Callable[[], str],
                    rerun_hint: str | None, *, transparent: bool = False,
                    on_stage: Callable[[str, StageResult | None], None] | None = None,
@@ -93,7 +209,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    forward: Callable[[], int | None] | None = None,
                    prestart: Prestart | None = None,
                    output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
-    started = anyio.current_time()
+    started = _loop.current_time()
     if prestart is not None:  # the digest began when its first stages were started
         started -= max(0.0, time.monotonic() - prestart.t0)
     wall0 = time.time()
@@ -123,8 +239,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
 
     def excluded() -> set[int]:
         return _deferred.spawned_pids() | guarded
-    run = DigestRun(config, context, out, kill_at, grace, abort or anyio.Event(),
-               anyio.CapacityLimiter(config.max_parallel or math.inf), {s.name: anyio.Event() for s in config.stages},
+    run = DigestRun(config, context, out, kill_at, grace, abort or _loop.Event(),
+               _loop.CapacityLimiter(config.max_parallel or math.inf), {s.name: _loop.Event() for s in config.stages},
                cgroup_root=_cgroup.cgroup_root(), on_stage=on_stage,
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
                watch=_tree.Watch(exclude=excluded),
@@ -144,18 +260,18 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             pass  # stages report an unusable state dir themselves
     launched = [] if context.preview else _deferred.launch_all(deferred, context, config, run)
     try:
-        async with anyio.create_task_group() as tg:
+        async with _loop.create_task_group() as tg:
             if abort is not None:
                 async def watch_abort() -> None:
                     await abort.wait()
                     run.abort_reason = abort_reason() if callable(abort_reason) else abort_reason
                     run.abort_all()
                 tg.start_soon(watch_abort)
-            watchdog = anyio.CancelScope()
+            watchdog = _loop.CancelScope()
 
             async def watchdog_tasks() -> None:
                 with watchdog:
-                    async with anyio.create_task_group() as wg:
+                    async with _loop.create_task_group() as wg:
                         wg.start_soon(run.watch.reaper)  # adopted orphans never pile up
                         wg.start_soon(run.watch.monitor)  # caps; members for the kill
 
@@ -164,12 +280,12 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             for index, spec in enumerate(live):
                 tg.start_soon(run_stage, run, index, spec)
             # wait for the stages, then stop the abort watcher
-            async with anyio.create_task_group() as inner:
+            async with _loop.create_task_group() as inner:
                 inner.start_soon(_all_done, run, live)
             if live and not transparent:
                 # What left every mark of its stage (env -i, setsid) dies with the digest
-                with anyio.CancelScope(shield=True):
-                    now = anyio.current_time()
+                with _loop.CancelScope(shield=True):
+                    now = _loop.current_time()
                     await run.watch.sweep_orphans(
                         run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
                         spare=[s.builtin for s in live if s.builtin])
@@ -211,7 +327,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     reason = (run.abort_reason or ("stage" if run.abnormal else "budget")) if truncated else None
     if truncated and not transparent:
         out.write_notice(_banner.truncation_banner(
-            config.budget, results, reason, rerun_hint, started, anyio.current_time(),
+            config.budget, results, reason, rerun_hint, started, _loop.current_time(),
             abnormal=run.abnormal))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
                         buffer.text(), tuple(out.notices), cut=notice is not None)
@@ -233,7 +349,7 @@ def _adopt(run: DigestRun, prestart: Prestart, first: set[str]) -> None:
         if name in first:
             try:
                 run.limiter.acquire_on_behalf_of_nowait(name)
-            except anyio.WouldBlock:
+            except _loop.WouldBlock:
                 pass
             else:
                 run.watch.protected.add(prestart.stages[name].child.pid)
@@ -305,6 +421,16 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         A :class:`StageResult` named ``run``: ``ok``/``failed`` with the command's exit code,
         or ``killed`` at the budget (the CLI maps that to exit 124).
     """
+    return await _embedded(lambda inner: command(argv, budget=budget, grace=grace, sink=sink,
+                                                 cwd=cwd, abort=inner, forward=forward), abort)
+
+
+async def command(argv: list[str], *, budget: float, grace: float = 1.0,
+                  sink: Sink | None = None, cwd: Path | None = None,
+                  abort: _loop.Event | None = None,
+                  forward: Callable[[], int | None] | None = None) -> StageResult:
+    """:func:`run_command` on the engine's own loop (:mod:`supervisor.engine._loop`): the same
+    arguments, ``abort`` an event of that loop (``supervise run``'s engine path)."""
     if cwd is None:
         try:
             cwd = Path.cwd()

@@ -6,7 +6,7 @@ Here (Linux) the command starts with ``os.posix_spawnp`` (``setsid=True``: its o
 and process group, like a stage; inherited stdio, or a pipe for ``--format json``) and this
 process, a child subreaper, waits in one ``poll`` on a self-pipe that ``SIGCHLD``,
 the signals of :data:`FORWARDED` write to (``signal.set_wakeup_fd``), reaping adopted
-orphans at each wakeup. The watchdog (:mod:`supervisor.engine._tree`, anyio) is loaded only when
+orphans at each wakeup. The watchdog (:mod:`supervisor.engine._tree`, on the engine's loop) is loaded only when
 the command has run :data:`WATCH_AFTER` seconds or is within :data:`PREFETCH` seconds of its
 deadline (it then scans, as the engine's monitor, so that a kill knows the tree), or when
 there is something to kill:
@@ -357,8 +357,6 @@ class _Watchdog:
     ``has_leftovers``); nothing here signals a process."""
 
     def __init__(self, leader: int, token: str, cgroup: Path | None) -> None:
-        import anyio._backends._asyncio  # noqa: F401  (anyio.run imports it at its first call)
-
         from . import _tree
 
         self.leader = leader
@@ -375,15 +373,14 @@ class _Watchdog:
     def scan(self, until: float) -> None:
         """One bounded scan (returns by ``until``, monotonic seconds, and by the watchdog's
         longest period); the next is due one period later."""
-        import anyio
+        from . import _loop
 
         period = MONITOR_MAX_PERIOD
 
-        async def refresh() -> None:
-            offset = anyio.current_time() - time.monotonic()
-            await self.watch.refresh(min(until, time.monotonic() + period) + offset)
+        async def refresh() -> None:  # the loop's clock is time.monotonic
+            await self.watch.refresh(min(until, time.monotonic() + period))
 
-        anyio.run(refresh)
+        _loop.run(refresh)
         self.next_scan = time.monotonic() + min(max(0.1, 4 * self.watch.scan_seconds), period)
 
     def kill(self, grace: float, end_at: float) -> int | None:
@@ -414,26 +411,25 @@ class _Watchdog:
         """Deadlines are the engine's: ``min(now + grace + KILL_WAIT, end_at -
         DRAIN_RESERVE)`` (``end_at``: monotonic seconds); the reaper and the monitor run
         beside it, as in a digest."""
-        import anyio
+        from . import _loop
 
         watch, tree = self.watch, self.tree
 
         async def body() -> None:
-            offset = anyio.current_time() - time.monotonic()  # asyncio's clock is monotonic
-            limit = end_at + offset - DRAIN_RESERVE
+            limit = end_at - DRAIN_RESERVE  # the loop's clock is time.monotonic
 
             def kill_deadline() -> float:
-                return min(anyio.current_time() + grace + KILL_WAIT, limit)
+                return min(_loop.current_time() + grace + KILL_WAIT, limit)
 
-            async with anyio.create_task_group() as tg:
+            async with _loop.create_task_group() as tg:
                 tg.start_soon(watch.reaper)
                 tg.start_soon(watch.monitor)
-                with anyio.CancelScope(shield=True):
+                with _loop.CancelScope(shield=True):
                     if not sweep:
                         self.report = await watch.kill_stage(tree, grace, kill_deadline())
                     elif await watch.has_leftovers(
-                            tree, min(anyio.current_time() + KILL_WAIT, limit)):
+                            tree, min(_loop.current_time() + KILL_WAIT, limit)):
                         self.report = await watch.kill_stage(tree, grace, kill_deadline())
                 tg.cancel_scope.cancel()
 
-        anyio.run(body)
+        _loop.run(body)

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import signal
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
-import anyio
+from . import _loop
+from .._interrupts import SIGNALS as HANDLED_SIGNALS  # (TERM, INT, HUP)
 
-T = TypeVar("T")
+TYPE_CHECKING = False  # not typing's: a session start runs this module
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+    from typing import TypeVar
 
-from .._interrupts import SIGNALS as HANDLED_SIGNALS  # noqa: E402  (TERM, INT, HUP)
+    T = TypeVar("T")
 
 
 class Aborter:
     """An abort event set by SIGTERM/SIGINT/SIGHUP, remembering the first signal."""
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self.event = _loop.Event()
         self.signum: int | None = None
 
     def reason(self) -> str:
@@ -38,25 +40,29 @@ async def with_signals(body: Callable[[Aborter], Awaitable[T]],
     the aborter (``aborter.signum`` is the signal received, or None).
 
     The three handlers are ours for the body's whole run and the ones found are put back
-    after it, with no moment in between at the default action: anyio's signal receiver
-    (``loop.add_signal_handler``) set ``SIG_DFL`` (``SIGINT``: ``KeyboardInterrupt``) when it
-    closed, while the task group was still finishing, so a TERM there killed a hook by signal.
-    The handler runs in the main thread between two bytecodes (an ``epoll_wait`` is
-    interrupted and retried, PEP 475) and wakes the loop with ``call_soon_threadsafe``, as the
-    asyncio documentation says a ``signal.signal`` handler must. A signal that came while the
-    loop was starting (:func:`note_early_signal`) aborts at once."""
-    import asyncio  # anyio.run's backend here; already imported by it
-
+    after it, with no moment in between at the default action (a signal receiver that set
+    ``SIG_DFL`` when it closed, while the task group was still finishing, let a TERM there
+    kill a hook by signal). The handler runs in the main thread between two bytecodes: the
+    C-level handler has written to the loop's wake-up descriptor
+    (:func:`signal.set_wakeup_fd`), so a ``poll`` interrupted and retried (PEP 475) returns,
+    and the handler only queues the abort for the loop (:meth:`_loop._Loop.call_from_signal`),
+    never touching a task mid-step. A signal that came while the loop was starting
+    (:func:`note_early_signal`) aborts at once."""
     aborter = Aborter()
-    loop = asyncio.get_running_loop()
+    loop = _loop.current_loop()
 
     def on_signal(signum: int, frame: object) -> None:
         if aborter.signum is None:
             aborter.signum = int(signum)
-        loop.call_soon_threadsafe(aborter.event.set)
+        loop.call_from_signal(aborter.event.set)
 
     before: dict[signal.Signals, object] = {}  # signal -> the handler found
+    wakeup: int | None = None
     try:
+        try:
+            wakeup = signal.set_wakeup_fd(loop.wake_w, warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: signals stay as they were
+            pass
         for number in signals:
             try:
                 before[signal.Signals(number)] = signal.signal(number, on_signal)
@@ -75,11 +81,17 @@ async def with_signals(body: Callable[[Aborter], Awaitable[T]],
                 signal.signal(number, handler if handler is not None else signal.SIG_DFL)  # type: ignore[arg-type]
             except (OSError, ValueError, TypeError):
                 pass
+        if wakeup is not None:
+            try:
+                signal.set_wakeup_fd(wakeup)
+            except ValueError:
+                pass
 
 
 def run_with_signals(body: Callable[[Aborter], Awaitable[T]],
                      signals: tuple[int, ...] = HANDLED_SIGNALS) -> tuple[T, Aborter]:
-    """``anyio.run(with_signals, body)``, then act on a signal that came after
+    """``_loop.run(with_signals, body)`` (the engine's loop in this thread), then act on a
+    signal that came after
     :func:`with_signals` put the quiet handler back but before the event loop had stopped.
 
     The quiet handler (:mod:`supervisor._interrupts`) only records a signal while a loop runs
@@ -93,7 +105,7 @@ def run_with_signals(body: Callable[[Aborter], Awaitable[T]],
         SystemExit: a signal came in that window (from the quiet handler).
     """
     try:
-        return anyio.run(with_signals, body, signals)
+        return _loop.run(with_signals, body, signals)
     finally:
         late = take_early_signal()
         if late is not None:
@@ -123,12 +135,15 @@ def note_early_signal(signum: int) -> bool:
     Returns True when it was remembered (the caller must not raise)."""
     import sys
 
-    # asyncio may be half imported when the signal lands (``asyncio.events`` not yet set: an
-    # AttributeError here became "internal error" on stderr): only a finished import can run
-    # a loop, and then ``asyncio.events`` is in sys.modules
+    # The engine's loop, or an asyncio one (the MCP server's). asyncio may be half imported
+    # when the signal lands (``asyncio.events`` not yet set: an AttributeError here became
+    # "internal error" on stderr): only a finished import can run a loop, and then
+    # ``asyncio.events`` is in sys.modules.
+    ours = sys.modules.get("supervisor.engine._loop")
     events = sys.modules.get("asyncio.events")
     running = getattr(events, "_get_running_loop", None)
-    if running is None or running() is None:
+    if not (getattr(ours, "running", lambda: False)()
+            or (running is not None and running() is not None)):
         return False
     if not _early:
         _early.append(signum)

@@ -7,7 +7,7 @@ runs in this process's working directory and this process holds no inheritable d
 2 (``posix_spawn`` in Python 3.11 can neither change directory nor close inherited
 descriptors). Otherwise it falls back to :class:`subprocess.Popen` (``fork``, ``chdir``,
 ``close_fds``), with the same result. Either way the caller gets a :class:`Child`: the pid, the
-read ends of its pipes (non-blocking, read with ``anyio.wait_readable``), and a :meth:`Child.wait`
+read ends of its pipes (non-blocking, read with ``_loop.wait_readable``), and a :meth:`Child.wait`
 that sleeps on a pidfd (Linux 5.3+) or polls ``waitpid`` with a short backoff elsewhere
 (macOS). The leader is reaped by :meth:`Child.wait`/:meth:`Child.poll` only: until then its pid
 cannot be reused, which the watchdog's process-group guard relies on (design rule 10).
@@ -21,9 +21,8 @@ import select
 import signal
 import sys
 
-TYPE_CHECKING = False  # not typing's: the CLI starts stages with this module before anyio
+TYPE_CHECKING = False  # not typing's: the CLI starts stages with this module first
 if TYPE_CHECKING:
-    import threading
     from collections.abc import Callable, Mapping, Sequence
     from typing import Literal, NoReturn
 
@@ -77,14 +76,14 @@ class Child:
 
     async def wait(self) -> int:
         """Wait (cancellably) until the leader exits, reap it, return its return code."""
-        import anyio
+        from . import _loop
 
         delay = 0.001
         while self.poll() is None:
             if self._pidfd is not None:
-                await anyio.wait_readable(self._pidfd)
+                await _loop.wait_readable(self._pidfd)
             else:
-                await anyio.sleep(delay)
+                await _loop.sleep(delay)
                 delay = min(delay * 2, POLL_MAX)
         assert self.returncode is not None
         return self.returncode
@@ -190,7 +189,9 @@ def may_fork() -> bool:
     if not FORK:
         return False
     threading = sys.modules.get("threading")
-    return threading is None or threading.active_count() == 1
+    loop = sys.modules.get("supervisor.engine._loop")
+    return ((threading is None or threading.active_count() == 1)
+            and (loop is None or not loop.workers()))
 
 
 def fork_program(program: str, args: Sequence[str], *, cwd: str | os.PathLike[str],
@@ -525,10 +526,8 @@ class Discard:
     """Seconds :meth:`stop` waits for the thread's last gulp before reporting the count."""
 
     def __init__(self) -> None:
-        import threading
-
         self._wake: int | None = None
-        self._done = threading.Event()
+        self._done = [False]  # set by the thread as its last act
         self._counted = [0]
         self._count: Callable[[int], None] | None = None
 
@@ -542,11 +541,10 @@ class Discard:
             os.close(fd)
             raise
         self._count = count
-        import anyio
-        import anyio.to_thread
+        from . import _loop
 
-        await anyio.to_thread.run_sync(_discard, fd, wake_r, self._counted, self._done,
-                                       abandon_on_cancel=True, limiter=anyio.CapacityLimiter(1))
+        await _loop.run_sync_in_thread(_discard, fd, wake_r, self._counted, self._done,
+                                       abandon_on_cancel=True)
         self._settle()
 
     async def stop(self) -> None:
@@ -560,11 +558,11 @@ class Discard:
             except OSError:  # the drain already returned and closed its end
                 pass
             os.close(wake)
-            import anyio
+            from . import _loop
 
-            with anyio.move_on_after(self.STOP_WAIT):
-                while not self._done.is_set():
-                    await anyio.sleep(0.002)
+            with _loop.move_on_after(self.STOP_WAIT):
+                while not self._done[0]:
+                    await _loop.sleep(0.002)
         self._settle()
 
     def _settle(self) -> None:
@@ -573,7 +571,7 @@ class Discard:
             count(self._counted[0])
 
 
-def _discard(fd: int, wake: int, counted: list[int], done: threading.Event) -> None:
+def _discard(fd: int, wake: int, counted: list[int], done: list[bool]) -> None:
     """The drain itself (worker thread): until end of file, or a byte on ``wake`` (then what
     the pipe holds at that moment is taken too). The pipe is widened first and a small gulp
     is followed by a 1 ms pause, so the bytes are moved in few large pieces: each piece needs
@@ -620,4 +618,4 @@ def _discard(fd: int, wake: int, counted: list[int], done: threading.Event) -> N
         for held in (fd, wake, sink):
             if held is not None:
                 os.close(held)
-        done.set()
+        done[0] = True

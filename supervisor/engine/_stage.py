@@ -10,13 +10,10 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-import anyio
-
-from . import _cgroup, _proctable, _spawn, _stagelog, _tree
+from .._record import field, mutable_record
+from . import _cgroup, _loop, _proctable, _spawn, _stagelog, _tree
 from ._reaper import DRAIN, DRAIN_RESERVE, HARD_PHASE, KILL_WAIT, READ_SIZE, TOKEN_VAR
 from ..config._context import SessionContext
 from .._errors import ConfigError, StateError
@@ -27,7 +24,10 @@ from ..config._plan import DigestPlan, StagePlan
 from ._results import StageResult
 from ._stagelog import StderrCapture
 
+TYPE_CHECKING = False  # not typing's: a session start runs this module
 if TYPE_CHECKING:
+    from typing import Literal
+
     from ._guardian import Guardian
     from ._results import StageStatus
 
@@ -36,7 +36,7 @@ _ROOM_POLL = 0.02
 
 
 
-@dataclass
+@mutable_record
 class DigestRun:
     """Mutable state of one digest run (private)."""
 
@@ -45,9 +45,9 @@ class DigestRun:
     out: OrderedOutput
     kill_at: float
     grace: float
-    abort: anyio.Event
-    limiter: anyio.CapacityLimiter
-    done: dict[str, anyio.Event]
+    abort: _loop.Event
+    limiter: _loop.CapacityLimiter
+    done: dict[str, _loop.Event]
     results: dict[str, StageResult] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     leaders: set[int] = field(default_factory=set)
@@ -61,7 +61,7 @@ class DigestRun:
     watch: _tree.Watch = field(default_factory=_tree.Watch)
     """The watchdog: shared scans, continuous reaping, caps, bounded kills."""
     end_at: float = float("inf")
-    """When the digest must have returned (anyio clock): every kill sequence ends before."""
+    """When the digest must have returned (the loop's clock): every kill sequence ends before."""
     transparent: bool = False
     """``supervise run``: the command's own signal death is its exit status, not ours to name."""
     abnormal: dict[str, str] = field(default_factory=dict)
@@ -87,14 +87,14 @@ class DigestRun:
     prestart: Prestart | None = None
     """Stages started before the event loop (:func:`supervisor.engine._launch.prestart`),
     taken over by their tasks instead of spawned."""
-    scopes: dict[str, anyio.CancelScope] = field(default_factory=dict)
+    scopes: dict[str, _loop.CancelScope] = field(default_factory=dict)
     """Each stage's current wait (for its turn, or for its leader), cancelled by an abort or
     by a cap: one scope per stage instead of a task racing each wait."""
 
-    def interruptible(self, name: str, deadline: float) -> anyio.CancelScope:
-        """A cancel scope for stage ``name`` ending at ``deadline`` (anyio clock) that an
+    def interruptible(self, name: str, deadline: float) -> _loop.CancelScope:
+        """A cancel scope for stage ``name`` ending at ``deadline`` (the loop's clock) that an
         abort (:meth:`abort_all`) cancels too."""
-        scope = anyio.CancelScope(deadline=deadline)
+        scope = _loop.CancelScope(deadline=deadline)
         if self.abort.is_set():
             scope.cancel()
         self.scopes[name] = scope
@@ -139,7 +139,7 @@ async def _descriptor_room(run: DigestRun, name: str, ended: int | None = None) 
                     return True
             if not run.running:
                 return ended is None
-            await anyio.sleep(_ROOM_POLL)
+            await _loop.sleep(_ROOM_POLL)
     return False
 
 
@@ -167,7 +167,7 @@ async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
         try:  # the common case: a free slot now, nothing to wait for
             run.limiter.acquire_on_behalf_of_nowait(spec.name)
             acquired = True
-        except anyio.WouldBlock:
+        except _loop.WouldBlock:
             pass
     if not acquired:
         # Waiting for needs or a free slot is bounded by the budget and by an abort.
@@ -176,7 +176,7 @@ async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
                 await run.done[need].wait()
             await run.limiter.acquire_on_behalf_of(spec.name)
             acquired = True
-    if not acquired or run.abort.is_set() or anyio.current_time() >= run.kill_at:
+    if not acquired or run.abort.is_set() or _loop.current_time() >= run.kill_at:
         if acquired:
             run.limiter.release_on_behalf_of(spec.name)
         run.report(spec.name, StageResult(spec.name, "not_started"))
@@ -195,13 +195,13 @@ async def _next_chunk(fd: int, size: int) -> bytes:
         try:
             return os.read(fd, size)
         except BlockingIOError:
-            await anyio.wait_readable(fd)
+            await _loop.wait_readable(fd)
         except OSError:
             return b""
 
 
 async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
-    out, now = run.out, anyio.current_time
+    out, now = run.out, _loop.current_time
     pre = run.prestart.take(spec.name) if run.prestart is not None else None
     if pre is not None:
         # started before the event loop (forked, for a built-in): the same leader, session,
@@ -238,7 +238,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
-    eof = anyio.Event()
+    eof = _loop.Event()
     room = run.room
     drain = _spawn.Discard()
 
@@ -263,7 +263,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             eof.set()
 
     capture = StderrCapture()
-    err_eof = anyio.Event()
+    err_eof = _loop.Event()
 
     async def err_reader() -> None:  # stderr = "log": kept apart, bounded, logged at the end
         fd = proc.stderr
@@ -287,7 +287,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     outcome: Literal["exited", "deadline", "abort", "cap"] = "deadline"
     kill: _tree.KillReport | None = None
     try:
-        async with anyio.create_task_group() as tg:
+        async with _loop.create_task_group() as tg:
             if proc.stdout is not None:
                 tg.start_soon(reader)
             else:
@@ -306,7 +306,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                 # pids.max refuses a fork (the stage may then exit on its own) and memory.max
                 # OOM-kills: the cgroup's event counters say which cap it was.
                 tree.over_cap = _cgroup.over_cap(cgroup)
-            with anyio.CancelScope(shield=True):
+            with _loop.CancelScope(shield=True):
                 forwarded = False
                 if outcome == "abort" and run.forward is not None:
                     signum = run.forward()
@@ -317,7 +317,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                                 os.killpg(proc.pid, sig)  # unreaped leader: the group is ours
                             except (ProcessLookupError, PermissionError):
                                 pass
-                        with anyio.move_on_at(min(now() + run.grace, run.end_at)):
+                        with _loop.move_on_at(min(now() + run.grace, run.end_at)):
                             await proc.wait()
                         if proc.poll() is not None:
                             outcome = "exited"
@@ -329,14 +329,14 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                                                               run.end_at - DRAIN_RESERVE)):
                     # systemd control-group semantics: leftovers die with the stage (rule 8).
                     kill = await run.watch.kill_stage(tree, run.grace, kill_deadline())
-                with anyio.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)
+                with _loop.move_on_at(min(now() + DRAIN, run.end_at)):  # never read to EOF after a kill (rule 6)
                     await eof.wait()
                     await err_eof.wait()
             tg.cancel_scope.cancel()
     except BaseException:
         # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
-        # shielded and bounded, then the cancellation propagates (anyio cancellation.rst).
-        with anyio.CancelScope(shield=True):
+        # shielded and bounded, then the cancellation propagates (the loop's level-triggered cancellation).
+        with _loop.CancelScope(shield=True):
             await run.watch.kill_stage(tree, run.grace,
                                        now() + run.grace + HARD_PHASE + DRAIN_RESERVE)
         raise
@@ -344,7 +344,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         if run.scopes.get(spec.name) is waiting:
             del run.scopes[spec.name]
         try:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(KILL_WAIT):
+            with _loop.CancelScope(shield=True), _loop.move_on_after(KILL_WAIT):
                 await drain.stop()  # counts what was drained past the cap
                 if proc.poll() is None:
                     try:
@@ -353,7 +353,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                         pass
                     await proc.wait()  # reaps the leader
                 while cgroup is not None and not _cgroup.remove(cgroup):
-                    await anyio.sleep(0.005)  # empties within ms of the kill
+                    await _loop.sleep(0.005)  # empties within ms of the kill
         finally:
             proc.close()
         run.watch.discard(tree)
@@ -424,7 +424,7 @@ async def _start(run: DigestRun, index: int, spec: StagePlan,
     ended: int | None = None
     while True:
         if not await _descriptor_room(run, spec.name, ended) and (
-                anyio.current_time() >= run.kill_at or run.abort.is_set()):
+                _loop.current_time() >= run.kill_at or run.abort.is_set()):
             run.report(spec.name, StageResult(spec.name, "not_started"))
             return None
         if run.guard:  # the first stage to spawn: a SIGKILLed supervisor kills none itself

@@ -16,9 +16,13 @@ no link followed, no FIFO read, every read capped.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from .._record import field, mutable_record
+
+TYPE_CHECKING = False  # not typing's: a session start runs this module
+if TYPE_CHECKING:
+    from typing import Any
 
 LOG_DIR = "logs"
 """The folder in the state dir that holds the stage logs."""
@@ -49,7 +53,7 @@ def _bounded(line: str, limit: int = TAIL_LINE_CHARS) -> str:
     return f"{line[:limit]} [... {len(line) - limit} more characters cut]"
 
 
-@dataclass
+@mutable_record
 class StderrCapture:
     """A stage's stderr as read so far: the last :data:`LOG_BYTES` bytes and how many bytes
     before them were dropped (bytes)."""

@@ -28,15 +28,11 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-import anyio
-import anyio.abc
-import anyio.lowlevel
-
-from . import _cgroup, _proctable
+from .._record import field, mutable_record, record
+from . import _cgroup, _loop, _proctable
 from ._proctable import Gone, Row, environ_of, environ_value, scan, start_stamp, stat
 from ._reaper import (HARD_PHASE, KILL_WAIT, MONITOR_MAX_PERIOD, POLL, REAP_BATCH, TOKEN_VAR,
                       our_children, subreaper_enabled)
@@ -97,7 +93,7 @@ def _kill_checked(pid: int, start: float, sig: int) -> None:
         pass
 
 
-@dataclass
+@mutable_record
 class StageTree:
     """One running stage as the watchdog knows it.
 
@@ -138,11 +134,11 @@ class _SharedListing:
     __slots__ = ("event", "rows")
 
     def __init__(self) -> None:
-        self.event = anyio.Event()
+        self.event = _loop.Event()
         self.rows: list[tuple[Row, str | None]] | None = None
 
 
-@dataclass(frozen=True)
+@record
 class KillReport:
     """What a kill did: members found, how many needed SIGKILL (alive when the hard phase
     began), how many survived it, and its duration in seconds."""
@@ -194,9 +190,9 @@ class Watch:
         self.last_churn = 0
         """New processes the last applied scan found gone before it could classify them."""
         self.full_at = -math.inf
-        """When the last complete full scan began (anyio clock)."""
+        """When the last complete full scan began (the loop's clock)."""
         self.began: deque[float] = deque(maxlen=64)
-        """When each of the last applied scans began (anyio clock), oldest first."""
+        """When each of the last applied scans began (the loop's clock), oldest first."""
         self._tokens: dict[tuple[int, float], str | None] = {}
         self._ever: dict[int, str] = {}
         self._ever_tokens: set[str] = set()
@@ -206,9 +202,9 @@ class Watch:
         self.focus: set[str] = set()
         self.freezing: set[str] = set()
         """Tokens of the stages in their freeze phase: every scan stops their members at once."""
-        self._tg: anyio.abc.TaskGroup | None = None
+        self._tg: _loop.TaskGroup | None = None
         """Tokens of the stages being killed or checked right now."""
-        self._inflight: tuple[anyio.Event, float] | None = None
+        self._inflight: tuple[_loop.Event, float] | None = None
         self._listing: _SharedListing | None = None
         """The children listing the leftover checks of this tick wait for (:meth:`adopted_shared`)."""
         self._me = os.getpid()
@@ -406,9 +402,9 @@ class Watch:
                       every_member: bool = False, again: int = 0, settle: int = 0) -> bool:
         """Scan the process table in a worker thread and update every stage's members.
 
-        ``deadline`` is an anyio clock value: the scan returns partial by then, and this call
+        ``deadline`` is an the loop's clock value: the scan returns partial by then, and this call
         returns by then whatever happens (a scan still running is abandoned). Concurrent
-        callers share one scan unless it started before ``started_after`` (anyio clock); a
+        callers share one scan unless it started before ``started_after`` (the loop's clock); a
         table younger than ``max_age`` seconds is reused. ``incremental`` reads only new pids
         and the members of the stages being killed or checked (of every stage with
         ``every_member``: the caps need their sizes; see :func:`supervisor.engine._proctable.scan`).
@@ -434,19 +430,19 @@ class Watch:
         last scan this call applied itself (:meth:`_scan_settled`), of the shared scan's when
         it joined one, None when it applied none (never another thread's scan's count read
         after the fact: an abandoned scan of an earlier call may apply its result meanwhile)."""
-        if anyio.current_time() - self.scanned_at <= max_age:
+        if _loop.current_time() - self.scanned_at <= max_age:
             return True, self.last_churn
         complete: tuple[bool, int | None] = (False, None)
-        with anyio.move_on_at(deadline):
+        with _loop.move_on_at(deadline):
             while self._inflight is not None:
                 event, began = self._inflight
                 await event.wait()
                 if started_after is None or began >= started_after:
                     return self.last_complete, self.last_churn
-            event = anyio.Event()
-            self._inflight = (event, anyio.current_time())
+            event = _loop.Event()
+            self._inflight = (event, _loop.current_time())
             try:
-                remaining = max(0.0, deadline - anyio.current_time())
+                remaining = max(0.0, deadline - _loop.current_time())
                 limit = time.monotonic() + remaining
                 sessions = {t.leader: t.token for t in self.stages.values()}
                 exclude = set(self.exclude()) | {self._me}
@@ -458,7 +454,7 @@ class Watch:
                 reread = {pid for t in focus for pid in t.members}
                 reread.update(t.leader for t in focus)
                 first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
-                complete = await anyio.to_thread.run_sync(
+                complete = await _loop.run_sync_in_thread(
                     self._scan_settled, limit, sessions, exclude, previous, reread, first,
                     self._inflight[1], again, settle, abandon_on_cancel=True)
             finally:
@@ -542,7 +538,7 @@ class Watch:
             return
         while True:
             self.reap()
-            await anyio.sleep(POLL)
+            await _loop.sleep(POLL)
 
     # -- caps ---------------------------------------------------------------------------
     async def monitor(self) -> None:
@@ -553,7 +549,7 @@ class Watch:
         fifth of a core. A stage over a cap gets
         ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
         """
-        async with anyio.create_task_group() as tg:
+        async with _loop.create_task_group() as tg:
             self._tg = tg
             try:
                 await self._monitor()
@@ -563,14 +559,14 @@ class Watch:
     async def _monitor(self) -> None:
         while True:
             if self.stages:
-                now = anyio.current_time()
+                now = _loop.current_time()
                 # psutil rows cost milliseconds each on a starved host: read only new pids
                 # and the stages' members, and the whole table now and then.
                 cheap = not _proctable.PROCFS and now - self.full_at < FULL_SCAN_PERIOD
                 await self.refresh(now + 1.0, incremental=cheap, every_member=cheap)
                 for tree in list(self.stages.values()):
                     self._check_caps(tree)
-            await anyio.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
+            await _loop.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
 
     def _check_caps(self, tree: StageTree) -> None:
         if tree.over_cap is not None:
@@ -638,7 +634,7 @@ class Watch:
         if shared is None:
             shared = self._listing = _SharedListing()
             try:
-                await anyio.lowlevel.checkpoint()
+                await _loop.checkpoint()
             finally:
                 self._listing = None
                 shared.rows = self._adoptees()
@@ -679,7 +675,7 @@ class Watch:
                             spare: Iterable[str] = ()) -> KillReport | None:
         """At a digest's end (every stage ended): kill each adopted child no stage claimed,
         with its descendants, by the kill sequence (``grace`` seconds, returning by
-        ``deadline``, anyio clock). These are the orphans that left every mark of their
+        ``deadline``, the loop's clock). These are the orphans that left every mark of their
         stage (``env -i setsid -f sleep 30``: no token, a session of their own, re-parented to
         us); nothing can tell which stage they came from, so they die with the digest. A
         child whose :data:`DETACH_VAR` names one of ``spare`` (the digest's built-in stages:
@@ -714,7 +710,7 @@ class Watch:
     def _anything_alive(self, tree: StageTree, since: float | None = None) -> bool:
         """Cheap: stops at the first live member found (cgroup, leader, members, group).
 
-        ``since`` (anyio clock, the SIGKILL's time): the process group being not empty counts
+        ``since`` (the loop's clock, the SIGKILL's time): the process group being not empty counts
         as alive until a complete scan begun after it has read the group's rows. A group
         member no scan has read yet (the portable path under load: its scans cut by their
         deadlines) is otherwise invisible here, and the kill returned with a TERM-ignoring
@@ -765,11 +761,11 @@ class Watch:
             self._signal(tree, signal.SIGSTOP, fresh)
             frozen.update(r.pid for r in fresh)
             seen.update(tree.members)
-            if anyio.current_time() >= until or tree.cgroup is not None:
+            if _loop.current_time() >= until or tree.cgroup is not None:
                 return
             if self._stop_adopted(tree, frozen, seen):
                 quiet = 0
-            complete, churn = await self._refresh(until, started_after=anyio.current_time(),
+            complete, churn = await self._refresh(until, started_after=_loop.current_time(),
                                                   incremental=True)
             # Without the subreaper a new process gone before its token was read may have
             # been a chain's generation whose successor the listing missed: not settled.
@@ -811,7 +807,7 @@ class Watch:
         return new_any
 
     async def kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
-        """Kill every member of ``tree``, returning by ``deadline`` (anyio clock) whatever
+        """Kill every member of ``tree``, returning by ``deadline`` (the loop's clock) whatever
         the stage does.
 
         TERM + CONT to the group and each member; poll every 20 ms up to ``grace`` seconds
@@ -828,8 +824,8 @@ class Watch:
             self.focus.discard(tree.token)
 
     async def _kill_stage(self, tree: StageTree, grace: float, deadline: float) -> KillReport:
-        t0 = anyio.current_time()
-        now = anyio.current_time
+        t0 = _loop.current_time()
+        now = _loop.current_time
         hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
         tree.group_verified = self._group_ok(tree)
         if not tree.members:  # a scan under way applies its result when done (no wait here)
@@ -840,7 +836,7 @@ class Watch:
             self._signal(tree, sig)
         termed = set(tree.members)
         while now() < hard_at and self._anything_alive(tree):
-            await anyio.sleep(POLL)
+            await _loop.sleep(POLL)
             if now() - self.scanned_at > 0.1 and not self._inflight:
                 # members born during the grace get their TERM too (scan off the loop)
                 await self.refresh(min(hard_at, now() + 0.1))
@@ -867,7 +863,7 @@ class Watch:
         killed_at = now()
         while now() < deadline and self._anything_alive(tree, killed_at):
             self.reap()
-            await anyio.sleep(0.005)
+            await _loop.sleep(0.005)
             adopted = self.adopted(tree)  # one that outran the freeze: kill it too
             for row in adopted:
                 _kill_checked(row.pid, row.start, signal.SIGKILL)
@@ -906,20 +902,20 @@ class Watch:
             tree.group_verified = True
             return True
         settled = False
-        since = anyio.current_time()
+        since = _loop.current_time()
         for _ in range(LEFTOVER_SCANS):
             if any(pid != tree.leader for pid in tree.members) or tree.token in self._ever_tokens:
                 return True
             if await self.adopted_shared(tree):
                 return True
-            if anyio.current_time() >= deadline:
+            if _loop.current_time() >= deadline:
                 break
             # Two fresh scans, the second begun after the first ended, in one worker thread
             # (no round trip through the event loop between them), repeated there while they
             # see churn: a new process that died between the listing and its read may have
             # been a generation of a chain whose successor the listing missed.
             done, churn = await self._refresh(
-                deadline, started_after=anyio.current_time(), incremental=True, again=1,
+                deadline, started_after=_loop.current_time(), incremental=True, again=1,
                 settle=LEFTOVER_SCANS - 2)
             settled |= done
             # A scan shared with another caller may have been a single one: settled once two

@@ -124,7 +124,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     ``notice`` goes first through the same sink as the digest (the one output choke point).
     SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
-    of killing us mid-write. With no stage to run, the engine (and anyio) is not loaded.
+    of killing us mid-write. With no stage to run, the engine is not loaded.
     """
     from ..config._plan import unmet
 
@@ -158,7 +158,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 def _run_started(config: DigestPlan, context: SessionContext, notice: str,
                  only: list[str] | None, started: Prestart) -> tuple[DigestResult, str]:
     """:func:`_run_engine`'s digest, its first stages ``started``."""
-    from ..engine._run import run_digest
+    from ..engine._run import digest
     from ..engine._output import BufferSink
     from ..engine._signals import Aborter, run_with_signals
 
@@ -170,7 +170,7 @@ def _run_started(config: DigestPlan, context: SessionContext, notice: str,
     hint = shlex.join(["supervise", "digest", "-C", str(context.project_dir)])
 
     async def body(aborter: Aborter) -> DigestResult:
-        return await run_digest(config, context, sink=sink, only=only, abort=aborter.event,
+        return await digest(config, context, sink=sink, only=only, abort=aborter.event,
                                 abort_reason=aborter.reason, rerun_hint=hint, prestart=started)
 
     result, _ = run_with_signals(body)
