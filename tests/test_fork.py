@@ -239,25 +239,31 @@ def test_a_sigkilled_supervisor_leaves_no_prestarted_stage(tmp_path: Path, cpu_l
     assert not alive_and_ours(leader)
 
 
-def test_the_cli_starts_no_interpreter_for_a_builtin_stage(git_repo: Path, tmp_path: Path) -> None:
-    """`supervise digest` and a SessionStart hook run the default digest's built-ins
-    (instructions, repo) as forks of the supervising process: the git they start (a stand-in
-    on PATH that logs its parent's command line) has the supervisor's command line as its
-    parent's, never a ``python -I -u .../__main__.py``. With ``SUPERVISE_FORK_STAGES=0`` each
-    built-in is an interpreter again (the check can fail)."""
+def _git_logging_parents(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``git`` is a stand-in that appends its parent's command line and
+    its own arguments (``PARENT <- ARGS``) to the returned log file, then runs the real git."""
     import shutil
 
-    (git_repo / "AGENTS.md").write_text("# Rules\n")
     real = shutil.which("git")
     assert real is not None
     fake = tmp_path / "bin"
     fake.mkdir()
     log = tmp_path / "parents.log"
     (fake / "git").write_text(f"#!/bin/sh\ntr '\\000' ' ' < /proc/$PPID/cmdline >> '{log}'\n"
-                              f"echo >> '{log}'\nexec '{real}' \"$@\"\n")
+                              f"echo \" <- $*\" >> '{log}'\nexec '{real}' \"$@\"\n")
     (fake / "git").chmod(0o755)
-    env = {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
-           "SUPERVISE_STATE_DIR": str(tmp_path / "state")}
+    return {"PATH": f"{fake}{os.pathsep}{os.environ['PATH']}",
+            "SUPERVISE_STATE_DIR": str(tmp_path / "state")}, log
+
+
+def test_the_cli_starts_no_interpreter_for_a_builtin_stage(git_repo: Path, tmp_path: Path) -> None:
+    """`supervise digest` and a SessionStart hook run the default digest's built-ins
+    (instructions, repo) as forks of the supervising process: the git they start (a stand-in
+    on PATH that logs its parent's command line) has the supervisor's command line as its
+    parent's, never a ``python -I -u .../__main__.py``. With ``SUPERVISE_FORK_STAGES=0`` each
+    built-in is an interpreter again (the check can fail)."""
+    (git_repo / "AGENTS.md").write_text("# Rules\n")
+    env, log = _git_logging_parents(tmp_path)
     payload = json.dumps({"session_id": "s", "cwd": str(git_repo), "source": "startup",
                           "hook_event_name": "SessionStart"}).encode()
     for fork in ("1", "0"):
@@ -267,10 +273,28 @@ def test_the_cli_starts_no_interpreter_for_a_builtin_stage(git_repo: Path, tmp_p
                        env={**env, "SUPERVISE_FORK_STAGES": fork})
         assert b"## Repository" in digest.stdout and b"## Instructions" in digest.stdout
         assert b"## Repository" in hook.stdout
-        parents = [line for line in log.read_text().splitlines() if line.strip()]
+        parents = [line.split(" <- ")[0] for line in log.read_text().splitlines()
+                   if line.split(" <- ")[0].strip()]  # a parent that has exited shows none
         assert parents  # the premise: the stages ran git
         interpreters = [line for line in parents if "__main__.py" in line]
         if fork == "1":
             assert interpreters == [] and all("-m supervisor" in p for p in parents), parents
         else:
             assert interpreters, parents
+
+
+def test_a_builtin_started_after_its_needs_is_a_fork_too(git_repo: Path, tmp_path: Path) -> None:
+    """A built-in the engine starts later (after a ``needs``, here ``repo`` after
+    ``instructions``) is forked from the supervising process as the first ones are: its git's
+    parent is the supervisor, never a ``python -I -u .../__main__.py`` (it was a new
+    interpreter). The git stand-in logs its parent's command line."""
+    (git_repo / "AGENTS.md").write_text("# Rules\n")
+    (git_repo / "supervise.toml").write_text(
+        'budget = 30\n[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n'
+        '[[stages]]\nname = "repo"\nbuiltin = "repo"\nneeds = ["instructions"]\n')
+    env, log = _git_logging_parents(tmp_path)
+    digest = run_cli("digest", cwd=git_repo, env=env)
+    assert b"## Repository" in digest.stdout and b"## Instructions" in digest.stdout, digest
+    parents = [line for line in log.read_text().splitlines() if line.strip()]
+    assert any("status" in line for line in parents), parents  # the premise: repo ran git
+    assert [line for line in parents if "__main__.py" in line] == [], parents

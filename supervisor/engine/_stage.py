@@ -449,8 +449,10 @@ async def _start(run: DigestRun, index: int, spec: StagePlan,
                                     env={**os.environ, TOKEN_VAR: token},
                                     capture=not run.inherit_stdio, stderr="stdout",
                                     vfork=run.vfork)
-            else:  # a stage: its curated environment (docs/stage-authors.md)
-                proc = launch(spec, run.context, run.config, token, cgroup, vfork=run.vfork)
+            else:  # a stage: its curated environment (docs/stage-authors.md); a built-in is
+                # forked when this process runs one thread (the CLI's loop, no scan running)
+                proc = launch(spec, run.context, run.config, token, cgroup, vfork=run.vfork,
+                              fork=True)
         except (OSError, ValueError, ConfigError) as err:
             run.watch.spawning -= 1
             if cgroup is not None:
