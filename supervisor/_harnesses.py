@@ -96,7 +96,11 @@ class Harness:
             ``tool_input.file_path`` (``notebook_path`` for Claude's notebooks): the reads and
             edits that inject nested instruction files and path-scoped rules
             (``supervisor.session._nested``, the registered matcher, ``hook-fast.sh``).
-        compact_event: a separate compaction event (extensions; hooks get ``source`` compact).
+        compact_event: the event fired just before a compaction: for a hook, one we register
+            as ``--event pre-compact`` (Claude's and Copilot's ``PreCompact``; a harness whose
+            SessionStart re-fires with ``source`` compact needs none, unless, like Claude, it
+            hands that hook's output to the summariser); for a bridge, the one its extension
+            listens to (Pi, OpenCode).
         loads: the rule of ``stages/instructions/discover.py`` naming the instruction files
             the harness loads by itself ("" = none: the digest supplies the whole chain).
         imports: it expands ``@imports`` in the files it loads itself.
@@ -216,7 +220,7 @@ ROWS: tuple[Harness, ...] = (
             user="settings.json", user_dir=".claude", local=".claude/settings.local.json",
             prompt_event="UserPromptSubmit", post_tool_event="PostToolUse",
             file_tools=("Read", "Edit", "MultiEdit", "Write", "NotebookRead", "NotebookEdit"),
-            loads="claude",
+            compact_event="PreCompact", loads="claude",
             imports=True, nested_on_demand=True, early_exit=True, floor="2.1.197",
             newest="2.1.332", plugin="watchkeeper@watchkeeper",
             mcp_files=(("project", ".mcp.json"), ("user", "~/.claude.json")), mcp_format="json",
@@ -257,7 +261,8 @@ ROWS: tuple[Harness, ...] = (
     Harness("copilot", "GitHub Copilot CLI", "hook", processes=("copilot",),
             packages=("@github/copilot",), project=".github/hooks/watchkeeper.json",
             user="hooks/watchkeeper.json", user_dir=".copilot", user_dir_env="COPILOT_HOME",
-            prompt_event="UserPromptSubmit", loads="copilot", resume_drops_context=True,
+            prompt_event="UserPromptSubmit", compact_event="PreCompact", loads="copilot",
+            resume_drops_context=True,
             floor="1.0.102", newest="1.0.102"),
     Harness("droid", "Factory Droid", "hook", processes=("droid",), packages=("@factory/cli",),
             project=".factory/settings.json", user="settings.json", user_dir=".factory",

@@ -28,13 +28,18 @@ def test_copilot_install_writes_its_own_hooks_file_and_uninstall_removes_it(git_
     assert start["type"] == "command" and start["timeoutSec"] == 180
     assert start["bash"].endswith("hook copilot --registered-timeout 180")
     (prompt,) = data["hooks"]["UserPromptSubmit"]
-    assert "hook-fast.sh" in prompt["bash"] and "--event prompt" in prompt["bash"], prompt
+    assert "hook-fast.sh" in prompt["bash"] and prompt["bash"].endswith(
+        "--event prompt --registered-timeout 180"), prompt  # it may deliver an armed re-emit
+    assert prompt["timeoutSec"] == 180
+    (compact,) = data["hooks"]["PreCompact"]
+    assert compact["bash"].endswith("hook copilot --event pre-compact"), compact
     assert "(unchanged)" in run_cli("install", "copilot", cwd=git_repo).stdout.decode()
     doctor = run_cli("doctor", "copilot", cwd=git_repo)
     out = doctor.stdout.decode()
     assert doctor.returncode == 0 and "FAIL" not in out, out
     assert "copilot: SessionStart registered in" in out, out
     assert "copilot: per-prompt (deferred results) hook UserPromptSubmit registered" in out, out
+    assert "copilot: pre-compaction hook PreCompact registered" in out, out
     assert run_cli("uninstall", "copilot", cwd=git_repo).returncode == 0
     assert not path.exists()
     assert json.loads((hooks / "theirs.json").read_text()) == theirs  # never touched

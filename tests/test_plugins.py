@@ -86,10 +86,12 @@ def test_claude_plugin_registers_each_event_through_the_shim() -> None:
 
     claude = ADAPTERS["claude"]
     commands = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")
-    assert set(commands) == {claude.session_event, claude.prompt_event, claude.post_tool_event}
+    assert set(commands) == {claude.session_event, claude.prompt_event, claude.post_tool_event,
+                             claude.compact_event}
     assert "exec supervise-hook claude;" in commands[claude.session_event]
     assert "exec supervise-hook claude --event prompt;" in commands[claude.prompt_event]
     assert "exec supervise-hook claude --event post-tool;" in commands[claude.post_tool_event]
+    assert "exec supervise-hook claude --event pre-compact;" in commands["PreCompact"]
 
 
 def test_plugin_hook_runs_the_installed_package(installed: tuple[Path, Path], tmp_path: Path) -> None:

@@ -75,9 +75,11 @@ mapping; each adapter module is imported on first use)."""
 DEFAULT_CAP = 16_000
 """Inline cap in characters for a harness we have no adapter for (printed as plain text)."""
 
-KINDS = ("digest", "reemit", "nudge", "prompt", "post-tool")
+KINDS = ("digest", "reemit", "nudge", "prompt", "post-tool", "summary")
 """What is being printed: a digest or re-emit (session start; inline cap applies), the nudge
-line, a deferred result delivered by the per-prompt hook, post-tool context (Claude ``Read``)."""
+line, a deferred result delivered by the per-prompt hook, post-tool context (Claude ``Read``),
+the note a pre-compaction hook hands the summariser (plain text in every envelope: Claude
+appends a PreCompact hook's stdout to the summarisation prompt as it is)."""
 
 
 def get(harness: str) -> Adapter:
@@ -165,7 +167,7 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
         ``hook-specific`` (Claude, Codex, Gemini, Qwen): one line of JSON
         ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``; ``cursor``:
         ``{"additional_context": T}``; ``copilot``: ``{"additionalContext": T}``; ``plain``
-        (Grok, unknown): the text, newline-terminated,
+        (Grok, unknown, and every ``summary``): the text, newline-terminated,
         prefixed by a label line if it would otherwise start like JSON (Codex treats stdout that
         looks like JSON but does not parse as an error). UTF-8; lone surrogates become U+FFFD.
 
@@ -190,7 +192,7 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
         else:
             text = _fit(parts, limit, state_dir, notices)
     adapter = resolve(harness)
-    envelope = adapter.envelope if adapter else "plain"
+    envelope = adapter.envelope if adapter and kind != "summary" else "plain"
     if envelope == "plain":
         if _looks_like_json(text):
             text = "supervise digest:\n" + text

@@ -84,6 +84,12 @@ class Adapter:
             registration" (Grok also loads ``.claude/settings.json``).
         default_timeout: the harness's own hook timeout in seconds when none is registered
             (None: not documented).
+        compact_refires: a SessionStart with source ``compact`` follows a compaction (Claude,
+            Codex, Qwen, Droid); else the row's ``compact_event`` (Copilot ``PreCompact``) arms
+            a re-emit the next prompt hook delivers once (:mod:`supervisor.session._armed`).
+        precompact_to_summary: the row's ``compact_event`` hook's stdout is handed to the
+            summariser (Claude: appended to the summarisation prompt, LAB), so it names the
+            stages re-sent after the compaction.
         unproven: what of this adapter was not run with the real CLI, one line each
             (``doctor`` says each as a ``warn`` line; the harness's page says why).
     """
@@ -100,6 +106,8 @@ class Adapter:
     caveats: tuple[str, ...] = ()
     standdown_env: tuple[str, ...] = ()
     default_timeout: float | None = None
+    compact_refires: bool = True
+    precompact_to_summary: bool = False
     unproven: tuple[str, ...] = ()
 
     @property
@@ -189,6 +197,17 @@ class Adapter:
     def timeout_seconds(self, value: float) -> float:
         """A registered timeout value converted back to seconds."""
         return float(value) / self.timeout_scale
+
+    @property
+    def compact_event(self) -> str | None:
+        """The pre-compaction event registered as ``--event pre-compact``, or None."""
+        return self.row.compact_event if self.row.kind == "hook" else None
+
+    @property
+    def prompt_may_start(self) -> bool:
+        """The per-prompt hook may deliver an armed start (a whole digest), so it is
+        registered with the session start's timeout, not the short per-event one."""
+        return bool(self.prompt_event and self.compact_event and not self.compact_refires)
 
     def event_name(self, kind: str) -> str:
         """The ``hookEventName`` for output of ``kind`` (digest, reemit, nudge, prompt, post-tool)."""

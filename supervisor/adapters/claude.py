@@ -7,6 +7,9 @@
   message; non-zero exits lose the context. Output over about 10,000 characters is replaced by
   a 2 KB preview and a file path (LAB: 9,937 chars inlined, 10,137 not), hence the 9,000 cap.
 - ``UserPromptSubmit`` and ``PostToolUse`` take the same envelope with their own event name.
+- ``PreCompact``'s plain stdout is appended to the summarisation prompt (LAB): the hook names
+  the stages re-sent by the SessionStart(compact) that follows, so the summary need not
+  repeat them.
 - Grok and Cursor can load this file too; Grok sets ``GROK_HOOK_EVENT``.
 - Plugin (DOC https://code.claude.com/docs/en/plugins-reference): ``plugins/claude`` of this
   repository, listed by its ``.claude-plugin/marketplace.json``; enabled per scope by
@@ -23,6 +26,7 @@ ADAPTER = Adapter(
     row=BY_NAME["claude"],
     shape="groups",
     post_tool_matcher="Read|Edit|MultiEdit|Write|NotebookEdit",
+    precompact_to_summary=True,
     envelope="hook-specific",
     default_timeout=600.0,
     inline_cap=9_000,

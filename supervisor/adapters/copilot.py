@@ -13,6 +13,10 @@
   gets the re-emit (the row's ``resume_drops_context``). ``UserPromptSubmit``'s is appended to
   the prompt inside ``<system_reminder>`` and stored.
 - Sources ``new`` (a new session), ``startup``, ``resume`` (``--resume``/``--continue``).
+- ``PreCompact`` (payload ``trigger``, ``custom_instructions``) fires on ``/compact`` (``-p``,
+  ``--acp``, the TUI); its output is not in the summary request, the compaction drops the
+  SessionStart context from the history (LAB ``--acp``), and no SessionStart follows, so it
+  arms a re-emit that the next ``UserPromptSubmit`` of the same process delivers once.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from ._base import Adapter
 ADAPTER = Adapter(
     row=BY_NAME["copilot"],
     shape="copilot",
+    compact_refires=False,
     envelope="copilot",
     default_timeout=30.0,
     inline_cap=16_000,

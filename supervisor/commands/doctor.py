@@ -734,7 +734,8 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
         if scope_of[path] == "user":
             checks.append(_opt_in_check(adapter, str(session[0].get("command", "")), project, start))
         for event, what in ((adapter.prompt_event, "per-prompt (deferred results)"),
-                            (adapter.post_tool_event, "post-tool (nested instructions, rules on reads)")):
+                            (adapter.post_tool_event, "post-tool (nested instructions, rules on reads)"),
+                            (adapter.compact_event, "pre-compaction")):
             if event and event not in regs:
                 checks.append(Check("FAIL", adapter.name, f"{what} hook {event} missing in {path}",
                                     _install_fix(adapter, scope_of[path])))

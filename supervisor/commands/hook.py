@@ -7,7 +7,10 @@ prints the nudge, and writes the result in the harness's envelope
 
 Events (``--event``): ``session-start`` (default); ``post-tool`` (Claude PostToolUse on
 reads: nested instructions, :func:`supervisor.session._nested.handle_post_tool`); ``prompt`` (a
-per-prompt hook: delivers finished deferred results once, :func:`supervisor.engine._deferred.take_undelivered`).
+per-prompt hook: delivers finished deferred results once, :func:`supervisor.engine._deferred.take_undelivered`,
+and a start armed for this session, :mod:`supervisor.session._armed`); ``pre-compact`` (the
+harness is about to compact: arms a re-emit for the next prompt where no SessionStart
+follows, or tells the summariser which stages will be re-sent, :func:`_pre_compact`).
 
 Exit status: **always 0**, whatever happened, because a SessionStart hook that exits 2
 blocks a Claude Code or Cursor session and any non-zero exit drops the context everywhere.
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
     from ..state._delivery import Delivery
     from ..config._plan import DigestPlan
 
-EVENTS = ("session-start", "post-tool", "prompt")
+EVENTS = ("session-start", "post-tool", "prompt", "pre-compact")
 
 
 @mutable_record
@@ -264,7 +267,8 @@ def _run(args: HookArgs) -> int:
         config = as_plan(embedded_default())
         notice = (f"[supervise] configuration error: {config_error}; the embedded default "
                   "digest ran instead. Fix the file, then run `supervise digest --session-start`.\n")
-    if args.registered_timeout is not None and args.event == "session-start":
+    if args.registered_timeout is not None and args.event in ("session-start", "prompt"):
+        # a prompt hook that may deliver an armed start runs the digest too
         config, clamped = clamp_budget(config, args.registered_timeout, args.harness)
         notice += clamped
     hook = _Hook(args, adapter, data, payload, config, context, notice)
@@ -307,22 +311,49 @@ def _post_tool(hook: _Hook) -> None:
 
 
 def _prompt(hook: _Hook) -> None:
-    """``--event prompt``: finished deferred results once each, and the instruction files that
-    changed; the claims and the refresh baseline commit only once the envelope went out whole
-    (issue 11 item 5)."""
+    """``--event prompt``: a start armed for this session (:func:`_armed_start`), finished
+    deferred results once each, and the instruction files that changed; the arm, the claims
+    and the refresh baseline commit only once the envelope went out whole (issue 11 item 5)."""
     from ..engine._deferred import result_cap, take_undelivered
 
     config, context = hook.config, hook.context
     # only stages the effective config marks deferred: a result for any other is refused
     caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
             if s.deferred}
+    sent: list[tuple[str, str]] = []
 
     def produce(delivery: Delivery) -> tuple[str, str]:
-        texts = list(take_undelivered(context.state_dir, caps, context.session_id))
+        start = _armed_start(hook, delivery)
+        if start is not None:
+            sent.append(start)
+        texts = [start[0] if start else "",
+                 *take_undelivered(context.state_dir, caps, context.session_id)]
         texts.append(_refreshed(context))  # instruction files changed during the session
         return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts), "prompt"
 
-    _deliver(hook, "per-prompt context (deferred results, refreshed instructions)", produce)
+    problem = _deliver(hook, "per-prompt context (deferred results, refreshed instructions)",
+                       produce, caps=config.inline_cap)
+    if sent and not problem and sent[0][1] in ("digest", "reemit") and sent[0][0].strip():
+        _remember_delivery(context, *sent[0])
+
+
+def _routed_start(hook: _Hook, context: SessionContext, transcript: str | None) -> tuple[str, str]:
+    """Route ``context.source`` and run it (:func:`supervisor.session._routing.run_session`)
+    inside the caller's open delivery: ``(text fitted to the adapter's inline cap, kind)``,
+    ``kind`` one of ``digest``, ``reemit``, ``nudge``."""
+    from ..session._routing import run_session
+
+    config, notice = hook.config, hook.notice
+    outcome = run_session(config, context, take_lock=hook.args.take_lock, transcript=transcript)
+    text = notice + outcome.text
+    if outcome.parts is not None and text:
+        from ..adapters import fit_inline, inline_cap
+
+        cap = inline_cap(hook.adapter, config.inline_cap)
+        if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
+            text = fit_inline(list(outcome.parts), cap, context.state_dir,
+                              notice + outcome.notices)
+    return text, outcome.kind
 
 
 def _session_start(hook: _Hook) -> None:
@@ -330,35 +361,107 @@ def _session_start(hook: _Hook) -> None:
     nothing), fitted to the adapter's inline cap. Records meaning "delivered" (completion,
     started-session ledger, handoff count, deferred claims, the delivered digest's
     fingerprint) are reserved while the digest runs and committed only once the envelope
-    went out whole (issue 11 item 5)."""
-    from ..session._routing import run_session
-
-    config, context, notice = hook.config, hook.context, hook.notice
+    went out whole (issue 11 item 5). A start delivered here drops the session's arm
+    (:mod:`supervisor.session._armed`): the prompt hook must not deliver it a second time."""
+    context = hook.context
     _settle_nested(context)
     transcript = getattr(hook.payload, "transcript_path", None)
     sent: list[tuple[str, str]] = []
 
     def produce(delivery: Delivery) -> tuple[str, str]:
-        outcome = run_session(config, context, take_lock=hook.args.take_lock,
-                              transcript=transcript if isinstance(transcript, str) else None)
-        text = notice + outcome.text
-        if outcome.parts is not None and text:
-            from ..adapters import fit_inline, inline_cap
+        sent.append(_routed_start(hook, context,
+                                  transcript if isinstance(transcript, str) else None))
+        return sent[-1]
 
-            cap = inline_cap(hook.adapter, config.inline_cap)
-            if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
-                text = fit_inline(list(outcome.parts), cap, context.state_dir,
-                                  notice + outcome.notices)
-        sent.append((text, outcome.kind))
-        return text, outcome.kind
-
-    problem = _deliver(hook, None, produce, caps=config.inline_cap)
+    problem = _deliver(hook, None, produce, caps=hook.config.inline_cap)
     if sent and not problem and sent[0][1] in ("digest", "reemit") and sent[0][0].strip():
         _remember_delivery(context, *sent[0])
+        from ..session._armed import ARMED_DIR, disarm
+
+        if os.path.lexists(os.path.join(context.state_dir, ARMED_DIR)):  # one stat
+            disarm(context.state_dir, context.harness, context.session_id)
+
+
+def _armed_start(hook: _Hook, delivery: Delivery) -> tuple[str, str] | None:
+    """The start armed for this session by this harness process
+    (:func:`supervisor.session._armed.take`), run now through the session protocol with the
+    armed source, as ``(text, kind)``; None when none is armed. The arm is dropped when
+    ``delivery`` commits. Never raises for the state dir (stderr says why)."""
+    from ..session._armed import ARMED_DIR, process_key, take
+
+    context = hook.context
+    if not context.session_id or not os.path.lexists(os.path.join(context.state_dir, ARMED_DIR)):
+        return None  # one stat: nothing was ever armed here (the ancestry walk is skipped)
+    from .._errors import StateError
+
+    try:
+        source = take(context.state_dir, context.harness, context.session_id, delivery,
+                      process_key(context.session_id))
+    except StateError as err:
+        print(f"supervise hook: prompt: cannot read the armed start: {err}", file=sys.stderr)
+        return None
+    if source is None:
+        return None
+    return _routed_start(hook, replace(context, source=source), None)
+
+
+def _arm(context: SessionContext, source: str) -> None:
+    """Arm a start of ``source`` for this session; stderr says why not when it cannot."""
+    from .._errors import StateError
+    from ..session._armed import arm, process_key
+
+    try:
+        if not arm(context.state_dir, context.harness, context.session_id, source,
+                   process_key(context.session_id)):
+            print("supervise hook: no session id in the payload: nothing armed, so the "
+                  "context will not follow (run `supervise digest --session-start`)",
+                  file=sys.stderr)
+    except (StateError, OSError, ValueError) as err:
+        print(f"supervise hook: cannot arm the {source} start: {err}", file=sys.stderr)
+
+
+def _pre_compact(hook: _Hook) -> None:
+    """``--event pre-compact``: the harness is about to compact (Claude, Copilot ``PreCompact``).
+
+    Where a SessionStart with source ``compact`` follows (:attr:`Adapter.compact_refires`) and
+    the hook's stdout is handed to the summariser (:attr:`Adapter.precompact_to_summary`,
+    Claude: appended to the summarisation prompt), it prints :func:`summary_note`: which
+    stages will be sent again right after the compaction, so the summary need not repeat
+    them; it never asks the summary to drop anything else. Where no SessionStart follows, it
+    arms a ``compact`` start that the next prompt hook of this harness process delivers once
+    (a re-emit after a proven start, else the full digest), and prints nothing: those
+    harnesses drop this event's output.
+    """
+    adapter = hook.adapter
+    if adapter is None:
+        return
+    if not adapter.compact_refires:
+        _arm(hook.context, "compact")
+        return
+    if adapter.precompact_to_summary:
+        note = summary_note(hook.config)
+        if note:
+            problem = emit(adapter, note, state_dir=hook.context.state_dir, kind="summary")
+            if problem:
+                print(f"supervise hook: the compaction note was NOT delivered: {problem}",
+                      file=sys.stderr)
+
+
+def summary_note(config: DigestPlan) -> str:
+    """The line a summariser gets before a compaction: the stages marked ``reemit`` (by title,
+    else name) are sent again right after it, so the summary need not repeat them. ``""`` when
+    no stage is re-sent (the summary must then keep whatever it judges worth keeping)."""
+    names = [s.title or s.name for s in config.stages if s.reemit]
+    if not names:
+        return ""
+    return ("watchkeeper: right after this compaction the session-start context of these "
+            f"stages is sent to the model again: {', '.join(names)}. The summary need not "
+            "repeat their content; keep everything else as you normally would.\n")
 
 
 _HANDLERS: dict[str, Callable[[_Hook], None]] = {
-    "session-start": _session_start, "post-tool": _post_tool, "prompt": _prompt}
+    "session-start": _session_start, "post-tool": _post_tool, "prompt": _prompt,
+    "pre-compact": _pre_compact}
 """The hook's event handlers, one per ``--event`` (:data:`EVENTS`)."""
 
 

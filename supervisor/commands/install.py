@@ -123,22 +123,29 @@ SHELL = "/bin/sh"
 
 def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None,
                  timeout: float | None = None, opt_in: bool = False) -> str:
-    """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``).
+    """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``,
+    ``pre-compact``).
 
-    Session start runs Python directly; a per-event hook runs it behind :data:`FAST_PATH`,
+    Session start and pre-compaction (once per compaction: no fast path to gain) run Python
+    directly; a per-event hook runs it behind :data:`FAST_PATH`,
     which passes the whole payload on when there may be work and prints nothing otherwise;
     ``--early-exit`` before the interpreter tells it the harness tolerates a hook that leaves
     its payload unread (the harness table's ``early_exit``), so it skips the drain.
-    ``timeout`` (seconds, session start only) is the hook timeout registered beside the
+    ``timeout`` (seconds; session start, and a prompt hook that may deliver an armed start) is
+    the hook timeout registered beside the
     command: it is recorded as ``--registered-timeout`` so the hook clamps its budget to it
     and ``doctor`` can tell when the settings file's timeout no longer matches. ``opt_in``
     (a user-scope registration) adds ``--opt-in``: the hook then serves only projects that
     opted in (:func:`supervisor.session._gates.opt_in_silence`).
     """
     argv = [python or sys.executable, ISOLATED, "-m", "supervisor", "hook", adapter.name]
-    if event:
+    if event == "pre-compact":
+        argv += ["--event", event]
+    elif event:
         early = ["--early-exit"] if adapter.row.early_exit else []
         argv = [SHELL, str(FAST_PATH), *early, *argv, "--event", event]
+        if timeout is not None:  # a prompt hook that may deliver an armed start
+            argv += ["--registered-timeout", f"{timeout:g}"]
     else:
         argv += list(adapter.extra_args)
         if timeout is not None:
@@ -190,8 +197,14 @@ def entries(adapter: Adapter, budget: float, python: str | None = None,
                  hook_command(adapter, python=python, timeout=seconds, opt_in=user),
                  adapter.timeout_value(seconds))]
     if adapter.prompt_event:
+        # a prompt hook that may deliver an armed start (a digest) gets the session's timeout
+        limit = seconds if adapter.prompt_may_start else None
         out.append(Entry(adapter.prompt_event, None,
-                         hook_command(adapter, "prompt", python, opt_in=user),
+                         hook_command(adapter, "prompt", python, timeout=limit, opt_in=user),
+                         adapter.timeout_value(limit or PROMPT_TIMEOUT)))
+    if adapter.compact_event:
+        out.append(Entry(adapter.compact_event, None,
+                         hook_command(adapter, "pre-compact", python, opt_in=user),
                          adapter.timeout_value(PROMPT_TIMEOUT)))
     if adapter.post_tool_event:
         out.append(Entry(adapter.post_tool_event, adapter.post_tool_matcher,

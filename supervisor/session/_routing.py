@@ -308,6 +308,13 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     """
     action = route(context.source)
     if action == "nudge" and context.source == "resume" and _drops_context(context.harness):
+        from . import _armed
+
+        if os.path.lexists(os.path.join(context.state_dir, _armed.ARMED_DIR)) and _armed.held(
+                context.state_dir, context.harness, context.session_id):
+            # a prompt hook stored the re-emit in the session's history since its last
+            # compaction (Copilot): the resumed process has it, a second one would double it
+            return SessionOutcome("", "nudge")
         action = "reemit"  # Gemini -r: the resumed context holds no earlier digest
     if action == "nudge":
         from ._nudge import NUDGE_TEXT, digest_ran_here, restored_in_transcript

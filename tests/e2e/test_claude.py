@@ -191,11 +191,17 @@ def matrix(project: Project) -> Project:
 
 
 def test_matrix_a_compact_in_a_new_process_holds_the_reemit_once(matrix: Project, fake_model: FakeModel) -> None:
-    """`claude -p --resume ID /compact` is a new process: the re-emit, not a second full digest."""
+    """`claude -p --resume ID /compact` is a new process: the re-emit, not a second full digest;
+    the compaction's summary request carries the PreCompact note naming the re-emitted stage."""
     sid = claude(matrix, fake_model, "-p", "turn 1")["session_id"]
     for i in (2, 3):
         claude(matrix, fake_model, "--resume", sid, "-p", f"turn {i}")
+    before = fake_model.count()
     compact(matrix, fake_model, sid)
+    # PreCompact's stdout reaches the summariser: it names the re-emitted stage alone
+    notes = [b for b in fake_model.bodies(before) if "right after this compaction" in b]
+    assert notes, "the PreCompact note is in no request of the compaction"
+    assert "sent to the model again: mark." in notes[-1] and "again: fullonly" not in notes[-1]
     since = fake_model.count()
     claude(matrix, fake_model, "--resume", sid, "-p", "after compact")
     last = tally(fake_model.bodies(since)[-1], matrix.mark)

@@ -32,9 +32,6 @@ pytestmark = pytest.mark.e2e
 NOT_REACHABLE = {
     ("gemini", "compact"): "Gemini CLI has no compact source and a compression cannot be driven "
                            "headlessly (docs/harnesses/gemini.md)",
-    ("copilot", "compact"): "not driven offline; in the same process Copilot keeps the "
-                            "SessionStart context through a compaction, and one in a new process "
-                            "is the resume cell (docs/harnesses/copilot.md)",
     ("droid", "resume"): "droid exec -s needs Factory's servers (docs/harnesses/droid.md)",
     ("droid", "compact"): "needs a second prompt of the session: Factory's servers",
     ("droid", "deferred"): "the per-prompt hook needs a second prompt: Factory's servers",
@@ -323,18 +320,28 @@ def _opencode(session: Session, tmp_path: Path) -> None:
 # -- GitHub Copilot CLI --------------------------------------------------------------------------
 
 def _copilot(session: Session) -> None:
-    from test_copilot import copilot
+    from test_copilot import acp_session, copilot
 
     project, fake = session.project, session.fake
     harness_bin("copilot")
     project.install("copilot")
-    sid = copilot(project, fake, "-p", "turn 1")
-    _assert_start(session.tallies()[0], fake.bodies()[0])
-    session.release()
+    seen: dict[str, int] = {}
+
+    def between(text: str) -> None:  # before each prompt of the one --acp process
+        seen[text] = fake.count()
+        if text == "turn 2":
+            _assert_start(session.tallies()[0], fake.bodies()[0])
+            session.release()
+
+    sid = acp_session(project, fake, ["turn 1", "turn 2", "turn 3", "/compact", "after compact"],
+                      before=between)
+    assert session.tallies(seen["turn 2"])[0]["deferred"] == 1  # the prompt hook delivered it
+    after = session.tallies(seen["after compact"])[-1]  # PreCompact armed, this prompt delivered
+    assert (after["full"], after["reemit"], after["reemit_mark"], after["nudge"]) == (0, 1, 1, 0), after
     since = fake.count()
-    copilot(project, fake, "-p", "turn 2", f"--resume={sid}")  # a new process: the re-emit
+    copilot(project, fake, "-p", "resumed", f"--resume={sid}")  # a new process: the re-emit
     resumed = session.tallies(since)[-1]
-    assert (resumed["full"], resumed["reemit"], resumed["nudge"], resumed["deferred"]) == (0, 1, 0, 1), resumed
+    assert (resumed["full"], resumed["reemit"], resumed["nudge"]) == (0, 1, 0), resumed
     _assert_once(session.tallies())
 
 
