@@ -89,6 +89,10 @@ class Harness:
             (``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), or None.
         local: a per-user, uncommitted file relative to the project root (Claude's
             ``.claude/settings.local.json``), or None.
+        project_upward: it loads :attr:`project` from every folder from its working
+            directory up to the worktree root (OpenCode's ``.opencode/``), not from the
+            working directory alone (Pi: a root extension does not reach a session started
+            in a subdirectory; ``doctor`` warns there).
         session_event: the event a session starts with (a settings key or an extension event).
         prompt_event: the per-prompt event that can add model context, or None.
         post_tool_event: the event after a tool ran that can add model context, or None.
@@ -157,6 +161,7 @@ class Harness:
     user_dir: str = ""
     user_dir_env: str | None = None
     local: str | None = None
+    project_upward: bool = False
     session_event: str = "SessionStart"
     prompt_event: str | None = None
     post_tool_event: str | None = None
@@ -277,7 +282,8 @@ ROWS: tuple[Harness, ...] = (
             floor="0.73.1", newest="0.73.1"),
     Harness("opencode", "OpenCode", "bridge", processes=("opencode",), packages=("opencode-ai",),
             project=".opencode/plugins/watchkeeper.ts", user="opencode/plugins/watchkeeper.ts",
-            user_dir=".config", user_dir_env="XDG_CONFIG_HOME", session_event="session.created",
+            user_dir=".config", user_dir_env="XDG_CONFIG_HOME", project_upward=True,
+            session_event="session.created",
             prompt_event="experimental.chat.system.transform",
             compact_event="session.compacted", loads="opencode", nested_on_demand=True,
             floor="1.18.33", newest="1.18.33"),

@@ -21,8 +21,7 @@ def _files(*roots: Path) -> list[Path]:
     return sorted(p for root in roots for p in root.rglob("*") if p.is_file())
 
 
-@pytest.mark.parametrize(("harness", "first", "second"), [
-    ("claude", "project", "local"), ("pi", "user", "project"), ("opencode", "user", "project")])
+@pytest.mark.parametrize(("harness", "first", "second"), [("claude", "project", "local")])
 def test_install_at_a_second_scope_defers_to_the_first(git_repo: Path, isolated_home: Path,
                                                        harness: str, first: str,
                                                        second: str) -> None:
@@ -44,7 +43,8 @@ def test_a_user_scope_extension_never_removes_the_projects(git_repo: Path, isola
                                                            harness: str) -> None:
     """The project's extension may be committed: placing the user's leaves every file of it
     as it was (the old install removed them). Both load at the root; one serves
-    (tests/js: claimLoad; e2e: test_pi, test_opencode), and doctor's one rule names the pair."""
+    (tests/js: claimLoad; e2e: test_pi, test_opencode); the user's is opt-in, so doctor
+    counts no double."""
     import subprocess
 
     assert _install(git_repo, harness)[0] == 0
@@ -59,10 +59,32 @@ def test_a_user_scope_extension_never_removes_the_projects(git_repo: Path, isola
     status = subprocess.run(["git", "-C", str(git_repo), "status", "--porcelain"],
                             capture_output=True, text=True, check=True).stdout
     assert status == "", status
+    # the user's is placed opt-in: it serves opted-in projects only, this one among them
+    # (its project extension counts), and one of the two copies stands down where both load
     run = run_cli("doctor", harness, cwd=git_repo, timeout=120)
     text = run.stdout.decode() + run.stderr.decode()
-    line = next((ln for ln in text.splitlines() if "registered 2 times" in ln), "")
-    assert "FAIL" in line and "stands down" in line, text
+    assert "registered 2 times" not in text and "the user-scope bridge serves this project" in text, text
+    code, out = _install(git_repo, harness)  # and a project install beside it is placed again
+    assert code == 0 and "already placed" not in out, out
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_project_install_defers_to_an_older_user_extension(git_repo: Path, isolated_home: Path,
+                                                             harness: str) -> None:
+    """A user-scope extension placed before opt-in (no ``opt_in`` in its watchkeeper.json)
+    delivers in every project: a project install beside it would be a second digest."""
+    code, out = _install(git_repo, harness, "--scope", "user")
+    assert code == 0, out
+    [settings] = [p for p in _files(isolated_home) if p.name == "watchkeeper.json"]
+    settings.write_text(json.dumps({k: v for k, v in json.loads(settings.read_text()).items()
+                                    if k != "opt_in"}))
+    before = _files(isolated_home, git_repo)
+    code, out = _install(git_repo, harness)
+    assert code == 0 and "already placed" in out, out
+    assert f"supervise uninstall {harness} --scope user" in out, out
+    assert _files(isolated_home, git_repo) == before
+    run = run_cli("doctor", harness, cwd=git_repo, timeout=120)
+    assert "serves every project, opted in or not" in run.stdout.decode()
 
 
 def test_a_user_scope_opt_in_registration_is_no_double(git_repo: Path, isolated_home: Path) -> None:

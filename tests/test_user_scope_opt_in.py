@@ -107,3 +107,103 @@ def test_doctor_explains_the_monorepo_case_with_the_right_fix(
     assert "the user-scope registration stays silent here: this project did not opt in" in out
     assert "supervise config --default >" in out
     assert "fix: supervise install claude\n" not in out + "\n"  # never a second registration
+
+
+# ------------------------------------------------- the Pi and OpenCode extensions (bridges)
+
+def placed_argv(folder: Path, harness: str, cwd: Path, sid: str = "s1") -> list[str]:
+    """The ``supervise bridge`` command the placed ``core.mjs`` runs for a session start, as
+    its own ``loadSettings`` and ``bridgeArgv`` build it from the placed watchkeeper.json."""
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    script = ("const c = await import(process.argv[1]); const s = c.loadSettings(process.argv[2]);"
+              "process.stdout.write(JSON.stringify(c.bridgeArgv(s, process.argv[3], 'startup',"
+              " process.argv[4], process.argv[5])))")
+    proc = subprocess.run([node, "--input-type=module", "-e", script, str(folder / "core.mjs"),
+                           str(folder), harness, sid, str(cwd)], capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return list(json.loads(proc.stdout))
+
+
+def bridge(argv: list[str], cwd: Path) -> dict[str, object]:
+    proc = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    return dict(json.loads(proc.stdout.decode().strip().splitlines()[-1]))
+
+
+@pytest.fixture
+def placed(isolated_home: Path, tmp_path: Path) -> dict[str, Path]:
+    """The Pi and OpenCode bridges placed at user scope (their folders of core.mjs)."""
+    where = repo(tmp_path / "where-installed")
+    (where / "supervise.toml").write_text("budget = 30\n")
+    for harness in ("pi", "opencode"):
+        proc = run_cli("install", harness, "--scope", "user", cwd=where)
+        assert proc.returncode == 0, proc.stderr
+    folders = {"pi": isolated_home / ".pi" / "agent" / "extensions" / "watchkeeper",
+               "opencode": isolated_home / ".config" / "opencode" / "plugins" / "watchkeeper"}
+    for folder in folders.values():
+        assert json.loads((folder / "watchkeeper.json").read_text())["opt_in"] is True
+    return folders
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_user_scope_extension_is_silent_where_no_one_opted_in(
+        placed: dict[str, Path], harness: str, tmp_path: Path) -> None:
+    """The old code placed no opt-in mark: the user-scope extension ran the digest in every
+    repository opened (a .supervise/ and an exclude line in each)."""
+    other = repo(tmp_path / "other")
+    widget = other / "packages" / "widget"
+    argv = placed_argv(placed[harness], harness, widget)
+    assert "--opt-in" in argv
+    got = bridge(argv, widget)
+    assert got["kind"] == "ineligible" and "did not opt in" in str(got["error"]), got
+    hook = [argv[0], "-I", "-m", "supervisor", "hook", harness, "--event", "prompt", "--opt-in"]
+    assert fire(hook, widget, {"session_id": "s1", "cwd": str(widget)}) == ""
+    assert not (other / ".supervise").exists()
+    assert "supervise" not in (other / ".git" / "info" / "exclude").read_text()
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_user_scope_extension_serves_every_subdirectory_of_an_opted_in_project(
+        placed: dict[str, Path], harness: str, tmp_path: Path) -> None:
+    mono = repo(tmp_path / "mono")
+    (mono / "supervise.toml").write_text(MARK)
+    widget = mono / "packages" / "widget"
+    got = bridge(placed_argv(placed[harness], harness, widget), widget)
+    assert got["kind"] == "ready" and f"OPTED-IN-{widget}" in str(got["text"]), got
+
+
+def test_a_project_extension_opts_the_project_in(placed: dict[str, Path], tmp_path: Path) -> None:
+    """A project-scope bridge opts its project in: the user-scope one serves there, at the
+    root and in every subdirectory (where both copies load in one harness process, one of
+    them stands down: core.mjs claimLoad, tests/js)."""
+    mono = repo(tmp_path / "proj")
+    for harness in ("pi", "opencode"):
+        assert run_cli("install", harness, cwd=mono).returncode == 0  # project scope
+    widget = mono / "packages" / "widget"
+    for harness in ("pi", "opencode"):
+        for cwd in (mono, widget):
+            got = bridge(placed_argv(placed[harness], harness, cwd), cwd)
+            assert got["kind"] == "ready", (harness, cwd, got["error"])
+
+
+def test_doctor_explains_the_monorepo_case_for_pi(isolated_home: Path, tmp_path: Path) -> None:
+    """Pi loads extensions from its working directory only: doctor in packages/widget says a
+    session there gets nothing from the project's extension, and the fix is the user scope;
+    after it, doctor says the user-scope bridge serves (OpenCode loads the root's itself)."""
+    mono = repo(tmp_path / "mono")
+    for harness in ("pi", "opencode"):
+        assert run_cli("install", harness, cwd=mono).returncode == 0
+    widget = str(mono / "packages" / "widget")
+    out = run_cli("doctor", "pi", "-C", widget).stdout.decode()
+    line = next(ln for ln in out.splitlines() if "gets no digest" in ln)
+    assert "supervise install pi --scope user" in out and "Pi" in line
+    assert "gets no digest" not in run_cli("doctor", "opencode", "-C", widget).stdout.decode()
+    assert run_cli("install", "pi", "--scope", "user", cwd=mono).returncode == 0
+    out = run_cli("doctor", "pi", "-C", widget).stdout.decode()
+    assert "the user-scope bridge serves this project" in out and "gets no digest" not in out
+    assert "registered 2 times" not in out

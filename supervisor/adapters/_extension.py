@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .._harnesses import Harness
 
+MARK = "watchkeeper-bridge"
+"""Substring of every entry file we place: how uninstall, doctor and the opt-in gate
+(:func:`supervisor.session._gates.opt_in_silence`) recognise ours."""
 CORE = "core.mjs"
 """The shared extension logic (generations, cap, delivery), copied beside the entry."""
 SETTINGS = "watchkeeper.json"

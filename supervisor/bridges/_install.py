@@ -7,7 +7,8 @@ Pi and OpenCode have no hook command to register: they load extension files from
   ``.opencode/plugins/watchkeeper.ts``), carrying :data:`MARK`;
 * ``core.mjs``, the shared logic (generations, cap, delivery);
 * ``watchkeeper.json`` beside ``core.mjs``: the absolute interpreter path (so nothing depends
-  on ``PATH``) and the digest budget in seconds.
+  on ``PATH``) and the digest budget in seconds; at user scope also ``"opt_in": true`` (the
+  bridge then serves only projects that opted in: :func:`settings_text`).
 
 Uninstall removes only files carrying our mark (and ``core.mjs``/``watchkeeper.json`` in our
 own folder). Every function here returns printable lines; errors are :class:`OSError`.
@@ -25,10 +26,7 @@ from pathlib import Path
 
 from .._harnesses import BRIDGES
 from ..state._fsutil import atomic_write
-from ..adapters._extension import CORE, Bridge
-
-MARK = "watchkeeper-bridge"
-"""Substring of every entry file we write: how uninstall and doctor recognise ours."""
+from ..adapters._extension import CORE, MARK, Bridge
 
 
 def packaged(relative: str) -> str:
@@ -36,10 +34,23 @@ def packaged(relative: str) -> str:
     return resources.files("supervisor.bridges").joinpath(relative).read_text("utf-8")
 
 
-def settings_text(python: str, budget: float) -> str:
-    """The ``watchkeeper.json`` we write (interpreter path, budget in seconds)."""
-    return json.dumps({"python": python, "budget": budget, "protocol": 1,
-                       "written_by": "supervise install"}, indent=2) + "\n"
+def settings_text(python: str, budget: float, opt_in: bool = False) -> str:
+    """The ``watchkeeper.json`` we write (interpreter path, budget in seconds; ``opt_in``
+    for a user-scope bridge: it serves only projects that opted in, every subdirectory of
+    one, as a user-scope hook registration does: ``core.mjs`` then passes ``--opt-in``)."""
+    data: dict[str, object] = {"python": python, "budget": budget, "protocol": 1,
+                               "written_by": "supervise install"}
+    if opt_in:
+        data["opt_in"] = True
+    return json.dumps(data, indent=2) + "\n"
+
+
+def opts_in(settings: Path) -> bool:
+    """The ``watchkeeper.json`` at ``settings`` says ``"opt_in": true`` (:func:`settings_text`)."""
+    try:
+        return json.loads(_read(settings) or "{}").get("opt_in") is True
+    except (ValueError, AttributeError, RecursionError):
+        return False
 
 
 def _write(path: Path, text: str) -> bool:
@@ -74,7 +85,8 @@ def install(bridge: Bridge, scope: str, project_dir: Path, home: Path, budget: f
         raise ValueError(f"{entry} exists and is not watchkeeper's; move it away first")
     changed = [_write(entry, packaged(bridge.package_entry)),
                _write(core, packaged(CORE)),
-               _write(settings, settings_text(python or sys.executable, budget))]
+               _write(settings, settings_text(python or sys.executable, budget,
+                                              opt_in=scope == "user"))]
     where = _rel(entry, project_dir)
     if not any(changed):
         return f"{bridge.name}: already installed in {where} (unchanged)"
@@ -134,18 +146,23 @@ def _rel(path: Path, project_dir: Path) -> str:
 
 
 def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
-          named: bool) -> list[tuple[str, str, str]]:
+          named: bool, start: Path | None = None) -> list[tuple[str, str, str]]:
     """``doctor`` lines for ``bridge``: ``(status, text, fix)``, status ``ok``/``warn``/``FAIL``.
     ``home`` None (no home directory): the user scope is not checked.
 
     Checks, per scope with a placed entry: the entry and ``core.mjs`` are present and current,
     ``watchkeeper.json`` names an absolute interpreter that imports watchkeeper without
-    ``PATH``, and its budget matches the config's.
+    ``PATH``, and its budget matches the config's; whether a user-scope bridge serves this
+    project (``opt_in``; one without it serves every project: a warn, and a double beside the
+    project's); ``start``, a subdirectory of the project doctor was asked about: a warn when
+    only the project's extension is placed and the harness loads it from the working
+    directory alone (Pi; not OpenCode: the row's ``project_upward``).
     """
     fix = f"supervise install {bridge.name}"
     out: list[tuple[str, str, str]] = []
     found = False
     placed: list[tuple[str, str]] = []
+    scopes: set[str] = set()  # where an entry of ours is placed
     from ..state._fsutil import link_on_path, link_refusal
 
     roots = tuple(sorted({project_dir.absolute(), *([home.absolute()] if home else [])},
@@ -164,8 +181,21 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         if MARK not in _read(entry):  # (absent or unreadable: "", never an error)
             continue
         found = True
-        placed.append((str(entry), f"supervise uninstall {bridge.name} --scope {scope}"))
+        scopes.add(scope)
         out.append(("ok", f"{bridge.title} bridge placed in {entry}", ""))
+        if scope == "user" and opts_in(settings):  # it yields to the project's: no double
+            from ..session._gates import opt_in_silence
+
+            why = opt_in_silence(bridge.name, project_dir, start or project_dir)
+            out.append(("ok", f"the user-scope bridge stays silent here: {why}" if why else
+                        "the user-scope bridge serves this project (it opted in), in every "
+                        "subdirectory", ""))
+        else:
+            placed.append((str(entry), f"supervise uninstall {bridge.name} --scope {scope}"))
+            if scope == "user":
+                out.append(("warn", f"{entry} serves every project, opted in or not (placed by "
+                            "an older watchkeeper)", f"supervise install {bridge.name} --scope "
+                            "user (places it opt-in)"))
         if not os.path.isfile(core):  # (a folder it cannot search: False, not EACCES)
             out.append(("FAIL", f"{core} is missing", fix))
             continue
@@ -175,6 +205,13 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         out += _settings_check(settings, budget, fix, project_dir, bridge.title)
     if not found and named:
         out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
+    if start is not None and scopes == {"project"} and not bridge.row.project_upward:
+        rel = os.path.relpath(start, project_dir)
+        out.append(("warn", f"a session started in {rel}/ gets no digest: {bridge.title} loads "
+                    f"extensions from its working directory only, not from {project_dir}",
+                    f"supervise install {bridge.name} --scope user (it serves every "
+                    "subdirectory session of a project that opted in, and this extension "
+                    "counts; it stays silent elsewhere)"))
     from ..adapters._settings import double_registration
 
     double = double_registration(bridge.name, bridge.title, placed, stands_down=True)
@@ -252,9 +289,14 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
 
         home = Path(home_dir() or "~")  # "~": refused before (install's link_refusals)
         try:
+            # a user-scope extension placed with opt_in (every one install places now) serves
+            # only opted-in projects, and where both copies load one stands down (core.mjs
+            # claimLoad): each scope keeps its files
             if verb == "install" and scope == "project" and home_dir() \
-                    and MARK in _read(bridge.entry("user", project_dir, home)):
-                # the user's extension loads in every project and folder: defer to it
+                    and MARK in _read(bridge.entry("user", project_dir, home)) \
+                    and not opts_in(bridge.files("user", project_dir, home)[2]):
+                # an older user extension (no opt_in) loads in every project and folder and
+                # delivers there: defer to it
                 print(f"{name}: already placed in {bridge.entry('user', project_dir, home)} "
                       "(user scope), which loads in every project; not placed in the project "
                       f"too: both would load. To move it, run `supervise uninstall {name} "
@@ -267,12 +309,11 @@ def run_verb(verb: str, names: list[str], scope: str, project_dir: Path,
             if scope == "user" and MARK in _read(bridge.entry("project", project_dir, home)):
                 # The project's files may be committed: never removed for the user. Both load
                 # here; the first copy to load serves and the other stands down (core.mjs
-                # claimLoad), and doctor's one double-registration rule names the pair.
+                # claimLoad); the user's serves only projects that opted in (this one did).
                 print(f"{name}: the project's extension "
                       f"({_rel(bridge.entry('project', project_dir, home), project_dir)}) stays; "
                       "both load in this project and one of them serves (the digest arrives "
-                      f"once). `supervise doctor {name}` reports the pair; remove one with "
-                      f"`supervise uninstall {name} --scope project` (or --scope user)")
+                      "once); the user-scope one serves only projects that opted in")
         except (OSError, ValueError) as err:
             print(f"supervise {verb}: {name}: {err}", file=sys.stderr)
             failed = True

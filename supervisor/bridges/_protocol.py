@@ -120,7 +120,16 @@ def stand_down(project: StrPath) -> str:
     return stand_down_reason(config, project)
 
 
-def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | None = None) -> BridgeResult:
+def opted_out(harness: str, project: StrPath, cwd: str | None) -> str:
+    """Why a user-scope extension (``--opt-in``) of ``harness`` stays silent for a session in
+    ``cwd`` of ``project`` (:func:`supervisor.session._gates.opt_in_silence`), ``""`` to go on."""
+    from ..session._gates import opt_in_silence
+
+    return opt_in_silence(harness, project, os.path.realpath(cwd or os.getcwd()))
+
+
+def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | None = None,
+               opt_in: bool = False) -> BridgeResult:
     """Route one session event of ``harness`` and run it through the session protocol.
 
     Args:
@@ -129,6 +138,8 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
             ``compact``, ``resume``, ``fork``, ...); anything unrecognized routes as a full start.
         session_id: the harness session id, display only (never a path part).
         cwd: the harness's working directory (default: ours).
+        opt_in: a user-scope extension: ``ineligible`` (nothing run, nothing created: no
+            state dir, no plan cache) unless the project opted in (:func:`opted_out`).
 
     Returns:
         A :class:`BridgeResult`. Never raises for configuration, state or engine errors: they
@@ -143,6 +154,10 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
     except ValueError as err:
         return BridgeResult("failed", error=str(err), **base)
     base["project"] = str(project)
+    if opt_in:
+        why = opted_out(harness, project, cwd)
+        if why:
+            return BridgeResult("ineligible", error=why, **base)
     try:
         from ..config._context import SessionContext
         from .._errors import ConfigError

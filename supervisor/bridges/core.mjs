@@ -64,8 +64,11 @@ export function readSmallFile(file, cap = SETTINGS_CAP) {
   }
 }
 
-/** Read `watchkeeper.json` from `dir` (default: beside this file): {python, budget, ...};
- *  a file that is not a small regular file of JSON is no settings. */
+/** Read `watchkeeper.json` from `dir` (default: beside this file): {python, budget, optIn,
+ *  file}; a file that is not a small regular file of JSON is no settings. `opt_in: true`
+ *  (written by `supervise install --scope user`) makes every call of ours carry `--opt-in`:
+ *  Python then stays silent, creating nothing, in a project that did not opt in
+ *  (supervisor/session/_gates.py opt_in_silence). */
 export function loadSettings(dir = HERE) {
   const file = join(dir, "watchkeeper.json")
   let data = {}
@@ -80,6 +83,7 @@ export function loadSettings(dir = HERE) {
   return {
     python: typeof data.python === "string" && data.python ? data.python : "",
     budget: Number.isFinite(budget) && budget > 0 ? budget : 120,
+    optIn: data.opt_in === true,
     file,
   }
 }
@@ -91,6 +95,7 @@ export function bridgeArgv(settings, harness, source, sessionId, cwd) {
   const argv = [settings.python, "-I", "-m", "supervisor", "bridge", "--harness", harness, "--source", source]
   if (sessionId) argv.push("--session-id", String(sessionId))
   if (cwd) argv.push("--cwd", String(cwd))
+  if (settings.optIn) argv.push("--opt-in")
   return argv
 }
 
@@ -482,8 +487,9 @@ export function hookText(settings, harness, event, payload, cwd,
     if (!settings.python) return done("")
     let child
     try {
-      child = spawn(settings.python, ["-I", "-m", "supervisor", "hook", harness, "--event", event],
-        { cwd: cwd || undefined, env, stdio: ["pipe", "pipe", "ignore"] })
+      const args = ["-I", "-m", "supervisor", "hook", harness, "--event", event]
+      if (settings.optIn) args.push("--opt-in")
+      child = spawn(settings.python, args, { cwd: cwd || undefined, env, stdio: ["pipe", "pipe", "ignore"] })
     } catch {
       return done("")
     }

@@ -27,13 +27,15 @@ from . import _args
 @mutable_record
 class BridgeArgs:
     """``supervise bridge``'s arguments: ``harness`` (required), ``source``, ``session_id``
-    (``""``: none), ``cwd`` (None: ours) and ``prerequisite``."""
+    (``""``: none), ``cwd`` (None: ours), ``prerequisite`` and ``opt_in`` (a user-scope
+    extension: silent in a project that did not opt in)."""
 
     harness: str = ""
     source: str = ""
     session_id: str = ""
     cwd: str | None = None
     prerequisite: bool = False
+    opt_in: bool = False
 
 
 BRIDGE = _args.Command("supervise bridge", "machine interface for extension bridges (Pi, "
@@ -48,6 +50,8 @@ BRIDGE = _args.Command("supervise bridge", "machine interface for extension brid
                  metavar="CWD"),
     _args.Option(("--prerequisite",), "prerequisite", "print nothing; exit 3 to stand down "
                  "(gate or scope), 0 to go on"),
+    _args.Option(("--opt-in",), "opt_in", "a user-scope extension (install writes it): "
+                 "ineligible, creating nothing, in a project that did not opt in"),
 ))
 """``bridge``'s argument table: the parse and ``--help`` read it."""
 
@@ -95,6 +99,8 @@ def main(argv: list[str]) -> int:
         # reports the problem), so a crash can never pass for a stand-down.
         try:
             project = _protocol.resolve_project(args.cwd)
+            if args.opt_in and _protocol.opted_out(args.harness, project, args.cwd):
+                return EXIT_STAND_DOWN
             return EXIT_STAND_DOWN if _protocol.stand_down(project) else EXIT_OK
         except Exception as err:  # noqa: BLE001 - fail open, say why
             print(f"supervise bridge: prerequisite check failed: {type(err).__name__}: {err}",
@@ -105,7 +111,7 @@ def main(argv: list[str]) -> int:
     # Completion, handoff count and deferred claims commit only once the JSON went out whole.
     with open_delivery(None) as delivery:
         result = _protocol.run_bridge(args.harness, args.source, session_id=args.session_id,
-                                    cwd=args.cwd)
+                                    cwd=args.cwd, opt_in=args.opt_in)
         problem = _print(result.to_json())
         failures = delivery.settle(not problem)
     if problem:

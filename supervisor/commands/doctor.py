@@ -580,16 +580,19 @@ def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], proje
     return checks
 
 
-def _bridge_checks(name: str, project: Path, budget: float, named: bool) -> list[Check]:
+def _bridge_checks(name: str, project: Path, budget: float, named: bool,
+                   start: Path | None = None) -> list[Check]:
     """A bridge harness's lines: the placed bridge (:func:`supervisor.bridges._install.check`)
     and the extension package of ``plugins/`` named in its configuration
     (:func:`supervisor.commands._plugins.package_uses`): either one is a registration, both
-    would deliver twice."""
+    would deliver twice. ``start``: the folder doctor was asked about when it is a
+    subdirectory of ``project`` (else None)."""
     from ..bridges._install import check as bridge_check, get as bridge
 
     packages = _plugins.package_uses(name, project, _home_path())
     placed = [Check(status, name, text, fix) for status, text, fix in
-              bridge_check(bridge(name), project, _home_path(), budget, named and not packages)]
+              bridge_check(bridge(name), project, _home_path(), budget, named and not packages,
+                           start)]
     checks = list(placed)
     for path, source in packages:
         checks.append(Check("ok", name, f"the {bridge(name).title} package {source} is loaded "
@@ -789,7 +792,7 @@ def main(argv: list[str]) -> int:
                                                below)]
     for name in (args.harnesses or BRIDGES):
         if name in BRIDGES:
-            harness_checks += _bridge_checks(name, project, budget, bool(args.harnesses))
+            harness_checks += _bridge_checks(name, project, budget, bool(args.harnesses), below)
     if not args.harnesses or "mcp" in args.harnesses:
         harness_checks += _mcp_checks(project, "mcp" in args.harnesses)
     if _home_path() is None:

@@ -34,13 +34,20 @@ serves only projects that opted in (:func:`opt_in_silence`)."""
 def _registered_in(harness: str, folder: StrPath) -> bool:
     """True when ``folder``'s project or local settings file of ``harness`` (the harness
     table's ``project``/``local``) holds a registration of ours (``supervisor hook NAME``
-    without :data:`OPT_IN_FLAG`). Files read capped, never through a link or from a FIFO."""
+    without :data:`OPT_IN_FLAG`), or, for an extension harness (kind ``bridge``), its project
+    entry is the bridge we place (:data:`supervisor.adapters._extension.MARK`). Files read
+    capped, never through a link or from a FIFO."""
     from .._harnesses import BY_NAME
     from ..state._project import read_small
 
     row = BY_NAME.get(harness)
     if row is None:
         return False
+    if row.kind == "bridge":
+        from ..adapters._extension import MARK
+
+        return bool(row.project) and MARK in read_small(os.path.join(folder, row.project or ""),
+                                                       1 << 20)
     needle = f"supervisor hook {harness}"
     for rel in (row.project, row.local):
         if rel:
@@ -60,8 +67,14 @@ def opt_in_silence(harness: str, project_dir: StrPath, cwd: StrPath) -> str:
     registration gives a session started in ``packages/widget/`` nothing). It stays silent
     where the harness loads a project registration of ours itself (the working directory's
     settings: that one serves) and in a project that did not opt in (nothing is created
-    there: no state dir, no exclude line)."""
-    if _registered_in(harness, cwd):
+    there: no state dir, no exclude line). The Pi and OpenCode extensions placed at user scope
+    ask the same (``--opt-in``, from ``opt_in`` in their ``watchkeeper.json``); where a
+    project extension of ours loads beside one, the two copies settle which serves in the
+    harness process (``core.mjs`` ``claimLoad``), so a project extension only opts in."""
+    from .._harnesses import BY_NAME
+
+    row = BY_NAME.get(harness)
+    if (row is None or row.kind != "bridge") and _registered_in(harness, cwd):
         return "the project's own registration serves this session"
     from ..config._plan import find_config
 

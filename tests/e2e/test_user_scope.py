@@ -1,10 +1,12 @@
-"""A user-scope install the projects opt into, with the real Claude Code CLI (2.1.197): a
-session started in ``packages/widget/`` of an opted-in project (its supervise.toml) gets the
-digest, run with that folder as ``SUPERVISE_CWD``; a session in a repository that did not opt
-in gets nothing, and nothing is created there."""
+"""A user-scope install the projects opt into, with the real Claude Code, Pi and OpenCode
+CLIs: a session started in ``packages/widget/`` of an opted-in project (its supervise.toml)
+gets the digest, run with that folder as ``SUPERVISE_CWD``; a session in a repository that
+did not opt in gets nothing, and nothing is created there (the Pi and OpenCode extensions
+placed at user scope carry ``opt_in`` in their watchkeeper.json)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -43,3 +45,91 @@ def test_user_scope_serves_a_package_session_and_stays_out_of_other_repos(
     bodies = fake_model.bodies(since)
     assert bodies and not any("## Repository" in b or "SessionStart" in b for b in bodies)
     assert not (other / ".supervise").exists()
+
+
+WHERE = 'budget = 30\n[[stages]]\nname = "where"\nrun = ["sh", "-c", "echo WHERE-{mark} cwd=[$SUPERVISE_CWD]"]\n'
+
+
+def _monorepo(project: Project, tmp_path: Path) -> tuple[Path, Path]:
+    """``(packages/widget of the opted-in project, another repository that did not opt in)``."""
+    widget = project.path / "packages" / "widget"
+    widget.mkdir(parents=True)
+    project.configure(WHERE.format(mark=project.mark))
+    other = tmp_path / "other"
+    (other / "packages").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(other)], check=True, env=clean_env())
+    return widget, other
+
+
+def _install_user(harness: str, project: Project, env: dict[str, str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", harness, "--scope",
+                           "user"], cwd=project.path, env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+
+
+def _served_and_silent(project: Project, fake_model: FakeModel, widget: Path, other: Path,
+                       run: object) -> None:
+    assert callable(run)
+    run(widget, f"turn {project.mark}")
+    assert fake_model.seen(f"WHERE-{project.mark} cwd=[{widget}]"), "the package session got no digest"
+    since = fake_model.count()
+    run(other / "packages", "turn other")
+    bodies = fake_model.bodies(since)
+    assert bodies and not any("WHERE-" in b or "SUPERVISE_OP" in b or "## Repository" in b
+                              for b in bodies)
+    assert not (other / ".supervise").exists()
+    assert "supervise" not in (other / ".git" / "info" / "exclude").read_text()
+
+
+def test_a_user_scope_pi_extension_serves_only_opted_in_projects(
+        project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
+    pi = harness_bin("pi")
+    widget, other = _monorepo(project, tmp_path)
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    env = clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1", PI_SKIP_VERSION_CHECK="1",
+                    PI_TELEMETRY="0")
+    _install_user("pi", project, env)
+    assert json.loads((agent / "extensions" / "watchkeeper" / "watchkeeper.json").read_text())["opt_in"]
+
+    def run(cwd: Path, prompt: str) -> None:
+        proc = run_harness([pi, "--provider", "fake", "--model", "fake-model", "-p", prompt], cwd, env)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    _served_and_silent(project, fake_model, widget, other, run)
+
+
+def test_a_user_scope_opencode_plugin_serves_only_opted_in_projects(
+        project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
+    from test_opencode import seed_plugin_dependency
+
+    opencode = harness_bin("opencode")
+    widget, other = _monorepo(project, tmp_path)
+    xdg = tmp_path / "oc-xdg"
+    config = xdg / "config" / "opencode"
+    seed_plugin_dependency(config)
+    (config / "opencode.json").write_text(json.dumps({  # the user's config: every project
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": f"{fake_model.url}/v1", "apiKey": "dummy"},
+                              "models": {"fake-model": {"name": "Fake",
+                                                        "limit": {"context": 100000, "output": 1000}}}}},
+        "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False,
+        "share": "disabled"}))
+    env = clean_env(XDG_CONFIG_HOME=str(xdg / "config"), XDG_DATA_HOME=str(xdg / "data"),
+                    XDG_CACHE_HOME=str(xdg / "cache"), XDG_STATE_HOME=str(xdg / "state"),
+                    OPENCODE_DISABLE_MODELS_FETCH="1", OPENCODE_DISABLE_AUTOUPDATE="1",
+                    OPENCODE_DISABLE_LSP_DOWNLOAD="1")
+    _install_user("opencode", project, env)
+    assert json.loads((config / "plugins" / "watchkeeper" / "watchkeeper.json").read_text())["opt_in"]
+
+    def run(cwd: Path, prompt: str) -> None:
+        proc = run_harness([opencode, "run", prompt], cwd, {**env, "PWD": str(cwd)})
+        assert proc.returncode == 0, proc.stderr[-2000:]
+
+    _served_and_silent(project, fake_model, widget, other, run)

@@ -408,7 +408,31 @@ test("watchkeeper.json planted as a FIFO, a link to /dev/zero, huge or deep: no 
   const dir = mkdtempSync(join(tmpdir(), "wk-settings-ok-"))
   try {
     writeFileSync(join(dir, "watchkeeper.json"), '{"python": "/usr/bin/python3", "budget": 30}')
-    assert.deepEqual({ ...core.loadSettings(dir), file: "" }, { python: "/usr/bin/python3", budget: 30, file: "" })
+    assert.deepEqual({ ...core.loadSettings(dir), file: "" }, { python: "/usr/bin/python3", budget: 30, optIn: false, file: "" })
+  } finally {
+    rmSync(dir, { recursive: true, force: true })
+  }
+})
+
+test("a user-scope watchkeeper.json (opt_in) puts --opt-in on every call of ours", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "wk-optin-"))
+  try {
+    writeFileSync(join(dir, "watchkeeper.json"), JSON.stringify({ python: "/x/python", budget: 30, opt_in: true }))
+    const user = core.loadSettings(dir)
+    assert.equal(user.optIn, true)
+    assert.ok(core.bridgeArgv(user, "pi", "startup", "S1", "/p").includes("--opt-in"))
+    writeFileSync(join(dir, "watchkeeper.json"), JSON.stringify({ python: "/x/python", budget: 30 }))
+    const project = core.loadSettings(dir)
+    assert.equal(project.optIn, false)
+    assert.ok(!core.bridgeArgv(project, "pi", "startup", "S1", "/p").includes("--opt-in"))
+    const seen = []
+    const spawn = (cmd, args) => {
+      seen.push(args)
+      throw new Error("not spawned")
+    }
+    await core.hookText(user, "pi", "prompt", {}, "/p", { spawn })
+    await core.hookText(project, "pi", "post-tool", {}, "/p", { spawn })
+    assert.deepEqual(seen.map((a) => a.includes("--opt-in")), [true, false])
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
