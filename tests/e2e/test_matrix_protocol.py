@@ -1,6 +1,7 @@
 """The session protocol per harness, in one session each, with the real pinned CLI (issue 22):
 start, compaction in the same process where the harness compacts, resume, and a deferred
-result delivered once; at the newest pin of every row of the harness table with a pinned CLI,
+result delivered once, with our hook registered twice where the harness has two settings
+scopes (Claude, Codex, Gemini: both fire on every event); at the newest pin of every row of the harness table with a pinned CLI,
 and at the floor where the floor differs (Claude).
 
 Every request the model received is counted (``conftest.tally``: full digests, re-emits,
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -98,6 +100,28 @@ def session(project: Project, fake_model: FakeModel) -> Session:
     got.close()
 
 
+def _register_twice(project: Project, rel: str, user_file: Path) -> Path:
+    """A second registration of ours at the user scope, as two installs with different
+    budgets (or a hand copy) leave it: the project's hooks with another registered timeout
+    (issue 22, item 2: both fire on every event). Merged into ``user_file`` when it exists.
+    Its interpreter is a wrapper that logs each run: the log's path (the premise: it fired)."""
+    import sys
+
+    log = project.path.parent / "second-registration.log"
+    wrapper = project.path.parent / "python-second"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> "{log}"\nexec "{sys.executable}" "$@"\n')
+    wrapper.chmod(0o755)
+    text = (project.path / rel).read_text().replace(sys.executable, str(wrapper))
+    text = re.sub(r"--registered-timeout (\d+)", lambda m: f"--registered-timeout {int(m[1]) + 10}", text)
+    text = re.sub(r'"timeout": (80|80000)\b', lambda m: f'"timeout": {int(m[1]) * 9 // 8}', text)
+    data = json.loads(text)
+    if user_file.exists():
+        data = {**json.loads(user_file.read_text()), "hooks": data["hooks"]}
+    user_file.parent.mkdir(parents=True, exist_ok=True)
+    user_file.write_text(json.dumps(data))
+    return log
+
+
 def _assert_start(first: dict[str, int], bodies_first: str) -> None:
     assert (first["full"], first["reemit"], first["nudge"], first["deferred"]) == (1, 0, 0, 0), first
     assert "IN PROGRESS: deferred stage 'late'" in bodies_first
@@ -115,6 +139,8 @@ def _claude(session: Session, floor: bool) -> None:
 
     project, fake = session.project, session.fake
     project.install("claude")
+    second = _register_twice(project, ".claude/settings.json",
+                             Path(clean_env()["HOME"], ".claude", "settings.json"))
     env = claude_env(fake, CLAUDE_CODE_AUTO_COMPACT_WINDOW="20000",
                      CLAUDE_AUTOCOMPACT_PCT_OVERRIDE="50")
     proc = subprocess.Popen(
@@ -171,6 +197,7 @@ def _claude(session: Session, floor: bool) -> None:
     resumed = session.tallies(since)[-1]
     assert (resumed["full"], resumed["reemit"], resumed["nudge"]) == (0, 1, 0), resumed
     _assert_once(session.tallies())
+    assert second.exists(), "the premise: the second registration fired"
 
 
 # -- Codex CLI -----------------------------------------------------------------------------------
@@ -189,6 +216,7 @@ def _codex(session: Session, tmp_path: Path) -> None:
         'wire_api = "responses"\nenv_key = "FAKE_API_KEY"\n\n'
         f'[projects."{project.path}"]\ntrust_level = "trusted"\n\n[analytics]\nenabled = false\n')
     project.install("codex")
+    second = _register_twice(project, ".codex/hooks.json", home / "hooks.json")
     out = codex(project, home, "--json", "turn 1")
     tid = next(str(json.loads(line)["thread_id"]) for line in out.splitlines()
                if json.loads(line).get("type") == "thread.started")
@@ -205,6 +233,7 @@ def _codex(session: Session, tmp_path: Path) -> None:
     after = session.tallies(since)[-1]
     assert (after["full"], after["reemit"], after["reemit_mark"], after["nudge"]) == (0, 1, 1, 0), after
     _assert_once(session.tallies())
+    assert second.exists(), "the premise: the second registration fired"
 
 
 # -- Gemini CLI ----------------------------------------------------------------------------------
@@ -220,6 +249,7 @@ def _gemini(session: Session) -> None:
                    "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
     project.install("gemini")
+    second = _register_twice(project, ".gemini/settings.json", Path(home, ".gemini", "settings.json"))
     env = clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake.url)
     run = run_harness([gemini, "-m", "fake-model", "-p", "turn 1"], project.path, env)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -233,6 +263,7 @@ def _gemini(session: Session) -> None:
     resumed = session.tallies(since, keep=lambda b: "turn 2" in b)[-1]
     assert (resumed["full"], resumed["reemit"], resumed["nudge"], resumed["deferred"]) == (0, 1, 0, 1), resumed
     _assert_once(session.tallies())
+    assert second.exists(), "the premise: the second registration fired"
 
 
 # -- Pi ------------------------------------------------------------------------------------------
