@@ -26,7 +26,8 @@ summarisation/compaction prompt, else --reply. Gemini API: `FAKE_READ <path>` in
 turn (no function response after it) is answered with one `read_file` call for that path.
 Anthropic: a user prompt containing
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
-that path, so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
+that path (`FAKE_READS <path>,<path>,...`: one `Read` call per path in one reply, which Claude
+runs in parallel), so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
 `read` tool call with `{"path": ...}`, Pi's read tool). Chat Completions only (streamed): a
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
 `bash` tool call running that command, so a turn makes a second model request after it (a
@@ -110,7 +111,7 @@ def wanted_read(body):
         return None
     for b in blocks:
         if isinstance(b, dict) and b.get("type") == "text":
-            m = re.search(r"FAKE_READ (\S+)", b.get("text") or "")
+            m = re.search(r"FAKE_READS? (\S+)", b.get("text") or "")
             if m:
                 return m.group(1)
     return None
@@ -266,6 +267,13 @@ class H(BaseHTTPRequestHandler):
     # ---- Anthropic Messages -------------------------------------------------------
     def anthropic(self, body):
         read = wanted_read(body)
+        if read is not None and "," in read:  # FAKE_READS a,b,c: parallel Read tool calls
+            blocks = [{"type": "tool_use", "id": f"toolu_fake{abs(hash(path)) % 10**8}",
+                       "name": "Read", "input": {"file_path": path}} for path in read.split(",")]
+            return self.anthropic_reply(body, blocks[0], {**blocks[0], "input": {}},
+                                        {"type": "input_json_delta",
+                                         "partial_json": json.dumps(blocks[0]["input"])},
+                                        "tool_use", more=blocks[1:])
         if read is not None:  # one Read tool call, so a harness's PostToolUse hook fires
             block = {"type": "tool_use", "id": f"toolu_fake{abs(hash(read)) % 10**8}",
                      "name": "Read", "input": {"file_path": read}}
@@ -276,8 +284,9 @@ class H(BaseHTTPRequestHandler):
                                     {"type": "text", "text": ""},
                                     {"type": "text_delta", "text": text}, "end_turn")
 
-    def anthropic_reply(self, body, block, start_block, delta, stop):
-        """One assistant message holding ``block``: JSON, or SSE (start, one delta, stop)."""
+    def anthropic_reply(self, body, block, start_block, delta, stop, more=()):
+        """One assistant message holding ``block`` (and the tool_use blocks ``more``): JSON,
+        or SSE (start, one delta, stop per block)."""
         model = body.get("model", ARGS.model)
         usage = {"input_tokens": input_tokens(), "output_tokens": 5,
                  "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -286,7 +295,7 @@ class H(BaseHTTPRequestHandler):
         msg_id = f"msg_fake_{next(_IDS)}"
         if not body.get("stream"):
             return self._json({"id": msg_id, "type": "message", "role": "assistant",
-                               "model": model, "content": [block], "stop_reason": stop,
+                               "model": model, "content": [block, *more], "stop_reason": stop,
                                "stop_sequence": None, "usage": usage})
         self._sse_start()
         self._ev("message_start", {"type": "message_start", "message": {
@@ -297,6 +306,13 @@ class H(BaseHTTPRequestHandler):
                                          "content_block": start_block})
         self._ev("content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta})
         self._ev("content_block_stop", {"type": "content_block_stop", "index": 0})
+        for index, extra in enumerate(more, 1):
+            self._ev("content_block_start", {"type": "content_block_start", "index": index,
+                                             "content_block": {**extra, "input": {}}})
+            self._ev("content_block_delta", {"type": "content_block_delta", "index": index,
+                                             "delta": {"type": "input_json_delta",
+                                                       "partial_json": json.dumps(extra["input"])}})
+            self._ev("content_block_stop", {"type": "content_block_stop", "index": index})
         self._ev("message_delta", {"type": "message_delta",
                                    "delta": {"stop_reason": stop, "stop_sequence": None},
                                    "usage": {"output_tokens": 5}})

@@ -263,3 +263,34 @@ def test_claude_itself_notes_an_edited_nested_claude_md_once(
             proc.wait()
         if proc.stdout:
             proc.stdout.close()
+
+
+def test_parallel_reads_below_a_folder_inject_its_agents_md_once(
+        project: Project, fake_model: FakeModel) -> None:
+    """Issue 22, item 6, through the real CLI: one reply with six Read calls below ``pkg/``
+    (Claude runs them and fires PostToolUse for each): ``pkg/AGENTS.md`` reaches the model
+    once. A CLAUDE.md at the root keeps Claude's own AGENTS.md loader off, so the post-tool
+    hook is the one that injects it. Claude reads each hook's output at once, which keeps the
+    race window narrow: with the old code this test passed in 4 of 4 runs here, so the proof
+    that fails on the old code is tests/test_parallel_hooks.py (real hook processes raced,
+    their output read one after the other); this one guards the whole path."""
+    from conftest import harness_bin
+
+    floor = False
+    harness_bin("claude", floor)
+    mark = project.mark
+    (project.path / "CLAUDE.md").write_text(f"ROOTCLAUDE{mark}\n")
+    pkg = project.path / "pkg"
+    pkg.mkdir()
+    (pkg / "AGENTS.md").write_text(f"PKGAGENTS{mark}\n")
+    files = []
+    for i in range(6):
+        (pkg / f"f{i}.txt").write_text(f"{i}\n")
+        files.append(str(pkg / f"f{i}.txt"))
+    project.install("claude")
+    claude(project, fake_model, "-p", f"FAKE_READS {','.join(files)}", "--allowedTools", "Read",
+           floor=floor)
+    bodies = fake_model.bodies()
+    results = [b for b in bodies if '"tool_result"' in b]
+    assert results and all(b.count('"tool_use_id"') >= 6 for b in results[:1]), "not six reads"
+    assert max(b.count(f"PKGAGENTS{mark}") for b in bodies) == 1, [b.count(f"PKGAGENTS{mark}") for b in bodies]
