@@ -88,3 +88,77 @@ def test_a_configured_stage_cannot_detach_with_the_mark(tmp_path: Path) -> None:
     if not _gone(pid):
         os.kill(pid, 9)
         raise AssertionError("a configured stage's marked setsid child outlived the digest")
+
+
+# A built-in stage's leader whose child is caught by a scan before its exec: still in the
+# stage's session with the stage's environment (its token, no mark). On "go" the child leaves
+# the session and execs a program that carries the mark and no token, writes its pid, and lives;
+# the leader exits once the child has exec'd.
+EARLY_DETACH = r"""
+import os, sys, time
+forked, go, execd = sys.argv[1:4]
+pid = os.fork()
+if pid == 0:
+    open(forked, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    os.setsid()
+    env = {k: v for k, v in os.environ.items() if k != "SUPERVISE_STAGE_TOKEN"}
+    env["SUPERVISE_DETACHED_FROM"] = "memory"
+    code = f"import os, time; open({execd!r} + '.tmp', 'w').write(str(os.getpid())); " \
+           f"os.rename({execd!r} + '.tmp', {execd!r}); time.sleep(60)"
+    os.execve(sys.executable, [sys.executable, "-c", code], env)
+while not os.path.exists(execd):
+    time.sleep(0.01)
+"""
+
+
+def test_a_detach_a_scan_caught_before_its_exec_is_spared(tmp_path: Path) -> None:
+    """The memory stage's consolidation wrapper, caught by a scan between its fork and its
+    exec (the stage's session and token, no mark yet), was a member for the watchdog's
+    caches: the leftover sweep at the stage's end found it in the members (stale row) and
+    among our adopted children (cached token) and killed it while it started (the
+    consolidation never ran: test_consolidation's flake under load, pytest being a child
+    subreaper). Its current session and mark now decide, before the sweep acts."""
+    from supervisor.engine import _loop, _tree
+    from supervisor.engine._reaper import enable_subreaper
+
+    enable_subreaper()  # as the CLI: the orphaned wrapper becomes our child
+    forked, go, execd = tmp_path / "forked", tmp_path / "go", tmp_path / "execd"
+    token = os.urandom(16).hex()
+    leader = subprocess.Popen([sys.executable, "-c", EARLY_DETACH, str(forked), str(go),
+                               str(execd)], env={**os.environ, "SUPERVISE_STAGE_TOKEN": token},
+                              start_new_session=True, stdin=subprocess.DEVNULL)
+    child = 0
+    try:
+        async def body() -> bool:
+            nonlocal child
+            watch = _tree.Watch()
+            tree = _tree.StageTree(leader.pid, lambda: leader.returncode is None, token,
+                                   detach_mark="memory")
+            watch.add(tree)
+            end = time.monotonic() + 30
+            while not forked.exists():
+                assert time.monotonic() < end, "the leader never forked"
+                await _loop.sleep(0.01)
+            while len(tree.members) < 2:  # the premise: a scan caught the child pre-exec
+                assert time.monotonic() < end, tree.members
+                await watch.refresh(_loop.current_time() + 5)
+            go.write_text("go")
+            while not execd.exists():
+                assert time.monotonic() < end, "the child never exec'd"
+                await _loop.sleep(0.01)
+            child = int(execd.read_text())
+            leader.wait(timeout=30)  # the stage's leader ended: its leftovers are swept
+            now = _loop.current_time()
+            if await watch.has_leftovers(tree, now + 5):
+                await watch.kill_stage(tree, 0.2, _loop.current_time() + 5)
+            return alive_and_ours(child)
+
+        assert _loop.run(body), "the leftover sweep killed the stage's deliberate detach"
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()
+        if child and alive_and_ours(child):
+            os.kill(child, signal.SIGKILL)  # the process this test started, by its pid

@@ -311,11 +311,11 @@ class Watch:
         for pid, token in list(owner.items()):
             tree = marked.get(token)
             row = rows[pid]
-            if tree is None or row.sid == tree.leader or owner.get(pid) != token:
+            if tree is None or owner.get(pid) != token:
                 continue
             key = (pid, row.start)
-            if key not in self._detach:
-                if environ_value(pid, DETACH_VAR) != tree.detach_mark:
+            if key not in self._detach:  # a known detach stays one (this row may be stale)
+                if row.sid == tree.leader or environ_value(pid, DETACH_VAR) != tree.detach_mark:
                     continue
                 self._detach[key] = True
             stack = [pid]
@@ -326,6 +326,39 @@ class Watch:
                     self._sticky.pop((gone, rows[gone].start), None)
                     self._ever.pop(gone, None)
                     stack.extend(children.get(gone, ()))
+
+    def _drop_detached(self, tree: StageTree) -> None:
+        """Drop from ``tree.members`` each built-in stage's deliberate detach and its
+        descendants, judged now, before a leftover check or a kill acts on the members.
+        The members come from the last scan, which may have caught the detaching child
+        between its fork and its ``exec`` (in the stage's session, with the stage's token,
+        without :data:`DETACH_VAR`): a sticky member until a later scan releases it, and
+        the kill's first TERM goes to the members as they are. A fresh row (out of the
+        stage's session) and the mark in its environment release it first
+        (:meth:`_detached`). Bounded by the members; never raises."""
+        if tree.detach_mark is None or len(tree.members) <= 1:
+            return
+        released: set[int] = set()
+        for pid, row in list(tree.members.items()):
+            if pid == tree.leader:
+                continue
+            if not self._detach.get((pid, row.start)):
+                fresh = stat(pid)  # the member's row may predate its exec
+                if (fresh is None or fresh.start != row.start
+                        or not self._detached(fresh, tree.token)):
+                    continue
+            released.add(pid)
+        grew = bool(released)
+        while grew:  # its descendants (by the members' own rows) go with it
+            grew = False
+            for pid, row in tree.members.items():
+                if pid not in released and row.ppid in released:
+                    released.add(pid)
+                    grew = True
+        for pid in released:
+            row = tree.members.pop(pid)
+            self._sticky.pop((pid, row.start), None)
+            self._ever.pop(pid, None)
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
                    previous: dict[int, Row] | None, reread: set[int], first: set[int],
@@ -393,8 +426,26 @@ class Watch:
                     return False
                 self._tokens[key] = None
         token = self._tokens[key]
-        if token is not None and token in self.freezing and not row.stopped:
+        if (token is not None and token in self.freezing and not row.stopped
+                and not self._detached(row, token)):
             _kill_checked(row.pid, row.start, signal.SIGSTOP)
+        return True
+
+    def _detached(self, row: Row, token: str | None) -> bool:
+        """Whether ``row``, attributed to the stage of ``token`` by a sticky membership or
+        a cached token read, is that built-in stage's deliberate detach: out of the stage's
+        session with :data:`DETACH_VAR` naming it now (remembered). A scan or a token read
+        that caught the detaching child between its fork and its ``exec`` saw the stage's
+        session and environment; both outlive the ``exec`` in our caches (the start stamp
+        does not change), so the current mark decides. Never raises."""
+        key = (row.pid, row.start)
+        if self._detach.get(key):
+            return True
+        stage = self.stages.get(token) if token is not None else None
+        if (stage is None or stage.detach_mark is None or row.sid == stage.leader
+                or environ_value(row.pid, DETACH_VAR) != stage.detach_mark):
+            return False
+        self._detach[key] = True
         return True
 
     async def refresh(self, deadline: float, max_age: float = 0.0,
@@ -668,6 +719,8 @@ class Watch:
                 if key not in self._tokens:
                     self._tokens[key] = environ_value(pid, TOKEN_VAR)
                 token = self._tokens[key]
+            if self._detached(row, token):
+                continue
             found.append((row, token))
         return found
 
@@ -739,6 +792,8 @@ class Watch:
         for row in (tree.members.values() if rows is None else rows):
             if group and row.pgid == tree.leader and rows is None:
                 continue
+            if self._detach.get((row.pid, row.start)):
+                continue  # a built-in's detach (a scan applied late may have listed it)
             _kill_checked(row.pid, row.start, sig)
 
     async def _freeze(self, tree: StageTree, until: float, seen: dict[int, Row]) -> None:
@@ -827,6 +882,7 @@ class Watch:
         t0 = _loop.current_time()
         now = _loop.current_time
         hard_at = max(t0, min(t0 + grace, deadline - HARD_PHASE))
+        self._drop_detached(tree)  # never a TERM to a detach a stale scan made a member
         tree.group_verified = self._group_ok(tree)
         if not tree.members:  # a scan under way applies its result when done (no wait here)
             self._scan_soon(hard_at)
@@ -895,6 +951,7 @@ class Watch:
     async def _has_leftovers(self, tree: StageTree, deadline: float) -> bool:
         if tree.cgroup is not None and _cgroup.pids(tree.cgroup):
             return True
+        self._drop_detached(tree)
         if _killpg(tree.leader, 0):
             # The leader is reaped and its group is not empty: members are left (zombies are
             # reaped within a tick). The group id stays ours while it is not empty (the kernel
