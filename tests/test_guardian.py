@@ -30,12 +30,17 @@ def _stage(name: str, pids: Path, body: str) -> str:
 def _hostile(pids: Path, tag: str) -> str:
     """A TERM-ignoring leader with a TERM-ignoring child in its group and a ``setsid``
     grandchild (out of the group and session, carrying the stage's token), each writing its
-    pid into ``pids/<tag>-<role>``."""
-    note = f"echo $$ > '{pids}/{tag}-%s.tmp' && mv '{pids}/{tag}-%s.tmp' '{pids}/{tag}-%s'"
-    return (f"trap '' TERM; {note % (('leader',) * 3)}; "
-            f"(trap '' TERM; {note % (('child',) * 3)}; "
-            f"setsid sh -c \"{note % (('escapee',) * 3)}; exec sleep {HOLD}\" & "
-            f"exec sleep {HOLD}) & exec sleep {HOLD}")
+    own pid into ``pids/<tag>-<role>`` (each is a script of its own, so ``$$`` is its pid)."""
+    def note(role: str) -> str:
+        return (f"echo $$ > '{pids}/{tag}-{role}.tmp' && "
+                f"mv '{pids}/{tag}-{role}.tmp' '{pids}/{tag}-{role}'")
+
+    escapee = pids / f"{tag}-escapee.sh"
+    escapee.write_text(f"{note('escapee')}\nexec sleep {HOLD}\n")
+    child = pids / f"{tag}-child.sh"
+    child.write_text(f"trap '' TERM\n{note('child')}\nsetsid sh '{escapee}' &\n"
+                     f"exec sleep {HOLD}\n")
+    return f"trap '' TERM; {note('leader')}; sh '{child}' & exec sleep {HOLD}"
 
 
 def _wait_for(paths: list[Path], bound: float = 30.0) -> list[int]:
@@ -79,6 +84,7 @@ def test_a_sigkilled_digest_takes_its_stages_with_it(tmp_path: Path) -> None:
     started: list[int] = []
     try:
         started = _wait_for([pids / f"{tag}-{role}" for tag in "ab" for role in ROLES])
+        assert len(set(started)) == 2 * len(ROLES), started  # six processes, six pids
         time.sleep(0.2)  # every start registered (a lower bound)
         digest.kill()
         digest.wait(timeout=30)
@@ -112,3 +118,28 @@ def test_a_sigkilled_deferred_runner_takes_its_stage_with_it(tmp_path: Path) -> 
         assert _all_gone(started) == [], "the deferred stage outlived its SIGKILLed runner"
     finally:
         _end([*started, runner] if runner else started)
+
+
+def test_a_sigkilled_run_takes_its_command_with_it(tmp_path: Path) -> None:
+    """``supervise run``'s lean path (its own guardian, forked after the spawn): kill -9 of
+    ``run`` while its command runs (TERM ignored, a child in its group, a ``setsid``
+    escapee), and every one of their processes is gone. Before, the lean path had no
+    guardian: the whole tree lived on for its natural life."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    run = subprocess.Popen(supervise_cmd("run", "--budget", str(HOLD), "--", "sh", "-c",
+                                         _hostile(pids, "r")),
+                           cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        started = _wait_for([pids / f"r-{role}" for role in ROLES])
+        assert len(set(started)) == len(ROLES), started  # three processes, three pids
+        run.kill()
+        run.wait(timeout=30)
+        assert _all_gone(started) == [], "the command outlived its SIGKILLed `supervise run`"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        _end(started)

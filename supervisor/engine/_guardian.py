@@ -29,12 +29,13 @@ import os
 import signal
 import sys
 
-from ._proctable import environ_value, start_stamp, stat
 from ._reaper import TOKEN_VAR
 
+UNKNOWN = -1.0
+"""The start stamp of a leader registered without one (:meth:`Guardian.watch` with
+``start=None``): its token tells it from a process that took its pid since."""
 ROUNDS = 6
 """Most scan rounds of the kill (each stops what it finds; done when one finds nothing new)."""
-_LINUX = sys.platform.startswith("linux")
 
 
 class Guardian:
@@ -52,8 +53,14 @@ class Guardian:
         self._fd: int | None = fd
 
     @classmethod
-    def start(cls) -> Guardian | None:
-        """Fork the guardian; its :class:`Guardian` handle, or None."""
+    def start(cls, first: tuple[str, str | None] | None = None) -> Guardian | None:
+        """Fork the guardian; its :class:`Guardian` handle, or None.
+
+        ``first`` (``supervise run``'s lean path, :mod:`supervisor.engine._runwait`): the
+        ``(token, cgroup or None)`` of a command about to be spawned, known to the guardian
+        from the fork on; the caller then passes the leader with ``start=None``, so it pays
+        for the fork alone (no ``/proc`` read, no :mod:`._proctable` import), and the
+        guardian does nothing but read its pipe until it must kill."""
         if not hasattr(os, "fork"):
             return None
         try:
@@ -71,7 +78,7 @@ class Guardian:
             os.close(w)
             return None
         if pid == 0:  # pragma: no cover - the child never returns
-            _child(r, w)
+            _child(r, w, first)
         os.close(r)
         os.set_blocking(w, False)
         return cls(pid, w)
@@ -84,9 +91,12 @@ class Guardian:
         except OSError:  # full (a guardian that stopped reading) or gone
             pass
 
-    def watch(self, pid: int, start: float, token: str, cgroup: str | None = None) -> None:
-        """Register a stage's leader ``pid`` (its start stamp ``start``), token and cgroup."""
-        self._send(f"+ {pid} {start!r} {token}" + (f" {cgroup}" if cgroup else ""))
+    def watch(self, pid: int, start: float | None, token: str, cgroup: str | None = None) -> None:
+        """Register a stage's leader ``pid`` (its start stamp ``start``), token and cgroup.
+        ``start`` None (no ``/proc`` read here): the guardian takes ``pid`` for the leader
+        while it carries ``token`` (a process that took its pid since does not)."""
+        stamp = "-" if start is None else repr(start)
+        self._send(f"+ {pid} {stamp} {token}" + (f" {cgroup}" if cgroup else ""))
 
     def forget(self, pid: int) -> None:
         """The stage led by ``pid`` ended and was swept: nothing of it to kill any more."""
@@ -106,13 +116,14 @@ class Guardian:
             pass
 
 
-def _child(r: int, w: int) -> None:  # pragma: no cover - runs in the forked child
+def _child(r: int, w: int, first: tuple[str, str | None] | None = None,
+           ) -> None:  # pragma: no cover - runs in the forked child
     """The guardian's life: never returns."""
     try:
         os.close(w)
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD,
-                    signal.SIGPIPE):
+                    signal.SIGPIPE, signal.SIGQUIT, signal.SIGALRM):
             signal.signal(sig, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         os.setsid()
@@ -123,6 +134,8 @@ def _child(r: int, w: int) -> None:  # pragma: no cover - runs in the forked chi
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 20)
         stages: dict[int, tuple[float, str, str | None]] = {}
+        if first is not None:  # known by its token until its leader's line comes
+            stages[0] = (UNKNOWN, first[0], first[1])
         buf = b""
         while True:
             try:
@@ -139,8 +152,10 @@ def _child(r: int, w: int) -> None:  # pragma: no cover - runs in the forked chi
                     os._exit(0)
                 try:
                     if parts[0] == "+" and len(parts) >= 4:
-                        stages[int(parts[1])] = (float(parts[2]), parts[3],
-                                                 parts[4] if len(parts) > 4 else None)
+                        pid = int(parts[1])
+                        stamp = UNKNOWN if parts[2] == "-" else float(parts[2])
+                        if pid > 0:
+                            stages[pid] = (stamp, parts[3], parts[4] if len(parts) > 4 else None)
                     elif parts[0] == "-" and len(parts) >= 2:
                         stages.pop(int(parts[1]), None)
                 except ValueError:
@@ -157,8 +172,14 @@ def kill_all(stages: dict[int, tuple[float, str, str | None]]) -> int:
     cgroup or None)): each round scans, SIGSTOPs what it finds (a stopped process cannot
     fork) and the groups of the leaders still alive, until a round finds nothing new or
     :data:`ROUNDS`; then SIGKILL to all of them and ``cgroup.kill``. Returns how many
-    processes it killed. Never raises."""
-    leaders = {pid for pid, (start, _, _) in stages.items() if start_stamp(pid) == start}
+    processes it killed. An entry of pid 0 is known by its token (and cgroup) alone; a
+    leader registered with the stamp :data:`UNKNOWN` is one while it carries its token
+    (a process that took its pid since does not). Never raises."""
+    from ._proctable import environ_value, start_stamp
+
+    leaders = {pid for pid, (start, token, _) in stages.items()
+               if pid > 0 and (start_stamp(pid) == start if start != UNKNOWN
+                               else environ_value(pid, TOKEN_VAR) == token)}
     tokens = {token for _, token, _ in stages.values()}
     found: dict[int, float] = {}
     for _ in range(ROUNDS):
@@ -204,6 +225,8 @@ def _members(stages: dict[int, tuple[float, str, str | None]], leaders: set[int]
              tokens: set[str]) -> dict[int, float]:
     """pid -> start stamp of every live process of ``stages``: in the session or group of a
     live leader, carrying a token, or descending from one of those."""
+    from ._proctable import environ_value, stat
+
     me = os.getpid()
     rows = {}
     for pid in _pids():
@@ -231,7 +254,9 @@ def _members(stages: dict[int, tuple[float, str, str | None]], leaders: set[int]
 
 
 def _pids() -> list[int]:
-    if _LINUX:
+    from ._proctable import PROCFS
+
+    if PROCFS:  # /proc; psutil's listing on the portable path (macOS, SUPERVISE_PORTABLE)
         try:
             return [int(name) for name in os.listdir("/proc") if name.isdigit()]
         except OSError:

@@ -19,7 +19,10 @@ there is something to kill:
   the command's cgroup is not empty, or one of our children is alive: with the child
   subreaper every orphan of the tree becomes our child, so this check is complete):
   :meth:`~supervisor.engine._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
-  stage (systemd control-group semantics, design rule 8).
+  stage (systemd control-group semantics, design rule 8);
+- a SIGKILL to us: the guardian (:mod:`supervisor.engine._guardian`), forked once the command
+  has run :data:`GUARD_AFTER` seconds or before the watchdog loads, kills the command's tree
+  when it reads end of file on its pipe.
 
 No second kill sequence lives here, and no second copy of the engine's numbers: the timing
 table, the portable switch, the subreaper, the children listing and the reaper come from
@@ -49,6 +52,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from ._guardian import Guardian
     from ._tree import KillReport
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
@@ -61,6 +65,11 @@ table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill seque
 the deadline knowing the tree's members: the kill has only grace + ``HARD_PHASE`` + the drain
 reserve, too short to find a ``setsid`` escapee from nothing on a starved host, where loading
 the watchdog's imports alone can take seconds."""
+GUARD_AFTER = 0.01
+"""Seconds of the command's life after which the guardian (:mod:`supervisor.engine._guardian`)
+is forked, if the watchdog has not loaded first: a SIGKILL to ``run`` after that kills the
+command's tree within a moment; one in the first :data:`GUARD_AFTER` seconds leaves it (the
+price of ``run -- true`` paying no fork: a command that ends sooner never needs one)."""
 WATCH_AFTER = 1.0
 """Seconds of the command's life after which the watchdog is loaded and scans anyway: a
 command that runs this long gets the engine's watch (a signal to us, or its exit, then finds
@@ -200,6 +209,30 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         finally:
             if out_w >= 0:
                 os.close(out_w)
+        # A SIGKILL to us (the OOM killer, a harness's timeout, `kill -9`) runs no kill: the
+        # guardian kills the command's tree when it reads end of file on its pipe, as a
+        # digest's does (supervisor.engine._guardian). Forked once the command has run
+        # GUARD_AFTER seconds, or before the watchdog loads (a kill, a sweep, a scan): a
+        # command that ends sooner (`run -- true`) never pays for the fork.
+        guard: list[Guardian | None] = []
+        mine: list[int] = []  # the guardian's pid: ours, never a member of the tree
+
+        def guarded() -> None:
+            if not guard:
+                from ._guardian import Guardian
+
+                guard.append(Guardian.start((token, str(cgroup) if cgroup is not None
+                                             else None)))
+                if guard[0] is not None:
+                    mine.append(guard[0].pid)
+                    guard[0].watch(pid, None, token, str(cgroup) if cgroup is not None
+                                   else None)
+
+        def unguarded() -> None:
+            if guard and guard[0] is not None:
+                guard[0].close()  # the tree is dead or swept: nothing for it to kill
+
+        guard_at = started + GUARD_AFTER
         kill_at = started + budget
         end_at = kill_at + grace + KILL_MARGIN
         raw: int | None = None
@@ -228,6 +261,8 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     sent = len(got)
                     continue  # its exit may be there already
                 now = time.monotonic()
+                if not guard and now >= guard_at:
+                    guarded()
                 if now >= escalate_at:
                     reason = "signal"
                     break
@@ -240,13 +275,16 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     watch_at = min(watch_at, escalate_at - PREFETCH)
                 if time.monotonic() >= watch_at:
                     if dog is None:  # now, so that a kill starts on time, knowing the tree
-                        dog = _Watchdog(pid, token, cgroup)
+                        guarded()
+                        dog = _Watchdog(pid, token, cgroup, mine)
                     if time.monotonic() >= dog.next_scan:
                         dog.scan(min(kill_at, escalate_at))  # who the kill must reach
                         continue
                     timeout = min(left, dog.next_scan - time.monotonic())
                 else:
                     timeout = watch_at - time.monotonic()
+                if not guard:
+                    timeout = min(timeout, guard_at - time.monotonic())
                 ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r], timeout)
                 if wake_r in ready:
                     _drain(wake_r)
@@ -260,18 +298,23 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         except BaseException:
             # An error of ours while it runs: the whole tree still dies (bounded), then the
             # error propagates.
-            (dog or _Watchdog(pid, token, cgroup)).kill(grace, end_at)
+            guarded()
+            (dog or _Watchdog(pid, token, cgroup, mine)).kill(grace, end_at)
+            unguarded()
             raise
         swept = False
         if reason != "exited":
             swept = True
             # after a forwarded signal the command had its grace: the kill starts hard
-            dog = dog or _Watchdog(pid, token, cgroup)
+            guarded()
+            dog = dog or _Watchdog(pid, token, cgroup, mine)
             raw = dog.kill(0.0 if reason == "signal" else grace, end_at)
-        elif _may_have_leftovers(pid, cgroup, subreaper):
+        elif _may_have_leftovers(pid, cgroup, subreaper, mine):
             swept = True
-            dog = dog or _Watchdog(pid, token, cgroup)
+            guarded()
+            dog = dog or _Watchdog(pid, token, cgroup, mine)
             dog.sweep(grace, end_at)
+        unguarded()
         if out_r >= 0:
             until = min(time.monotonic() + DRAIN, end_at)
             while (left := until - time.monotonic()) > 0:
@@ -330,10 +373,11 @@ def _forward(leader: int, sig: int) -> None:
             pass
 
 
-def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bool:
+def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool,
+                        mine: list[int] | tuple[int, ...] = ()) -> bool:
     """After the leader exited and was reaped: whether anything of its tree may be alive.
-    Cheap and complete with the subreaper (its group, its cgroup, our children); without it
-    only a scan of the process table can tell (True)."""
+    Cheap and complete with the subreaper (its group, its cgroup, our children but ``mine``,
+    the guardian); without it only a scan of the process table can tell (True)."""
     if cgroup is not None:
         if _cgroup.pids(cgroup):
             return True
@@ -346,7 +390,7 @@ def _may_have_leftovers(leader: int, cgroup: Path | None, subreaper: bool) -> bo
         return True
     reap_zombie_children(limit=REAP_BATCH)
     children = our_children()
-    return children is None or bool(children)
+    return children is None or any(child not in mine for child in children)
 
 
 class _Watchdog:
@@ -356,15 +400,17 @@ class _Watchdog:
     the tree's members), or at a signal, or for a sweep. Its kill and sweep are the watchdog's own (``kill_stage``,
     ``has_leftovers``); nothing here signals a process."""
 
-    def __init__(self, leader: int, token: str, cgroup: Path | None) -> None:
+    def __init__(self, leader: int, token: str, cgroup: Path | None,
+                 mine: list[int] | tuple[int, ...] = ()) -> None:
         from . import _tree
 
         self.leader = leader
         self.reaped = False
         self.tree = _tree.StageTree(leader, lambda: not self.reaped, token, cgroup,
                                     adopts_all=True)  # the one command: every orphan is its
-        self.watch = _tree.Watch()
+        self.watch = _tree.Watch(exclude=lambda: set(mine))  # the guardian is no member
         self.watch.add(self.tree)
+        self.watch.protected.update(mine)  # ours to reap, at its close
         self.next_scan = time.monotonic()
         """When the next scan is due (monotonic seconds)."""
         self.report: KillReport | None = None
