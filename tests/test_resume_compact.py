@@ -168,6 +168,11 @@ def test_a_later_incomplete_start_of_the_same_session_wins(project: Path, harnes
     assert "SESSION_START_COMPLETION: not recorded" in hook(first, project, "new").text
     first.close()
     (project / "slow").unlink()
+    # The first, complete start's config again: the compact must be a full start because of
+    # the later incomplete one, not because a 1 s budget cut it (its stages get 0.55 s: on a
+    # loaded host `context` may not have printed by then) or because the config changed;
+    # a re-emit of the first start is what a wrong answer would look like.
+    (project / "supervise.toml").write_text(CONFIG)
     second = harnesses()
     run = hook(second, project, "compact")
     assert "CONTEXT-FULL-ONLY" in run.text and "RE-EMIT" not in run.text
