@@ -1,4 +1,4 @@
-"""The engine's event loop: structured concurrency on ``select.poll``, stdlib only.
+"""The engine's event loop: structured concurrency on ``epoll`` (``poll`` elsewhere), stdlib only.
 
 A digest needs a handful of primitives: tasks in task groups, cancel scopes with deadlines
 and shields, events, sleeps, waits for a readable or writable descriptor, a capacity limiter
@@ -465,7 +465,8 @@ class _Loop:
         self.ready: deque[tuple[_Task, Any, BaseException | None]] = deque()
         self.timers: list[list[Any]] = []  # [when, seq, callback or None, args]
         self.seq = 0
-        self.poll = select.poll()
+        self.epoll = hasattr(select, "epoll")  # a wait costs O(1), not O(descriptors)
+        self.poll: Any = select.epoll() if self.epoll else select.poll()
         self.fds: dict[int, list[_Task | None]] = {}  # fd -> [reader, writer]
         self.task: _Task | None = None
         self.outcome: tuple[Any, BaseException | None] = (None, None)
@@ -480,6 +481,8 @@ class _Loop:
     def close(self) -> None:
         with self.lock:
             self.closed = True
+        if self.epoll:
+            self.poll.close()
         for fd in (self.wake_r, self.wake_w):
             try:
                 os.close(fd)
@@ -532,7 +535,12 @@ class _Loop:
         if slots is None:
             slots = self.fds[fd] = [None, None]
             slots[which] = task
-            self.poll.register(fd, _IN if which == 0 else _OUT)
+            try:
+                self.poll.register(fd, _IN if which == 0 else _OUT)
+            except PermissionError:  # epoll refuses a regular file: always ready, as poll says
+                del self.fds[fd]
+                self.resume(task)
+                return
         else:
             if slots[which] is not None:
                 raise RuntimeError(f"another task already waits for descriptor {fd}")
@@ -608,10 +616,13 @@ class _Loop:
                 break
             while timers and timers[0][2] is None:
                 heapq.heappop(timers)
+            timeout: float
             if ready or calls:
                 timeout = 0
-            elif timers:
-                timeout = max(0, int((timers[0][0] - current_time()) * 1000) + 1)
+            elif timers:  # epoll takes seconds (rounded up to ms), poll milliseconds
+                timeout = max(0.0, timers[0][0] - current_time())
+                if not self.epoll:
+                    timeout = int(timeout * 1000) + 1
             else:
                 timeout = -1
             for fd, mask in self.poll.poll(timeout):
