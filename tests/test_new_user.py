@@ -227,11 +227,14 @@ def test_version_is_listed_and_cheap(tmp_path: Path) -> None:
 
     main_help = run_cli("--help", cwd=tmp_path).stdout.decode()
     assert "-V, --version" in main_help and "-h, --help" in main_help
+    import importlib.metadata
+
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["dynamic"] == ["version"]  # read from supervisor/_version.py
     for flag in ("-V", "--version"):
         proc = run_cli(flag, cwd=tmp_path)
         assert proc.returncode == 0
-        assert proc.stdout.decode() == f"supervise (watchkeeper) {pyproject['project']['version']}\n"
+        assert proc.stdout.decode() == f"supervise (watchkeeper) {importlib.metadata.version('watchkeeper')}\n"
     trace = subprocess.run([sys.executable, "-X", "importtime", "-m", "supervisor", "-V"],
                            capture_output=True, text=True, cwd=tmp_path, timeout=30).stderr
     imported = {line.rsplit("|", 1)[-1].strip() for line in trace.splitlines()}

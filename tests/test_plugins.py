@@ -236,12 +236,14 @@ def test_gemini_extension_registers_its_events_through_the_shim() -> None:
     from supervisor.config._schema import DEFAULT_BUDGET
 
     gemini = ADAPTERS["gemini"]
-    manifest = json.loads((GEMINI_EXTENSION / "gemini-extension.json").read_text("utf-8"))
-    assert manifest["name"] == "watchkeeper" and manifest["version"]
     data = json.loads((GEMINI_EXTENSION / "hooks" / "hooks.json").read_text("utf-8"))
     commands = _plugin_commands(GEMINI_EXTENSION / "hooks" / "hooks.json")
     assert set(commands) == {gemini.session_event, gemini.prompt_event, gemini.post_tool_event}
-    assert "exec supervise-hook gemini --registered-timeout" in commands[gemini.session_event]
+    # the command names its own hooks file (Gemini substitutes ${extensionPath}) instead of
+    # repeating the timeout: the file's number is its one home
+    assert ('exec supervise-hook gemini --registered-in "${extensionPath}/hooks/hooks.json";'
+            in commands[gemini.session_event])
+    assert "--registered-timeout" not in commands[gemini.session_event]
     assert "exec supervise-hook gemini --event prompt;" in commands[gemini.prompt_event]
     assert "exec supervise-hook gemini --event post-tool;" in commands[gemini.post_tool_event]
     # the extension's read hook matches the tools settings registrations do
@@ -250,10 +252,48 @@ def test_gemini_extension_registers_its_events_through_the_shim() -> None:
     # as doctor judges a settings registration
     [handler] = data["hooks"][gemini.session_event][0]["hooks"]
     assert _timeout_check(gemini, handler, DEFAULT_BUDGET).status == "ok"
-    import re
 
-    recorded = re.search(r"--registered-timeout (\d+);", handler["command"])
-    assert recorded and float(recorded.group(1)) == gemini.timeout_seconds(handler["timeout"])
+
+def test_the_gemini_extension_hook_clamps_the_budget_to_its_own_file(tmp_path: Path) -> None:
+    """``--registered-in FILE``: the session-start timeout of the extension's hooks file (ms for
+    Gemini) clamps the budget, as ``--registered-timeout`` does for a settings install; the
+    old hook knew no such option and ran the whole budget past Gemini's kill."""
+    project = _git_project(tmp_path, 'budget = 20\ngrace = 0.5\n[[stages]]\nname = "m"\n'
+                           'run = ["/bin/echo", "EXT-OK"]\n')
+    hooks = tmp_path / "hooks.json"
+    hooks.write_text(json.dumps({"hooks": {"SessionStart": [{"matcher": "", "hooks": [
+        {"type": "command", "command": "x", "timeout": 8000}]}]}}))
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "hook", "gemini", "--take-lock",
+                           "--registered-in", str(hooks)], cwd=project, capture_output=True,
+                          timeout=60, input=json.dumps({"hook_event_name": "SessionStart",
+                                                        "source": "startup", "session_id": "s",
+                                                        "cwd": str(project)}).encode())
+    assert proc.returncode == 0, proc.stderr
+    context = json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+    assert "budget clamped to 2.5s" in context and "8s hook timeout" in context, context
+    assert "EXT-OK" in context
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "hook", "gemini", "--take-lock",
+                           "--registered-in", str(tmp_path / "missing.json")], cwd=project,
+                          capture_output=True, timeout=60, input=b"{}")
+    assert proc.returncode == 0 and b"EXT-OK" in proc.stdout
+    assert b"--registered-in:" in proc.stderr and b"not clamped" in proc.stderr
+
+
+def test_the_gemini_manifest_is_generated_from_the_version(tmp_path: Path) -> None:
+    """Gemini CLI requires ``version`` in gemini-extension.json: it is written from the one
+    home of the version, never committed (the checkout holds no copy to keep equal)."""
+    import subprocess as sp
+
+    from supervisor._manifests import GEMINI_EXTENSION, gemini_extension, write_gemini_extension
+    from supervisor._version import VERSION
+
+    tracked = sp.run(["git", "-C", str(ROOT), "ls-files", f"plugins/gemini/{GEMINI_EXTENSION}"],
+                     capture_output=True, text=True, timeout=30).stdout
+    assert tracked == ""
+    manifest = json.loads(gemini_extension())
+    assert manifest["name"] == "watchkeeper" and manifest["version"] == VERSION
+    assert write_gemini_extension(tmp_path) and not write_gemini_extension(tmp_path)
+    assert json.loads((tmp_path / GEMINI_EXTENSION).read_text()) == manifest
 
 
 def test_gemini_extension_hook_runs_the_installed_package(installed: tuple[Path, Path],

@@ -181,6 +181,15 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
     from .._home import home_dir
 
     home = home_dir()
+    root = marketplace_root()
+    if adapter.name == "gemini" and root is not None:
+        from .._manifests import GEMINI_EXTENSION, write_gemini_extension
+
+        try:  # generated from the version (required by Gemini), never committed
+            write_gemini_extension(root / "plugins" / "gemini")
+        except OSError as err:
+            return (f"cannot write {root / 'plugins' / 'gemini' / GEMINI_EXTENSION} "
+                    f"({err.strerror or err})")
     if home is not None and extension_dir(adapter, Path(home)) is not None:
         return ""  # linked already (a second link is refused)
     commands = setup_commands(adapter, scope)

@@ -58,6 +58,9 @@ class HookArgs:
     prerequisite: bool = False
     registered_timeout: float | None = None
     """Seconds: the hook timeout ``install`` registered with the harness (``--registered-timeout``)."""
+    registered_in: str = ""
+    """``--registered-in FILE``: the harness plugin's hooks file that registers this hook; its
+    session-start timeout is the registered timeout (:func:`timeout_in`)."""
     opt_in: bool = False
     """``--opt-in``: a user-scope registration, silent in projects that did not opt in
     (:func:`supervisor.session._gates.opt_in_silence`)."""
@@ -88,6 +91,9 @@ HOOK = _args.Command("supervise hook", HOOK_DESCRIPTION, (
     _args.Option(("--registered-timeout",), "registered_timeout", "the hook timeout registered "
                  "with the harness (install writes it): the budget is clamped to fit inside it",
                  metavar="SECONDS", convert=_args.positive_seconds),
+    _args.Option(("--registered-in",), "registered_in", "the hooks file of a harness plugin that "
+                 "registers this hook (Gemini CLI's extension names its own): its session-start "
+                 "timeout clamps the budget, as --registered-timeout does", metavar="FILE"),
     _args.Option(("--take-lock",), "take_lock", "when no harness process is among our ancestors "
                  "(a terminal), let the calling shell take the session lock instead of running "
                  "read-only"),
@@ -267,6 +273,9 @@ def _run(args: HookArgs) -> int:
         config = as_plan(embedded_default())
         notice = (f"[supervise] configuration error: {config_error}; the embedded default "
                   "digest ran instead. Fix the file, then run `supervise digest --session-start`.\n")
+    if (args.registered_in and args.registered_timeout is None and adapter is not None
+            and args.event == "session-start"):
+        args.registered_timeout = timeout_in(args.registered_in, adapter)
     if args.registered_timeout is not None and args.event in ("session-start", "prompt"):
         # a prompt hook that may deliver an armed start runs the digest too
         config, clamped = clamp_budget(config, args.registered_timeout, args.harness)
@@ -468,6 +477,35 @@ _HANDLERS: dict[str, Callable[[_Hook], None]] = {
 PRINT_RESERVE = 5.0
 """Seconds kept between the end of the digest's budget and the registered hook timeout:
 interpreter start, the payload read (at most 1 s), the banner and printing."""
+
+
+def timeout_in(path: str, adapter: Adapter) -> float | None:
+    """Seconds of the session-start timeout that the hooks file ``path`` (a harness plugin's
+    ``hooks/hooks.json``: ``{"hooks": {EVENT: [{"hooks": [{"timeout": N}]}]}}``, ``N`` in the
+    harness's unit) registers for ``adapter``'s session event: the one home of the plugin's
+    timeout, which the plugin's command names instead of repeating the number. None (one
+    line on stderr) when the file cannot be read (at most 64 KiB, never a FIFO) or names none:
+    the budget is then not clamped."""
+    from .._errors import ConfigError
+    from .._jsontext import loads
+    from ..state._fsutil import read_small_file
+
+    try:
+        raw = read_small_file(path, 64 * 1024, what="a plugin's hooks file")
+        data = loads((raw or b"").decode("utf-8", "replace"))
+        for group in data["hooks"][adapter.session_event]:
+            for handler in group["hooks"]:
+                value = handler.get("timeout")
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                    return float(adapter.timeout_seconds(value))
+    except ConfigError as err:
+        print(f"supervise hook: --registered-in: {err}; the budget is not clamped", file=sys.stderr)
+        return None
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        pass
+    print(f"supervise hook: --registered-in: {path} registers no {adapter.session_event} "
+          "timeout; the budget is not clamped", file=sys.stderr)
+    return None
 
 
 def clamp_budget(config: DigestPlan, registered: float, harness: str) -> tuple[DigestPlan, str]:

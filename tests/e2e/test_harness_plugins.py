@@ -89,8 +89,10 @@ GEMINI_EXTENSION = ROOT / "plugins" / "gemini"
 def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: Project,
                                                                       fake_model: FakeModel) -> None:
     """``supervise install gemini --plugin`` runs ``gemini extensions link plugins/gemini``
-    (0.61.0) and drops the project's settings hooks: the extension's SessionStart hook runs
-    supervise-hook from PATH and the digest reaches the model."""
+    (0.61.0), having generated its gemini-extension.json (Gemini requires a version), and
+    drops the project's settings hooks: the extension's SessionStart hook runs supervise-hook
+    from PATH, the digest reaches the model, and the budget is clamped to the timeout of the
+    extension's own hooks file, found through ``${extensionPath}``."""
     import json
     import subprocess
 
@@ -112,10 +114,17 @@ def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: 
     assert link.returncode == 0, link.stdout + link.stderr
     extension = Path(home) / ".gemini" / "extensions" / "watchkeeper" / ".gemini-extension-install.json"
     assert json.loads(extension.read_text())["source"] == str(GEMINI_EXTENSION)
+    from conftest import marker_toml
+
+    # a budget above the extension's 180 s timeout: the hook reads that timeout from the
+    # extension's own hooks file (--registered-in "${extensionPath}/...") and clamps to it
+    project.configure(marker_toml(project.mark, budget=400))
     proc = run_harness([gemini, "-m", "fake-model", "-p", "turn 1"], project.path, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (project.path / ".gemini" / "settings.json").exists()
     assert fake_model.seen(f"{project.mark}-startup-full")
+    assert fake_model.seen("budget clamped to 174.5s: the configured budget (400s) does not fit "
+                           "the 180s hook timeout registered with gemini")
 
 
 def test_pi_package_installed_from_a_local_path_delivers_the_digest(project: Project,
