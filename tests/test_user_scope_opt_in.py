@@ -207,3 +207,25 @@ def test_doctor_explains_the_monorepo_case_for_pi(isolated_home: Path, tmp_path:
     out = run_cli("doctor", "pi", "-C", widget).stdout.decode()
     assert "the user-scope bridge serves this project" in out and "gets no digest" not in out
     assert "registered 2 times" not in out
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_user_scope_extension_waits_at_least_the_default_budget(
+        isolated_home: Path, tmp_path: Path, harness: str) -> None:
+    """Placed from a project with a 30 s budget, the user-scope extension must not cut the
+    wait of every other project to 30 s (the old code wrote the installing project's budget,
+    and doctor warned in every project left at the 120 s default)."""
+    where = repo(tmp_path / "small")
+    (where / "supervise.toml").write_text("budget = 30\n")
+    assert run_cli("install", harness, "--scope", "user", cwd=where).returncode == 0
+    [settings] = [p for p in isolated_home.rglob("watchkeeper.json")]
+    assert json.loads(settings.read_text())["budget"] == 120
+    plain = repo(tmp_path / "plain")
+    (plain / "supervise.toml").write_text("budget = 120\n")
+    out = run_cli("doctor", harness, "-C", str(plain)).stdout.decode()
+    assert "says budget" not in out, out
+    big = repo(tmp_path / "big")
+    (big / "supervise.toml").write_text("budget = 200\n")
+    out = run_cli("doctor", harness, "-C", str(big)).stdout.decode()
+    line = next(ln for ln in out.splitlines() if "says budget 120s" in ln)
+    assert f"supervise install {harness} --scope user" in line, line

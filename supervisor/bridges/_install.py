@@ -83,6 +83,10 @@ def install(bridge: Bridge, scope: str, project_dir: Path, home: Path, budget: f
     entry, core, settings = bridge.files(scope, project_dir, home)
     if entry.exists() and MARK not in _read(entry):
         raise ValueError(f"{entry} exists and is not watchkeeper's; move it away first")
+    if scope == "user":  # it serves many projects: a wait that fits at least the default budget
+        from ..config._schema import DEFAULT_BUDGET
+
+        budget = max(budget, DEFAULT_BUDGET)
     changed = [_write(entry, packaged(bridge.package_entry)),
                _write(core, packaged(CORE)),
                _write(settings, settings_text(python or sys.executable, budget,
@@ -202,7 +206,9 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         if _read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry):
             out.append(("warn", f"{entry.parent} holds another watchkeeper version's bridge; "
                         f"`{fix}` refreshes it", ""))
-        out += _settings_check(settings, budget, fix, project_dir, bridge.title)
+        out += _settings_check(settings, budget, fix if scope == "project" else
+                               f"{fix} --scope user", project_dir, bridge.title,
+                               at_least=scope == "user")
     if not found and named:
         out.append(("FAIL", f"no watchkeeper bridge found for {bridge.title}", fix))
     if start is not None and scopes == {"project"} and not bridge.row.project_upward:
@@ -221,7 +227,9 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
 
 
 def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
-                    title: str) -> list[tuple[str, str, str]]:
+                    title: str, at_least: bool = False) -> list[tuple[str, str, str]]:
+    """The checks of a placed ``watchkeeper.json``; ``at_least`` (a user-scope bridge, which
+    serves many projects): its budget may exceed this project's, never fall short of it."""
     try:
         data = json.loads(_read(settings))
         python = data["python"]
@@ -244,7 +252,7 @@ def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,
         tail = (probe.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
         return [("FAIL", f"{python} cannot import watchkeeper ({tail})", fix)]
     out = [("ok", f"bridge command works without PATH ({shlex.quote(python)} -m supervisor bridge)", "")]
-    if written != budget:
+    if written < budget or (written != budget and not at_least):
         out.append(("warn", f"{settings} says budget {written:g}s but the config says {budget:g}s: "
                     f"{title} waits on the written one; `{fix}` updates it", ""))
     return out
