@@ -47,7 +47,7 @@ def test_tolerant_mode_keeps_the_rest_and_lists_every_problem() -> None:
         "claude", None, "session-start", True)
     assert args.problems == (
         "unexpected argument 'extra'", "--source needs a value",
-        "unknown --event 'bogus' (known: session-start, post-tool, prompt)",
+        f"unknown --event 'bogus' (known: {', '.join(hook.EVENTS)})",
         "--take-lock takes no value (got '1')",
         "argument --registered-timeout: 0: not a positive number of seconds")
     many = hook.parse_hook_args(["claude", *["a"] * 100_000])
