@@ -67,9 +67,10 @@ class ChunkSink:
         self._chunks.append(data)
 
     def text(self) -> str:
-        """Everything written, decoded once."""
+        """Everything written, decoded once (the joined bytes are not kept beside the
+        chunks)."""
         if len(self._chunks) > 1:
-            self._chunks[:] = [b"".join(self._chunks)]
+            return b"".join(self._chunks).decode("utf-8", "replace")
         return self._chunks[0].decode("utf-8", "replace") if self._chunks else ""
 
 

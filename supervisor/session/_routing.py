@@ -122,7 +122,7 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
                 only: list[str] | None) -> tuple[DigestResult, str]:
     """Run the engine's digest into a buffer; return ``(result, text as printed)``.
 
-    ``notice`` goes first through the same sink as the digest (the one output choke point).
+    ``notice`` goes first, before the text the engine printed (its own record of it).
     SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
     of killing us mid-write. With no stage to run, the engine is not loaded.
     """
@@ -159,22 +159,20 @@ def _run_started(config: DigestPlan, context: SessionContext, notice: str,
                  only: list[str] | None, started: Prestart) -> tuple[DigestResult, str]:
     """:func:`_run_engine`'s digest, its first stages ``started``."""
     from ..engine._run import digest
-    from ..engine._output import BufferSink
     from ..engine._signals import Aborter, run_with_signals
 
-    sink = BufferSink()
-    if notice:
-        sink.write(notice.encode("utf-8"))
     import shlex
 
     hint = shlex.join(["supervise", "digest", "-C", str(context.project_dir)])
 
     async def body(aborter: Aborter) -> DigestResult:
-        return await digest(config, context, sink=sink, only=only, abort=aborter.event,
-                                abort_reason=aborter.reason, rerun_hint=hint, prestart=started)
+        return await digest(config, context, only=only, abort=aborter.event,
+                            abort_reason=aborter.reason, rerun_hint=hint, prestart=started)
 
     result, _ = run_with_signals(body)
-    return result, sink.getvalue().decode("utf-8", "replace")
+    # the text as printed is the engine's own record of it (its chunks, decoded once), not a
+    # second buffer of the same bytes and its decode
+    return result, notice + result.text
 
 
 HISTORY_FILE = "digest-history.json"
