@@ -415,3 +415,39 @@ def test_a_result_the_session_saw_as_earlier_is_one_line_for_it_only(project: Pa
         texts = take_undelivered(_state(project), caps, session)
         assert len(texts) == 1 and (output in texts[0]) is whole, (session, output, texts)
         assert ("nothing new" in texts[0]) is not whole
+
+
+# -- the delivery is passed, never ambient ------------------------------------------------------
+
+def test_only_the_delivery_passed_defers_a_claim(tmp_path: Path) -> None:
+    """A claim waits for the delivery it is given, and only for that one: an unrelated
+    delivery open in the same process (an embedding program's, another caller's) does not
+    capture it. With the module global, every open delivery was everyone's, so the first
+    claim was rolled back with the unrelated delivery and its result delivered twice."""
+    from helpers import write_result
+    from supervisor.engine._deferred import result_cap, take_undelivered
+    from supervisor.state._delivery import open_delivery
+
+    state = tmp_path / "state"
+    folder = state / "deferred" / "net"
+    write_result(folder, "1-a", {"title": "net", "status": "ok", "seconds": 0.1,
+                                 "finished": time.time(), "output": "FIRST"})
+    caps = {"net": result_cap(None)}
+    with open_delivery(state):
+        assert "FIRST" in "".join(take_undelivered(state, caps))  # none passed: claimed now
+    assert [p.name for p in folder.glob("delivered-*")] and not list(folder.glob("result-*"))
+    write_result(folder, "2-b", {"title": "net", "status": "ok", "seconds": 0.1,
+                                 "finished": time.time(), "output": "SECOND"})
+    with open_delivery(state) as delivery:
+        assert "SECOND" in "".join(take_undelivered(state, caps, delivery=delivery))
+    assert [p.name for p in folder.glob("result-*")] == ["result-2-b.json"]  # rolled back
+
+
+def test_the_delivery_module_keeps_no_current_delivery() -> None:
+    """Nothing in the process stands for "the" open delivery: the writers get it passed."""
+    from supervisor.state import _delivery
+
+    with _delivery.open_delivery(None):
+        assert not [name for name, value in vars(_delivery).items()
+                    if isinstance(value, _delivery.Delivery)]
+        assert not hasattr(_delivery, "current")

@@ -137,8 +137,9 @@ from supervisor.state._delivery import open_delivery
 ctx = SessionContext.for_project({str(project)!r}, harness="claude", session_id="par-3")
 payload = {{"tool_name": "Read", "tool_input": {{"file_path": {str(project / "pkg" / "f0.txt")!r}}},
            "session_id": "par-3", "cwd": {str(project)!r}}}
-with open_delivery(ctx.state_dir):
-    assert "NESTED-RULE" in handle_post_tool(payload, ctx)
+from supervisor._record import replace
+with open_delivery(ctx.state_dir) as delivery:  # the delivery is passed, never ambient
+    assert "NESTED-RULE" in handle_post_tool(payload, replace(ctx, delivery=delivery))
     os.kill(os.getpid(), 9)
 """
     killed = subprocess.run([sys.executable, "-c", script], cwd=project, env=_env(), timeout=60,

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
     from typing import Any, Literal
 
+    from ..state._delivery import Delivery
+
     Kind = Literal["ready", "empty", "failed", "ineligible", "cancelled"]
 KINDS: tuple[str, ...] = ("ready", "empty", "failed", "ineligible", "cancelled")
 HARNESSES: tuple[str, ...] = BRIDGES
@@ -129,7 +131,7 @@ def opted_out(harness: str, project: StrPath, cwd: str | None) -> str:
 
 
 def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | None = None,
-               opt_in: bool = False) -> BridgeResult:
+               opt_in: bool = False, delivery: Delivery | None = None) -> BridgeResult:
     """Route one session event of ``harness`` and run it through the session protocol.
 
     Args:
@@ -140,6 +142,8 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
         cwd: the harness's working directory (default: ours).
         opt_in: a user-scope extension: ``ineligible`` (nothing run, nothing created: no
             state dir, no plan cache) unless the project opted in (:func:`opted_out`).
+        delivery: the open delivery the start's "delivered" records are reserved in (they
+            commit once the JSON line went out whole); None: written at once.
 
     Returns:
         A :class:`BridgeResult`. Never raises for configuration, state or engine errors: they
@@ -180,7 +184,8 @@ def run_bridge(harness: str, source: str, *, session_id: str = "", cwd: str | No
 
         context = SessionContext.for_project(project, source=routed, harness=harness,
                                              session_id=clean_session_id(session_id),
-                                             cwd=os.path.realpath(cwd or os.getcwd()))
+                                             cwd=os.path.realpath(cwd or os.getcwd()),
+                                             delivery=delivery)
         if context.session_id:
             from .._errors import SupervisorError
             from ..session._nested import at_session_start

@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
     # Completion, handoff count and deferred claims commit only once the JSON went out whole.
     with open_delivery(None) as delivery:
         result = _protocol.run_bridge(args.harness, args.source, session_id=args.session_id,
-                                    cwd=args.cwd, opt_in=args.opt_in)
+                                      cwd=args.cwd, opt_in=args.opt_in, delivery=delivery)
         problem = _print(result.to_json())
         failures = delivery.settle(not problem)
     if problem:

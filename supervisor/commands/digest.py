@@ -254,6 +254,7 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
     from ..state._delivery import open_delivery
 
     with open_delivery(context.state_dir) as delivery:  # deferred claims: two-phase
+        context = replace(context, delivery=delivery)  # what `body` runs the digest with
         result, aborter = run_with_signals(body)
         if live is not None:
             state = "TRUNCATED" if result.truncated or result.cut else "complete"

@@ -311,7 +311,8 @@ def _post_tool(hook: _Hook) -> None:
 
     def produce(delivery: Delivery) -> tuple[str, str] | None:
         try:
-            return handle_post_tool(hook.data or {}, hook.context) or "", "post-tool"
+            return (handle_post_tool(hook.data or {}, replace(hook.context, delivery=delivery))
+                    or "", "post-tool")
         except SupervisorError as err:  # e.g. an unwritable state dir: no injection, say why
             print(f"supervise hook: post-tool: {err}", file=sys.stderr)
             return None
@@ -336,8 +337,8 @@ def _prompt(hook: _Hook) -> None:
         if start is not None:
             sent.append(start)
         texts = [start[0] if start else "",
-                 *take_undelivered(context.state_dir, caps, context.session_id)]
-        texts.append(_refreshed(context))  # instruction files changed during the session
+                 *take_undelivered(context.state_dir, caps, context.session_id, delivery)]
+        texts.append(_refreshed(context, delivery))  # instruction files changed meanwhile
         return "".join(t if t.endswith("\n") or not t else t + "\n" for t in texts), "prompt"
 
     problem = _deliver(hook, "per-prompt context (deferred results, refreshed instructions)",
@@ -348,7 +349,7 @@ def _prompt(hook: _Hook) -> None:
 
 def _routed_start(hook: _Hook, context: SessionContext, transcript: str | None) -> tuple[str, str]:
     """Route ``context.source`` and run it (:func:`supervisor.session._routing.run_session`)
-    inside the caller's open delivery: ``(text fitted to the adapter's inline cap, kind)``,
+    with the caller's open delivery (``context.delivery``): ``(text fitted to the adapter's inline cap, kind)``,
     ``kind`` one of ``digest``, ``reemit``, ``nudge``."""
     from ..session._routing import run_session
 
@@ -378,7 +379,7 @@ def _session_start(hook: _Hook) -> None:
     sent: list[tuple[str, str]] = []
 
     def produce(delivery: Delivery) -> tuple[str, str]:
-        sent.append(_routed_start(hook, context,
+        sent.append(_routed_start(hook, replace(context, delivery=delivery),
                                   transcript if isinstance(transcript, str) else None))
         return sent[-1]
 
@@ -411,7 +412,7 @@ def _armed_start(hook: _Hook, delivery: Delivery) -> tuple[str, str] | None:
         return None
     if source is None:
         return None
-    return _routed_start(hook, replace(context, source=source), None)
+    return _routed_start(hook, replace(context, source=source, delivery=delivery), None)
 
 
 def _arm(context: SessionContext, source: str) -> None:
@@ -558,16 +559,18 @@ def _remember_delivery(context: SessionContext, text: str, kind: str) -> None:
         print(f"supervise hook: cannot record the delivered digest: {err}", file=sys.stderr)
 
 
-def _refreshed(context: SessionContext) -> str:
+def _refreshed(context: SessionContext, delivery: Delivery) -> str:
     """Instruction files this session has that changed since it got them, once each
-    (:func:`supervisor.session._refresh.take_changed`); ``""`` on any problem, stated on stderr."""
+    (:func:`supervisor.session._refresh.take_changed`, its baseline moved with ``delivery``);
+    ``""`` on any problem, stated on stderr."""
     if not context.session_id:
         return ""
     from .._errors import SupervisorError
     from ..session._refresh import take_changed
 
     try:
-        return take_changed(context.state_dir, context.session_id, context.project_dir)
+        return take_changed(context.state_dir, context.session_id, context.project_dir,
+                            delivery)
     except (SupervisorError, OSError) as err:
         print(f"supervise hook: prompt: cannot check instruction files: {err}", file=sys.stderr)
         return ""

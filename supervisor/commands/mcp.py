@@ -148,9 +148,9 @@ def _plan(project: Path, budget: float) -> tuple[DigestPlan, str]:
 
 
 def digest_text(project: Path, client: str, source: str, budget: float, cap: int,
-                asked: bool = False) -> tuple[str, str]:
-    """Run the session protocol for ``source`` (``startup``; ``compact`` for a re-emit) inside
-    the open delivery, as the hook does; return ``(text, kind)``: the text cut to ``cap``
+                delivery: Delivery, asked: bool = False) -> tuple[str, str]:
+    """Run the session protocol for ``source`` (``startup``; ``compact`` for a re-emit) with
+    the open ``delivery``, as the hook does; return ``(text, kind)``: the text cut to ``cap``
     characters at stage boundaries (the whole digest saved under the state dir, the cut
     naming the ``digest`` tool), ``kind`` the outcome's (``digest``, ``reemit``, ``nudge``).
 
@@ -161,11 +161,12 @@ def digest_text(project: Path, client: str, source: str, budget: float, cap: int
     a real client the instructions' start and a ``digest`` call share the client process and
     the empty session id. Never raises for state problems (the digest runs read-only and
     says why)."""
+    from .._record import replace
     from ..adapters import fit_inline
     from ..session._routing import run_session
 
     plan, notice = _plan(project, budget)
-    context = _context(project, client, source)
+    context = replace(_context(project, client, source), delivery=delivery)
     outcome = run_session(plan, context, take_lock=True, repeat_checked=asked)
     text = notice + outcome.text
     if outcome.parts is not None and len(text) > cap:
@@ -178,8 +179,8 @@ def digest_text(project: Path, client: str, source: str, budget: float, cap: int
     return text, outcome.kind
 
 
-def deferred_text(project: Path) -> str:
-    """Every finished deferred result not yet delivered, claimed inside the open delivery
+def deferred_text(project: Path, delivery: Delivery) -> str:
+    """Every finished deferred result not yet delivered, claimed with the open ``delivery``
     (:func:`supervisor.engine._deferred.take_undelivered`), or a line saying there is none."""
     from ..engine._deferred import result_cap, take_undelivered
 
@@ -187,7 +188,7 @@ def deferred_text(project: Path) -> str:
     caps = {s.name: result_cap(s.max_output or plan.max_output) for s in plan.stages if s.deferred}
     from ..config._context import state_dir_for
 
-    texts = take_undelivered(state_dir_for(project), caps)
+    texts = take_undelivered(state_dir_for(project), caps, delivery=delivery)
     return "".join(t if t.endswith("\n") else t + "\n" for t in texts) or (
         "No deferred result is waiting.\n")
 
@@ -236,10 +237,10 @@ def _child(kind: str, project: Path, client: str) -> int:
 
     with open_delivery(state_dir_for(project)) as delivery:
         if kind == "deferred":
-            text = deferred_text(project)
+            text = deferred_text(project, delivery)
         else:
             text, _ = digest_text(project, client, "compact" if kind == "reemit" else "startup",
-                                  TOOL_BUDGET, TOOL_CAP, asked=True)
+                                  TOOL_BUDGET, TOOL_CAP, delivery, asked=True)
         sys.stdout.write(json.dumps({"text": text}, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         import select
@@ -507,7 +508,7 @@ def serve(project: Path, client: str) -> int:
             instructions = standdown_text(reason)
         else:
             instructions, _ = digest_text(project, client, "startup", STARTUP_BUDGET,
-                                          INSTRUCTIONS_CAP)
+                                          INSTRUCTIONS_CAP, startup)
         deliveries = _Deliveries(startup)
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

@@ -13,6 +13,8 @@ if TYPE_CHECKING:
 
     from _typeshed import StrPath
 
+    from ..state._delivery import Delivery
+
     Mode = Literal["full", "reemit", "read-only"]
 
 
@@ -56,6 +58,12 @@ class SessionContext:
             ancestry walk learned it (``supervisor.session._ancestry.installed_version``);
             ``SUPERVISE_HARNESS_VERSION``, "" when unknown. The harness table's rules for
             that version say which instruction files the harness loads itself.
+        delivery: the open :class:`~supervisor.state._delivery.Delivery` whose envelope
+            proves this run's "delivered" records (the hook, the bridge, ``digest
+            --session-start``, an MCP answer): they are reserved in it and commit only once
+            the envelope went out whole; None: they are written at once (a stage run by
+            hand, a preview, a test). Passed, never ambient: there is no process-wide
+            current delivery.
     """
 
     project_dir: StrPath
@@ -68,6 +76,7 @@ class SessionContext:
     preview: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     harness_version: str = ""
+    delivery: Delivery | None = None
 
     @classmethod
     def for_project(cls, project_dir: StrPath, **kwargs: object) -> SessionContext:

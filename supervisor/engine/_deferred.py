@@ -30,7 +30,7 @@ from collections.abc import Iterator, Sequence
 
 from .. import _jsontext
 from .._record import asdict, record, replace
-from ..state._delivery import DELIVERY_VAR, current
+from ..state._delivery import DELIVERY_VAR
 from .._errors import StateError
 from .._sanitize import clean, removed_note
 from ..state._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from typing import Any
     from ..config._context import SessionContext
     from ..config._plan import DigestPlan, StagePlan
+    from ..state._delivery import Delivery as OpenDelivery  # not this module's Delivery
 
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
@@ -368,13 +369,13 @@ RESERVATION_STALE = 600.0
 
 
 def _claim(directory: StateDir, name: str, cap: int, key: bytes | None = None,
-           stage: str = "") -> dict[str, Any] | None:
+           stage: str = "", delivery: OpenDelivery | None = None) -> dict[str, Any] | None:
     """Atomically claim undelivered result ``name``; None when someone else got it first
     (or it was corrupt: set aside and named).
 
     Two-phase (issue 11 item 5): the result is renamed to ``reserved-<pid>-<run>.json`` and,
-    while a delivery is open (:func:`supervisor.state._delivery.current`: the hook, the bridge,
-    ``supervise digest``), becomes ``delivered-…`` only once the output carrying it went out
+    with a ``delivery`` passed (:class:`supervisor.state._delivery.Delivery`: the hook, the
+    bridge, ``supervise digest --session-start``, an MCP answer), becomes ``delivered-…`` only once the output carrying it went out
     whole; a failed write renames it back to ``result-…`` for the next prompt or digest. A
     reservation whose process died between reserve and settle is taken back by the next reader
     (:func:`_release_orphans`).
@@ -393,7 +394,6 @@ def _claim(directory: StateDir, name: str, cap: int, key: bytes | None = None,
             return None
     except StateError:
         return None
-    delivery = current()
     if delivery is None:
         _settle_claim(directory, reserved, run, True)
     else:
@@ -531,7 +531,7 @@ def _remember_shown(context: SessionContext, stage: str, run_id: str | None,
                     earlier: dict[str, Any]) -> None:
     """Record that the digest of ``context.session_id``, whose run ``run_id`` of ``stage`` is in
     progress, showed the earlier result ``earlier``: ``shown-<run_id>.json`` (signed), written
-    only once the digest was delivered (:func:`supervisor.state._delivery.current`). Never
+    only once the digest was delivered (``context.delivery``; at once without one). Never
     raises: without it the later result is shown whole."""
     if not run_id or not context.session_id:
         return
@@ -555,7 +555,7 @@ def _remember_shown(context: SessionContext, stage: str, run_id: str | None,
         except StateError as err:
             raise OSError(str(err)) from err
 
-    delivery = current()
+    delivery = context.delivery
     if delivery is None:
         try:
             write()
@@ -594,7 +594,7 @@ def _same_as_shown(data: dict[str, Any]) -> str:
 
 
 def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None,
-                     session_id: str = "") -> list[str]:
+                     session_id: str = "", delivery: OpenDelivery | None = None) -> list[str]:
     """Claim every finished, undelivered deferred result; return their texts (one per stage,
     the newest; older results of the same stage are superseded and dropped).
 
@@ -605,6 +605,7 @@ def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None,
             a stage not named here is refused: set aside as ``refused-…`` and named once.
         session_id: the session asking (its prompt hook); a result whose output its
             session-start digest already showed (:func:`_remember_shown`) is one line.
+        delivery: the open delivery the claims commit with (:func:`_claim`); None: at once.
 
     Only results our runner signed (:func:`_genuine`) are delivered; others are refused the
     same way. Exactly once across concurrent callers (atomic rename). Fast when there is
@@ -622,7 +623,7 @@ def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None,
             if key is None and (_records(directory, "result-*.json")
                                 or _records(directory, "reserved-*.json")):
                 key = result_key(create=False)
-            claimed = _claim_all(directory, (caps or {})[name], key)
+            claimed = _claim_all(directory, (caps or {})[name], key, delivery)
             # older results of the same stage are superseded by the newest
             if claimed and _shown_before(directory, claimed[-1], session_id, key):
                 texts.append(_same_as_shown(claimed[-1]))
@@ -631,11 +632,13 @@ def take_undelivered(state_dir: StrPath, caps: dict[str, int] | None = None,
     return texts
 
 
-def _claim_all(directory: StateDir, cap: int, key: bytes | None) -> list[dict[str, Any]]:
-    """Claim every genuine result in one stage's folder (others refused); the claimed
-    records, oldest first."""
+def _claim_all(directory: StateDir, cap: int, key: bytes | None,
+               delivery: OpenDelivery | None = None) -> list[dict[str, Any]]:
+    """Claim every genuine result in one stage's folder (others refused), with ``delivery``
+    (:func:`_claim`); the claimed records, oldest first."""
     _release_orphans(directory)
-    claimed = (_claim(directory, name, cap, key) for name in _records(directory, "result-*.json"))
+    claimed = (_claim(directory, name, cap, key, delivery=delivery)
+               for name in _records(directory, "result-*.json"))
     return [data for data in claimed if data is not None]
 
 
@@ -729,7 +732,7 @@ def collect(specs: Sequence[StagePlan], context: SessionContext,
         if directory is not None:
             with directory:
                 claimed = _claim_all(directory, caps.get(launch.name, result_cap(None)),
-                                     result_key(create=False))
+                                     result_key(create=False), context.delivery)
         ours = [d for d in claimed if d.get("run_id") == launch.run_id]
         if ours:
             out.append(Delivery(launch.name, lost + format_result(ours[-1], late=False), ours[-1]))

@@ -429,9 +429,7 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
                               f"{one_line(', '.join(globs))}){flag}\n{note}{text.rstrip()}")
                 continue
             blocks.append(f"Instructions from: {shown}{flag}\n{note}{text.rstrip()}")
-        from ..state._delivery import current
-
-        delivery = current()
+        delivery = context.delivery
         if delivery is None:
             injected.update(dict.fromkeys(delivered, epoch))
         elif delivered:  # counted as injected only once the envelope went out (issue 11),

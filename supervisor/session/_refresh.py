@@ -47,6 +47,7 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from _typeshed import StrPath
     from typing import Any
+    from ..state._delivery import Delivery
 
 REFRESH_DIR = "refresh"
 """The folder of the per-session baselines in the state dir."""
@@ -335,12 +336,14 @@ def _note(entry: dict[str, Any], new: bytes) -> str:
     return f" (+{added} -{removed} lines, first change at line {first})"
 
 
-def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> str:
+def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath,
+                 delivery: Delivery | None = None) -> str:
     """The refresh text for session ``session_id`` of project ``project_dir``: each file of
     its baseline whose content changed since, once, whole (or a line saying it is too big,
     gone, or now refused by the one door: a file turned into a link out of the project or
     into ``/proc``); ``""`` when nothing changed or there is no baseline. The baseline moves
-    to what was delivered.
+    to what was delivered: with an open ``delivery``, only once it settles delivered; without
+    one, at once.
 
     Raises:
         StateError: the state dir cannot be used.
@@ -368,9 +371,8 @@ def take_changed(state_dir: StrPath, session_id: str, project_dir: StrPath) -> s
             doc = folder.read_json(name, cap=BASELINE_CAP, check=_checker(key))
             if doc is None:
                 return ""
-            from ..state._delivery import current, in_flight, in_flight_holds
+            from ..state._delivery import in_flight, in_flight_holds
 
-            delivery = current()
             # path: (sha, text, stamp) of what is being delivered
             moves: dict[str, tuple[str | None, str | None, list[object] | None]] = {}
             now_ns = time.time_ns()

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..config._plan import DigestPlan
     from ..engine._launch import Prestart
     from ..engine._results import DigestResult
+    from ..state._delivery import Delivery
 
     Action = Literal["full", "reemit", "nudge"]
 
@@ -137,9 +138,8 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
         skipped = tuple(StageResult(s.name, "skipped") for s in config.stages)
         return DigestResult(skipped, False, config.budget, 0.0, None, notice), notice
     from ..engine import _reaper, _spawn
-    from ..state._delivery import current
 
-    delivery = current()
+    delivery = context.delivery
     if delivery is not None:  # stages stage their "delivered" records for the hook to settle
         delivery.state_dir = context.state_dir
         context = _with(context, extra_env={**context.extra_env, **delivery.env()})
@@ -351,7 +351,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         return once(context.state_dir, start_key(harness_proc.ident, session_id, context.source),
                     config.budget + config.grace + 5.0,
                     lambda: run_session(config, context, take_lock=take_lock, transcript=transcript,
-                                        repeat_checked=True))
+                                        repeat_checked=True), context.delivery)
     if action == "reemit":
         view = _lock.read_state(context.state_dir)
         if _lock.proven_start(view, ancestors, session_id) or _started_elsewhere(
@@ -394,7 +394,8 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     ctx = _with(context, mode="full", harness=harness)
     result, text = _run_engine(config, ctx, "", None)
     if result.complete:
-        reason = _complete(context.state_dir, outcome.record.nonce, session_id, harness)
+        reason = _complete(context.state_dir, outcome.record.nonce, session_id, harness,
+                           context.delivery)
     else:
         unfinished = [f"{s.name} ({s.status.replace('_', ' ')})" for s in result.stages
                       if not s.completed]
@@ -451,16 +452,15 @@ def _remember_start(state_dir: StrPath, harness: str, session_id: str, nonce: st
         pass
 
 
-def _complete(state_dir: StrPath, nonce: str, session_id: str, harness: str) -> str:
+def _complete(state_dir: StrPath, nonce: str, session_id: str, harness: str,
+              delivery: Delivery | None) -> str:
     """Record the completion of the full start holding ``nonce`` (and remember the start for
-    the session, :func:`_remember_start`), or, while a delivery is open
+    the session, :func:`_remember_start`), or, with a ``delivery`` open
     (:mod:`supervisor.state._delivery`, the hook), only check that it can be recorded and reserve the
     write for after the envelope went out: a digest nobody received is not a proven start
     (issue 11 item 5). Returns ``""`` or the reason it is not (to be) recorded."""
-    from ..state._delivery import current
     from .._errors import StateError
 
-    delivery = current()
     if delivery is None:
         reason = _lock.record_completion(state_dir, nonce, session_id)
         if not reason:

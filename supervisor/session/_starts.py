@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from _typeshed import StrPath
     from ._ancestry import ProcessId
     from ._outcome import SessionOutcome
+    from ..state._delivery import Delivery
 
 WINDOW = 10.0
 """Seconds after a start finished during which the same start is a repeat."""
@@ -101,13 +102,13 @@ def _dump(outcome: SessionOutcome, now: float, fingerprint: str, key: bytes) -> 
 
 
 def once(state_dir: StrPath, key: str | None, wait: float,
-         run: Callable[[], SessionOutcome]) -> SessionOutcome:
+         run: Callable[[], SessionOutcome], delivery: Delivery | None = None) -> SessionOutcome:
     """``run()`` unless the same start (``key``) was delivered less than :data:`WINDOW` seconds
     ago with the lock and completion records unchanged since, in which case its recorded
     outcome is returned with no text (nothing to print) and nothing runs.
 
     ``wait`` is how long (seconds) a concurrent repeat waits for the first start (the digest's
-    budget plus its grace and a margin); past it, ``run()`` goes ahead. While a delivery is
+    budget plus its grace and a margin); past it, ``run()`` goes ahead. With a ``delivery``
     open (:mod:`supervisor.state._delivery`, the hook and the bridge), the outcome is recorded, and
     the key's ``flock`` released, only when the delivery settles: a start whose envelope never
     went out is no start to repeat, and its completion record (committed at the same moment,
@@ -118,7 +119,6 @@ def once(state_dir: StrPath, key: str | None, wait: float,
         return run()
     from contextlib import ExitStack
 
-    from ..state._delivery import current
     from .._errors import StateError
     from ..state._statedir import StateDir
 
@@ -165,7 +165,6 @@ def once(state_dir: StrPath, key: str | None, wait: float,
             finally:
                 stack.close()
 
-        delivery = current()
         if delivery is None:
             commit()
         else:

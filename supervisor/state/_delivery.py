@@ -16,8 +16,10 @@ non-blocking pipe that took 4,096 bytes of 6,000, a kill) recorded a delivery no
 
 Stage programs are separate processes: they stage their record writes as files under
 ``<state>/staged/<id>/`` (:func:`staged_write`, ``SUPERVISE_DELIVERY_ID`` in their
-environment) and :meth:`Delivery.settle` moves them into place or drops them. Without an open
-delivery (a stage run by hand, a test) writes go straight to their target as before.
+environment) and :meth:`Delivery.settle` moves them into place or drops them. The delivery is
+passed to each writer (``SessionContext.delivery``, or an argument), never found in the
+process: a writer given none (a stage run by hand, a preview, a test) writes straight to its
+target, whatever delivery someone else has open.
 
 Stdlib only and cheap to import: on the hook's hot path and imported by stage programs.
 """
@@ -212,25 +214,16 @@ def in_flight_holds(mark: object, now: float | None = None) -> bool:
     return True
 
 
-_current: Delivery | None = None
-
-
-def current() -> Delivery | None:
-    """The delivery opened by :func:`open_delivery` in this process, or None."""
-    return _current
-
-
 @contextmanager
 def open_delivery(state_dir: StrPath | None) -> Iterator[Delivery]:
     """Open a :class:`Delivery` for the ``with`` body; anything not settled inside it (an
-    exception, a cancellation) is rolled back on the way out."""
-    global _current
+    exception, a cancellation) is rolled back on the way out. The caller passes it to every
+    writer that must wait for it (:attr:`supervisor.config._context.SessionContext.delivery`,
+    or an argument): there is no "current delivery" of the process."""
     delivery = Delivery(state_dir)
-    previous, _current = _current, delivery
     try:
         yield delivery
     finally:
-        _current = previous
         delivery.settle(False)
 
 
