@@ -263,15 +263,18 @@ def test_an_environment_clearing_daemon_dies_with_the_cgroup(cgroup_root: Path, 
     assert not [p for p in cgroup_root.iterdir() if p.is_dir()]  # its cgroup is gone
 
 
-def test_a_kill_that_needed_sigkill_is_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("portable", ["0", "1"], ids=["lean", "portable"])
+def test_a_kill_that_needed_sigkill_is_reported(tmp_path: Path, portable: str) -> None:
     """`run` states a kill that needed SIGKILL on stderr and in the JSON document (`kill`:
-    members, hard_killed, survivors, seconds; null when no kill ran). Before, the report was
-    computed and dropped."""
+    members, hard_killed, survivors, seconds; null when no kill ran), on the lean path and on
+    the engine's (``SUPERVISE_PORTABLE=1``, macOS). Before, the report was computed and
+    dropped; then the engine's path still dropped it (``"kill": null``)."""
+    env = {"SUPERVISE_PORTABLE": portable}
     proc = run_cli("run", "--format", "json", "--budget", "1", "--grace", "0.2", "--", "sh",
-                   "-c", "trap '' TERM; echo ready; sleep 30", cwd=tmp_path, timeout=60)
+                   "-c", "trap '' TERM; echo ready; sleep 30", cwd=tmp_path, timeout=60, env=env)
     doc = json.loads(proc.stdout)
     assert proc.returncode == 124 and doc["output"] == "ready\n"
     assert doc["kill"]["hard_killed"] >= 1 and doc["kill"]["survivors"] == 0, doc
     assert b"needed SIGKILL" in proc.stderr, proc.stderr
-    quiet = run_cli("run", "--format", "json", "--", "true", cwd=tmp_path)
+    quiet = run_cli("run", "--format", "json", "--", "true", cwd=tmp_path, env=env)
     assert json.loads(quiet.stdout)["kill"] is None and b"SIGKILL" not in quiet.stderr

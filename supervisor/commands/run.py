@@ -169,13 +169,16 @@ def _run_with_engine(command: list[str], budget: float, grace: float, capture: b
 
     _reaper.enable_subreaper()
     sink = BufferSink() if capture else None  # text: the command's own stdio
+    kills: list[KillReport] = []  # the kill sequence's report, reported as on the lean path
 
     async def body(aborter: Aborter) -> StageResult:
         # a signal to us is forwarded to CMD (GNU timeout's rule), the kill after grace
         return await run_command(command, budget=budget, grace=grace, sink=sink,
-                                 abort=aborter.event, forward=lambda: aborter.signum)
+                                 abort=aborter.event, forward=lambda: aborter.signum,
+                                 on_kill=kills.append)
 
     result, aborter = run_with_signals(body, _runwait.FORWARDED)
     _reaper.reap_zombie_children()
     return _finish(command, budget, capture, result.status, result.exit_code, aborter.signum,
-                   result.seconds, sink.getvalue() if sink is not None else b"")
+                   result.seconds, sink.getvalue() if sink is not None else b"",
+                   kills[-1] if kills else None)

@@ -208,7 +208,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    inherit_stdio: bool = False, keep_output: bool = True,
                    forward: Callable[[], int | None] | None = None,
                    prestart: Prestart | None = None,
-                   output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
+                   output_chunks: dict[str, list[bytes]] | None = None,
+                   on_kill: Callable[[str, _tree.KillReport], None] | None = None) -> DigestResult:
     started = _loop.current_time()
     if prestart is not None:  # the digest began when its first stages were started
         started -= max(0.0, time.monotonic() - prestart.t0)
@@ -245,6 +246,7 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                inherit_stdio=inherit_stdio, room=getattr(sink, "wait_room", None),
                watch=_tree.Watch(exclude=excluded),
                end_at=kill_at + grace + KILL_MARGIN, transparent=transparent, forward=forward,
+               on_kill=on_kill,
                vfork=_spawn.may_vfork(), guard=_reaper.owns_children(), guarded=guarded,
                prestart=prestart)
     if prestart is not None:
@@ -394,7 +396,8 @@ class _Tee:
 async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
                       sink: Sink | None = None, cwd: Path | None = None,
                       abort: anyio.Event | None = None,
-                      forward: Callable[[], int | None] | None = None) -> StageResult:
+                      forward: Callable[[], int | None] | None = None,
+                      on_kill: Callable[[_tree.KillReport], None] | None = None) -> StageResult:
     """Run one command tree under a deadline (``supervise run``); the whole tree dies.
 
     Unlike a digest, the command gets its whole budget (GNU ``timeout`` semantics): at
@@ -413,6 +416,10 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
             then gets (with SIGCONT) in place of the kill, as GNU ``timeout`` forwards a
             signal; the tree is killed only if the command has not ended ``grace`` seconds
             later. None: the abort kills at once.
+        on_kill: called with the report of the kill sequence the tree got
+            (:class:`supervisor.engine._tree.KillReport`: members, how many needed SIGKILL,
+            survivors, seconds) when one ran: at the budget, after a signal, or for leftovers
+            after the command exited; not called when none ran.
 
     The command gets this process's environment unchanged plus ``SUPERVISE_STAGE_TOKEN``
     (the watchdog's token), like GNU ``timeout``: none of a stage's ``SUPERVISE_*`` variables.
@@ -422,13 +429,15 @@ async def run_command(argv: list[str], *, budget: float, grace: float = 1.0,
         or ``killed`` at the budget (the CLI maps that to exit 124).
     """
     return await _embedded(lambda inner: command(argv, budget=budget, grace=grace, sink=sink,
-                                                 cwd=cwd, abort=inner, forward=forward), abort)
+                                                 cwd=cwd, abort=inner, forward=forward,
+                                                 on_kill=on_kill), abort)
 
 
 async def command(argv: list[str], *, budget: float, grace: float = 1.0,
                   sink: Sink | None = None, cwd: Path | None = None,
                   abort: _loop.Event | None = None,
-                  forward: Callable[[], int | None] | None = None) -> StageResult:
+                  forward: Callable[[], int | None] | None = None,
+                  on_kill: Callable[[_tree.KillReport], None] | None = None) -> StageResult:
     """:func:`run_command` on the engine's own loop (:mod:`supervisor.engine._loop`): the same
     arguments, ``abort`` an event of that loop (``supervise run``'s engine path)."""
     if cwd is None:
@@ -441,5 +450,6 @@ async def command(argv: list[str], *, budget: float, grace: float = 1.0,
     config = DigestPlan(budget=budget, grace=grace, max_output=1 << 62, stages=(spec,))
     context = SessionContext(project_dir=str(cwd or "/"), state_dir="/nonexistent")
     result = await _execute(config, context, sink, None, abort, "signal", None, transparent=True,
-                            inherit_stdio=sink is None, forward=forward)
+                            inherit_stdio=sink is None, forward=forward,
+                            on_kill=None if on_kill is None else lambda _name, kill: on_kill(kill))
     return result.stages[0]

@@ -71,6 +71,10 @@ class DigestRun:
     forward: Callable[[], int | None] | None = None
     """``supervise run`` on the engine's path: the signal that set the abort, to forward to
     the command (GNU ``timeout``'s rule) before the kill; None: an abort kills at once."""
+    on_kill: Callable[[str, _tree.KillReport], None] | None = None
+    """Told each kill sequence a stage's tree got (the stage's name, the kill's report): at
+    its deadline, on an abort, a cap, or for leftovers after it exited (``supervise run``
+    reports it on stderr and in ``--format json``)."""
     guard: bool = False
     """Start a guardian (:mod:`supervisor.engine._guardian`) before the first stage spawns:
     this process owns all of its children (the CLI, the deferred runner), not an embedder."""
@@ -398,6 +402,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         status = "killed"
         if run.abort_reason is None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
+    if kill is not None and run.on_kill is not None:
+        run.on_kill(spec.name, kill)
     if kill is not None and kill.notable and not run.transparent:
         # SIGKILL was needed, or something survived it: the stage log says so (`status`
         # shows it), never the model's context.
