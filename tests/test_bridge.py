@@ -17,7 +17,7 @@ import pytest
 
 from fake_harness import FakeHarness
 from helpers import run_cli
-from supervisor.bridges._protocol import FALLBACK, KINDS
+from supervisor.bridges._protocol import KINDS
 from supervisor._exitcodes import EXIT_STAND_DOWN
 from supervisor.session._nudge import NUDGE_TEXT
 
@@ -160,12 +160,27 @@ def test_sigterm_is_cancelled(project: Path) -> None:
     assert not status.exists() or json.loads(status.read_text())["complete"] is False
 
 
-def test_the_fallback_is_the_nudge_sentence_in_python_and_in_the_extension() -> None:
-    assert FALLBACK + "\n" == NUDGE_TEXT
-    text = CORE.read_text("utf-8")
-    match = re.search(r'export const FALLBACK =\s*"((?:[^"\\]|\\.)*)"', text)
-    assert match is not None
-    assert json.loads(f'"{match.group(1)}"') == FALLBACK
+def test_the_nudge_line_has_one_home() -> None:
+    """The nudge sentence is written once, in the packaged ``supervisor/nudge.txt``, which
+    the Python side reads and the extension bridge reads beside the package (or from the
+    ``watchkeeper.json`` install writes from it). Before, ``_nudge.py``, ``_protocol.py``
+    and ``core.mjs`` each held a copy, kept equal by a test."""
+    sentence = "exactly once, before executing"
+    holders = sorted(p.relative_to(ROOT).as_posix()
+                     for folder in ("supervisor", "stages", "plugins", "bin")
+                     for p in (ROOT / folder).rglob("*") if p.is_file()
+                     and "__pycache__" not in p.parts and sentence in p.read_text("utf-8", "replace"))
+    assert holders == ["supervisor/nudge.txt"]
+    assert NUDGE_TEXT == (ROOT / "supervisor" / "nudge.txt").read_text("utf-8")
+
+
+def test_a_placed_bridge_carries_the_nudge_line(project: Path) -> None:
+    """A placed ``core.mjs`` has no package beside it: install writes the nudge line into its
+    ``watchkeeper.json`` (what a failed generation delivers there)."""
+    assert run_cli("install", "pi", cwd=project).returncode == 0
+    settings = json.loads((project / ".pi" / "extensions" / "watchkeeper" / "watchkeeper.json")
+                          .read_text("utf-8"))
+    assert settings["nudge"] + "\n" == NUDGE_TEXT
 
 
 # ---------------------------------------------------------------- placement

@@ -32,6 +32,7 @@ OPENERS = {
     "supervisor/engine/_guardian.py": (2, "/dev/null for its stdio and cgroup.kill of our own stage tree"),
     "supervisor/engine/_spawn.py": (4, "/dev/null, cgroup.procs of our own stage, a program's first line (ENOEXEC)"),
     "supervisor/session/_fastpath.py": (4, "the fast path's index entries in the state dir"),
+    "supervisor/session/_nudge.py": (1, "the packaged nudge.txt, the nudge line's one home"),
     "supervisor/session/_procinfo.py": (8, "/proc entries for the ancestry walk"),
     "supervisor/session/_transcript.py": (1, "the harness's transcript, scanned for the nudge "
                                              "(never context)"),
@@ -99,6 +100,8 @@ PLAIN_OPENS = {
                                           "plugins/gemini (checked as a regular file first)",
     ("supervisor/engine/_spawn.py", "program"): "a built-in stage program of our own package "
                                                 "(only built-ins are run in a forked child)",
+    ("supervisor/session/_nudge.py", "NUDGE_FILE"): "the package's own nudge.txt (the nudge "
+                                                    "line), never a tree's",
 }
 """The plain opens whose target the census cannot see is a kernel file, ``/dev/null``, a
 descriptor or a packaged resource: ``(module, target as source) -> why it cannot be planted``."""

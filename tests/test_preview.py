@@ -71,8 +71,6 @@ def test_a_preview_leaves_a_deferred_result_pending(project: Path) -> None:
 
 
 def test_the_nudge_asks_for_the_session_start() -> None:
-    from supervisor.bridges._protocol import FALLBACK
     from supervisor.session._nudge import NUDGE_TEXT
 
     assert "`supervise digest --session-start`" in NUDGE_TEXT
-    assert "`supervise digest --session-start`" in FALLBACK

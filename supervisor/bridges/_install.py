@@ -37,9 +37,14 @@ def packaged(relative: str) -> str:
 def settings_text(python: str, budget: float, opt_in: bool = False) -> str:
     """The ``watchkeeper.json`` we write (interpreter path, budget in seconds; ``opt_in``
     for a user-scope bridge: it serves only projects that opted in, every subdirectory of
-    one, as a user-scope hook registration does: ``core.mjs`` then passes ``--opt-in``)."""
+    one, as a user-scope hook registration does: ``core.mjs`` then passes ``--opt-in``), and
+    the nudge line a failed generation delivers (``nudge``: ``supervisor/nudge.txt`` without
+    its newline, :data:`supervisor.session._nudge.NUDGE_TEXT`; the placed ``core.mjs`` has no
+    package beside it to read it from)."""
+    from ..session._nudge import NUDGE_TEXT
+
     data: dict[str, object] = {"python": python, "budget": budget, "protocol": 1,
-                               "written_by": "supervise install"}
+                               "nudge": NUDGE_TEXT.rstrip("\n"), "written_by": "supervise install"}
     if opt_in:
         data["opt_in"] = True
     return json.dumps(data, indent=2) + "\n"
@@ -203,7 +208,8 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
         if not os.path.isfile(core):  # (a folder it cannot search: False, not EACCES)
             out.append(("FAIL", f"{core} is missing", fix))
             continue
-        if _read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry):
+        if (_read(core) != packaged(CORE) or _read(entry) != packaged(bridge.package_entry)
+                or _written_nudge(settings) != _nudge_line()):
             out.append(("warn", f"{entry.parent} holds another watchkeeper version's bridge; "
                         f"`{fix}` refreshes it", ""))
         out += _settings_check(settings, budget, fix if scope == "project" else
@@ -224,6 +230,22 @@ def check(bridge: Bridge, project_dir: Path, home: Path | None, budget: float,
     if double:  # the project's and the user's extension: both load, both deliver
         out.append(double)
     return out  # the harness's general caveats are in docs/harnesses/, not warnings here
+
+
+def _nudge_line() -> str:
+    from ..session._nudge import NUDGE_TEXT
+
+    return NUDGE_TEXT.rstrip("\n")
+
+
+def _written_nudge(settings: Path) -> object:
+    """The ``nudge`` a placed ``watchkeeper.json`` carries (None when unreadable or absent):
+    another version's line means another version's bridge."""
+    try:
+        data = json.loads(_read(settings))
+    except (ValueError, RecursionError):
+        return None
+    return data.get("nudge") if isinstance(data, dict) else None
 
 
 def _settings_check(settings: Path, budget: float, fix: str, project_dir: Path,

@@ -16,7 +16,7 @@ ready      ``text`` is what the model should read (digest, re-emit or the nudge 
 empty      the protocol ran and printed nothing (e.g. a nudge silenced because the digest
            already ran inside this very harness process)
 failed     configuration or internal error; ``error`` says which, ``text`` is empty; the
-           extension delivers the one-line fallback (:data:`FALLBACK`)
+           extension delivers the nudge line instead (``supervisor/nudge.txt``)
 ineligible a gate agent or a worktree outside the primary scope: deliver nothing
 cancelled  SIGTERM/SIGINT/SIGHUP ended the digest (a newer generation or the harness quit);
            ``text`` holds what was produced, the extension discards it
@@ -45,12 +45,6 @@ HARNESSES: tuple[str, ...] = BRIDGES
 table's rows of kind ``bridge``."""
 PROTOCOL = 1
 """Version of the JSON document; bumped only for an incompatible change."""
-
-FALLBACK = ("\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest --session-start` now, exactly once, "
-            "before executing any other instructions.")
-"""The one line a failed generation delivers: the nudge sentence (``supervisor.session._nudge``),
-without its trailing newline. The extensions carry a copy; ``tests/test_bridge.py`` keeps
-the three equal."""
 
 
 @record

@@ -16,9 +16,6 @@ export const PROTOCOL = 1
 export const MAX_BYTES = 512 * 1024
 /** Bytes of bridge stdout read at most; past it the generation failed (a broken bridge). */
 export const MAX_STDOUT = 32 * 1024 * 1024
-/** The one line a failed generation delivers (the nudge sentence of supervisor/session/_nudge.py). */
-export const FALLBACK =
-  "\u2063SUPERVISE_OP: v1 session-start: Run `supervise digest --session-start` now, exactly once, before executing any other instructions."
 /** Appended when the digest was cut to MAX_BYTES. */
 export const TRUNCATION_MARKER =
   "\n\nSESSION-START DELIVERY TRUNCATED - the digest exceeded 512 KiB and was cut here. " +
@@ -64,8 +61,29 @@ export function readSmallFile(file, cap = SETTINGS_CAP) {
   }
 }
 
+/**
+ * The one line a failed generation delivers: the nudge line, whose one home is the package's
+ * `supervisor/nudge.txt` (without its newline). `supervise install` writes it into the
+ * `watchkeeper.json` beside a placed copy of this file (`data.nudge`); loaded from the
+ * package itself (`dir` is its `bridges/` folder), it is read from the file. Only an
+ * operational line is taken (U+2063 `SUPERVISE_OP: `, one line, at most 1 KiB); "" when
+ * neither has one: a failed generation then delivers nothing.
+ */
+export function readNudge(dir = HERE, data = {}) {
+  const line = (text) => {
+    const first = String(text).split("\n")[0]
+    return first.startsWith("\u2063SUPERVISE_OP: ") && first.length <= 1024 ? first : ""
+  }
+  if (typeof data.nudge === "string" && line(data.nudge)) return line(data.nudge)
+  try {
+    return line(readSmallFile(join(dir, "..", "nudge.txt"), 4096) ?? "")
+  } catch {
+    return ""
+  }
+}
+
 /** Read `watchkeeper.json` from `dir` (default: beside this file): {python, budget, optIn,
- *  file}; a file that is not a small regular file of JSON is no settings. `opt_in: true`
+ *  nudge, file}; a file that is not a small regular file of JSON is no settings. `opt_in: true`
  *  (written by `supervise install --scope user`) makes every call of ours carry `--opt-in`:
  *  Python then stays silent, creating nothing, in a project that did not opt in
  *  (supervisor/session/_gates.py opt_in_silence). */
@@ -84,8 +102,14 @@ export function loadSettings(dir = HERE) {
     python: typeof data.python === "string" && data.python ? data.python : "",
     budget: Number.isFinite(budget) && budget > 0 ? budget : 120,
     optIn: data.opt_in === true,
+    nudge: readNudge(dir, data),
     file,
   }
+}
+
+/** The nudge line of `settings` (as loadSettings gives it), else the package's beside this file. */
+function nudgeOf(settings) {
+  return typeof settings?.nudge === "string" && settings.nudge ? settings.nudge : readNudge()
 }
 
 /** The argv of one generation: `<python> -I -m supervisor bridge --harness H --source S ...`
@@ -112,10 +136,11 @@ export function capUtf8(text, max = MAX_BYTES) {
   return { text: buf.subarray(0, end).toString("utf8") + TRUNCATION_MARKER, cut: true }
 }
 
-/** What a settled generation delivers to the model, or null for nothing. */
-export function deliverable(result) {
+/** What a settled generation delivers to the model, or null for nothing; a failed one
+ *  delivers `nudge` (the nudge line, readNudge), or nothing without one. */
+export function deliverable(result, nudge = readNudge()) {
   if (!result) return null
-  if (result.kind === "failed") return FALLBACK
+  if (result.kind === "failed") return nudge || null
   if (result.kind !== "ready" || typeof result.text !== "string" || !result.text.trim()) return null
   return capUtf8(result.text).text
 }
@@ -384,7 +409,7 @@ export class Generations {
     if (this.live !== gen || gen.delivered) return null
     if (sessionId && gen.sessionId && sessionId !== gen.sessionId) return null
     gen.delivered = true
-    const text = deliverable(gen.settled)
+    const text = deliverable(gen.settled, nudgeOf(this.settings))
     return text ? { text, result: gen.settled, source: gen.source } : null
   }
 
@@ -690,7 +715,7 @@ export function openCodeHooks(input = {}, options = {}) {
     clearTimeout(timer)
     if (got === "late" || st.gens.live !== gen || gen.delivered) return st.text
     gen.delivered = true
-    const text = deliverable(got)
+    const text = deliverable(got, nudgeOf(settings))
     if (got.kind === "failed") st.text = st.text ?? text
     else if (got.kind === "ineligible") st.text = null
     else if (text) st.text = text

@@ -4,6 +4,9 @@ Used for harnesses that cannot carry hook output into the model's context, and f
 (``resume``, ``reload``, ``fork``) where the prior context, digest included, is restored.
 The line starts with U+2063 (INVISIBLE SEPARATOR) so bridges and tests can tell an
 operational message from prose, then ``SUPERVISE_OP: v1 session-start: `` and the body.
+Its one home is the packaged ``supervisor/nudge.txt``, read here at import and by the
+extension bridges (``supervisor/bridges/core.mjs``: beside the package, or from the
+``watchkeeper.json`` that ``supervise install pi|opencode`` writes from :data:`NUDGE_TEXT`).
 
 It stays silent when the lock's live owner is one of our first :data:`NUDGE_HOPS` ancestors
 (the digest already ran inside this very harness process), and when the session's transcript
@@ -25,12 +28,22 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from _typeshed import StrPath
 
-MARK = "\u2063"
-LABEL = "SUPERVISE_OP:"
-KIND = "v1 session-start"
-BODY = "Run `supervise digest --session-start` now, exactly once, before executing any other instructions."
-NUDGE_TEXT = f"{MARK}{LABEL} {KIND}: {BODY}\n"
+NUDGE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "nudge.txt")
+"""The packaged file that holds the nudge line (part of the package, never of a tree)."""
+
+
+def _load() -> str:
+    with open(NUDGE_FILE, encoding="utf-8") as f:
+        return f.readline(4096).rstrip("\n") + "\n"
+
+
+NUDGE_TEXT = _load()
 """The exact nudge payload (UTF-8: ``E2 81 A3`` then ASCII, one trailing newline)."""
+MARK = NUDGE_TEXT[0]
+"""U+2063, which marks an operational line."""
+LABEL, _rest = NUDGE_TEXT[1:].split(" ", 1)
+KIND, BODY = _rest.rstrip("\n").split(": ", 1)
+"""``SUPERVISE_OP:``, ``v1 session-start`` and the sentence, as the file has them."""
 
 
 def digest_ran_here(state_dir: StrPath, chain: list[ProcInfo]) -> bool:

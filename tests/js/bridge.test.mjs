@@ -10,6 +10,8 @@ import { fileURLToPath } from "node:url"
 const HERE = dirname(fileURLToPath(import.meta.url))
 const core = await import(join(HERE, "..", "..", "supervisor", "bridges", "core.mjs"))
 const FAKE = join(HERE, "fake_bridge.sh")
+// the nudge line's one home, which a failed generation delivers
+const NUDGE = readFileSync(join(HERE, "..", "..", "supervisor", "nudge.txt"), "utf8").split("\n")[0]
 
 function fakePi() {
   const handlers = {}
@@ -126,9 +128,9 @@ test("a spawn error delivers the one-line fallback", async () => {
   const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
   await pi.emit("session_start", { reason: "startup" })
   const got = await pi.emit("before_agent_start", {})
-  assert.equal(got.message.content, core.FALLBACK)
-  assert.ok(!core.FALLBACK.includes("\n"))
-  assert.match(core.FALLBACK, /supervise digest/)
+  assert.equal(got.message.content, NUDGE)
+  assert.ok(!NUDGE.includes("\n"))
+  assert.match(NUDGE, /^\u2063SUPERVISE_OP: .*supervise digest --session-start/)
   await gens.shutdown()
   t.cleanup()
 })
@@ -139,7 +141,7 @@ test("a failed or unreadable bridge delivers the fallback", async () => {
     const pi = fakePi()
     const gens = core.piExtension(pi, { settings: t.settings, env: t.env })
     await pi.emit("session_start", { reason: "startup" })
-    assert.equal((await pi.emit("before_agent_start", {})).message.content, core.FALLBACK, mode)
+    assert.equal((await pi.emit("before_agent_start", {})).message.content, NUDGE, mode)
     await gens.shutdown()
     t.cleanup()
   }
@@ -408,7 +410,7 @@ test("watchkeeper.json planted as a FIFO, a link to /dev/zero, huge or deep: no 
   const dir = mkdtempSync(join(tmpdir(), "wk-settings-ok-"))
   try {
     writeFileSync(join(dir, "watchkeeper.json"), '{"python": "/usr/bin/python3", "budget": 30}')
-    assert.deepEqual({ ...core.loadSettings(dir), file: "" }, { python: "/usr/bin/python3", budget: 30, optIn: false, file: "" })
+    assert.deepEqual({ ...core.loadSettings(dir), file: "" }, { python: "/usr/bin/python3", budget: 30, optIn: false, nudge: "", file: "" })
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
@@ -436,4 +438,20 @@ test("a user-scope watchkeeper.json (opt_in) puts --opt-in on every call of ours
   } finally {
     rmSync(dir, { recursive: true, force: true })
   }
+})
+
+test("a placed copy delivers the nudge line its watchkeeper.json carries", async () => {
+  // `supervise install` writes the line into watchkeeper.json: a copy of core.mjs has no
+  // package beside it. A line there wins over the package's file.
+  const dir = mkdtempSync(join(tmpdir(), "wk-placed-"))
+  const placed = "\u2063SUPERVISE_OP: v9 session-start: PLACED LINE"
+  writeFileSync(join(dir, "watchkeeper.json"), JSON.stringify({ python: "/x/python", budget: 5, nudge: placed }))
+  assert.equal(core.loadSettings(dir).nudge, placed)
+  assert.equal(core.deliverable({ kind: "failed" }, core.loadSettings(dir).nudge), placed)
+  writeFileSync(join(dir, "watchkeeper.json"), JSON.stringify({ python: "/x/python", nudge: "plain prose" }))
+  assert.equal(core.loadSettings(dir).nudge, "") // not an operational line: not taken
+  assert.equal(core.loadSettings(dir).nudge, "") // no package beside it: nothing to say
+  assert.equal(core.deliverable({ kind: "failed" }, ""), null)
+  assert.equal(core.loadSettings(join(HERE, "..", "..", "supervisor", "bridges")).nudge, NUDGE)
+  rmSync(dir, { recursive: true, force: true })
 })
