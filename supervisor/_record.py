@@ -16,8 +16,10 @@ frozen dataclass through PEP 681 ``dataclass_transform`` (under ``TYPE_CHECKING`
 ``typing`` import would cost the hook too), so construction stays checked by ``mypy --strict``.
 
 Fields are the class's own annotations (``from __future__ import annotations``: strings), in
-order; a name annotated ``ClassVar[...]`` is not a field. Inheritance between records is not
-supported (no record on the hot path needs it): a record class must not subclass another.
+order; a name annotated ``ClassVar[...]`` is not a field. A record may extend one other
+record: its own fields follow the parent's (as a dataclass's do), so a field list shared by
+two records is declared once (``StageSummary`` and ``StageResult``); it may not declare a
+parent's field again.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class _Factory:
 
 NO_DEFAULT = object()
 """The default of a field that has none (in ``__record_defaults__``, read by the JSON loader)."""
+Factory = _Factory
+"""The type of a :func:`field` default in ``__record_defaults__`` (its ``make`` builds one)."""
 
 
 def field(*, default_factory: Callable[[], T]) -> T:
@@ -113,8 +117,8 @@ def record(cls: type[R]) -> type[R]:
     """Make ``cls`` a frozen record (see the module docstring); returns ``cls`` itself.
 
     Raises:
-        TypeError: a field without a default follows one with a default, or ``cls``
-            subclasses another record.
+        TypeError: a field without a default follows one with a default, ``cls`` declares a
+            field of the record it extends again, or it extends more than one record.
     """
     return _make(cls, frozen=True)
 
@@ -131,13 +135,19 @@ def mutable_record(cls: type[R]) -> type[R]:
 
 
 def _make(cls: type[R], *, frozen: bool) -> type[R]:
-    if any(hasattr(base, "__record_fields__") for base in cls.__mro__[1:]):
-        raise TypeError(f"{cls.__name__}: a record cannot subclass another record")
+    parents = [base for base in cls.__bases__ if hasattr(base, "__record_fields__")]
+    if len(parents) > 1:
+        raise TypeError(f"{cls.__name__}: a record extends at most one other record")
+    inherited: tuple[str, ...] = parents[0].__record_fields__ if parents else ()
     annotations: dict[str, str] = cls.__dict__.get("__annotations__", {})
-    names = tuple(name for name, hint in annotations.items()
-                  if not str(hint).startswith(("ClassVar", "typing.ClassVar")))
-    defaults: list[object] = []
-    for name in names:
+    own = tuple(name for name, hint in annotations.items()
+                if not str(hint).startswith(("ClassVar", "typing.ClassVar")))
+    again = [name for name in own if name in inherited]
+    if again:
+        raise TypeError(f"{cls.__name__}: field {again[0]!r} is declared by the record it extends")
+    names = inherited + own
+    defaults: list[object] = list(getattr(parents[0], "__record_defaults__")) if parents else []
+    for name in own:
         default = cls.__dict__.get(name, NO_DEFAULT)
         if type(default) is _Factory:
             delattr(cls, name)

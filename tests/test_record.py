@@ -240,3 +240,31 @@ def test_check_loadable_refuses_a_non_record_with_type_error() -> None:
         with pytest.raises(TypeError, match="not a record"):
             check_loadable(thing)  # type: ignore[arg-type]
     assert check_loadable(LockRecord)
+
+
+def test_a_record_extends_another_with_its_fields_first() -> None:
+    """A record may extend one record: the parent's fields (and defaults, factories
+    included) come first, as a dataclass's do, so a shared field list is declared once; a
+    field declared again, or a second record parent, is refused. The JSON loader reads the
+    inherited fields too. Before, extending a record raised TypeError."""
+
+    @record
+    class Wider(Inner):
+        extra: dict[str, Any] = field(default_factory=dict)
+        note: str = ""
+
+    assert fields(Wider) == ("name", "size", "extra", "note")
+    made = Wider("n")
+    assert (made.size, made.extra, made.note) == (0, {}, "") and made.extra is not Wider("m").extra
+    assert made != Inner("n") and made == Wider("n", 0)
+    assert load_record(Wider, {"name": "x", "size": 3, "note": "y"}) == Wider("x", 3, {}, "y")
+    with pytest.raises(RecordError, match="size"):
+        load_record(Wider, {"name": "x", "size": "3"})
+    with pytest.raises(TypeError, match="declared by the record it extends"):
+        @record
+        class Again(Inner):
+            size: int = 1
+    with pytest.raises(TypeError, match="at most one"):
+        @record
+        class Both(Inner, Outer):
+            pass

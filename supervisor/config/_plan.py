@@ -38,7 +38,12 @@ CONFIG_FILE = "supervise.toml"
 
 @record
 class StagePlan:
-    """One stage, validated (field meanings: docs/stage-authors.md, "Config keys")."""
+    """One stage, validated (field meanings: docs/stage-authors.md, "Config keys").
+
+    The one declaration of a stage's fields, their types and defaults: the config model
+    :class:`supervisor.config._schema.StageSpec` is made from it (adding only the bounds and
+    the checks of each key), so a new stage key is one line here (docs/architecture.md).
+    """
 
     name: str
     run: tuple[str, ...] | None = None
@@ -67,7 +72,8 @@ class StagePlan:
 
 
 WHEN_SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
-"""Values ``when.source`` takes (the routed sources of ``supervisor.session._payload.SOURCES``)."""
+"""The session sources we recognize, the one list: the values ``when.source`` takes, and
+what a payload's ``source`` is matched against (``supervisor.session._payload.SOURCES``)."""
 WHEN_HARNESSES: tuple[str, ...] = (*names(), "terminal")
 """Values ``when.harness`` takes: the harness table's names, and ``terminal`` for no harness."""
 

@@ -12,11 +12,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
+                      model_validator)
 
 from .._errors import ConfigError
-from ._plan import (DEFAULT_MAX_PARALLEL, DEFAULT_MAX_TASKS, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
-                    MIN_MEMORY, find_config, read_config_bytes)
+from .._record import NO_DEFAULT, Factory, fields
+from ._plan import (DEFAULT_MAX_PARALLEL, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
+                    MIN_MEMORY, StagePlan, find_config, read_config_bytes)
 
 if TYPE_CHECKING:
     from _typeshed import StrPath
@@ -111,8 +113,11 @@ class StageWhen(_Frozen):
         return self
 
 
-class StageSpec(_Frozen):
-    """One stage of a digest: a subprocess with its own process group and limits.
+_STAGE_DOC = """One stage of a digest: a subprocess with its own process group and limits.
+
+    Its fields, their types and defaults are :class:`supervisor.config._plan.StagePlan`'s (the
+    one declaration); this model adds the bounds of each key (:data:`STAGE_BOUNDS`), the two
+    keys validated as another type (:data:`STAGE_TYPES`) and the checks below.
 
     Exactly one of ``run`` (an argv; a string is split like a POSIX shell would, and runs
     through ``/bin/sh -c`` only with ``shell = true``) or ``builtin`` (a program from
@@ -127,32 +132,31 @@ class StageSpec(_Frozen):
     whole (cgroup ``pids.max`` / ``memory.max`` where available, else the watchdog).
     """
 
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    run: list[str] | None = None
-    builtin: str | None = None
-    args: tuple[str, ...] = ()
-    shell: bool = False
-    title: str | None = None
-    cwd: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    timeout: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    max_output: int | None = Field(default=None, gt=0)
-    max_tasks: int = Field(default=DEFAULT_MAX_TASKS, ge=1, le=MAX_TASKS_LIMIT)
-    max_memory: int | None = Field(default=None, ge=MIN_MEMORY, le=MAX_MEMORY_LIMIT)
-    needs: tuple[str, ...] = ()
-    deferred: bool = False
-    reemit: bool = False
-    exclusive: bool = False
-    options: dict[str, Any] = Field(default_factory=dict)
-    ok_exit: tuple[int, ...] = (0,)
-    when: StageWhen | None = None
-    stderr: Literal["context", "log", "drop"] = "log"
+STAGE_BOUNDS: dict[str, dict[str, Any]] = {
+    "name": {"min_length": 1, "max_length": 64, "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]*$"},
+    "timeout": {"gt": 0, "le": MAX_SECONDS, "allow_inf_nan": False},
+    "max_output": {"gt": 0},
+    "max_tasks": {"ge": 1, "le": MAX_TASKS_LIMIT},
+    "max_memory": {"ge": MIN_MEMORY, "le": MAX_MEMORY_LIMIT},
+}
+"""The bounds of a stage key (pydantic ``Field`` constraints), by field name."""
+
+STAGE_TYPES: dict[str, Any] = {"run": list[str] | None, "when": StageWhen | None}
+"""Stage keys validated as another type than the plan holds: ``run`` a list (a string is
+split first; the plan keeps a tuple), ``when`` a table of its own (:class:`StageWhen`; the
+plan keeps its lists)."""
+
+
+class _StageChecks(_Frozen):
+    """The checks of a stage beyond each key's type and bounds (the base of
+    :class:`StageSpec`, whose fields come from :class:`~supervisor.config._plan.StagePlan`)."""
 
     DEFERRED_BUILTINS: ClassVar[frozenset[str]] = frozenset({"network"})
     """Built-ins that run deferred unless the config says ``deferred = false`` (network checks
     must never hold up a session start)."""
 
-    @field_validator("timeout", "max_output", "max_tasks", "max_memory", "ok_exit", mode="before")
+    @field_validator("timeout", "max_output", "max_tasks", "max_memory", "ok_exit", mode="before",
+                     check_fields=False)  # the fields are StageSpec's, made from StagePlan
     @classmethod
     def _numbers_not_bool(cls, value: object) -> object:
         return _reject_bool(value)
@@ -180,35 +184,65 @@ class StageSpec(_Frozen):
         return data
 
     @model_validator(mode="after")
-    def _one_program(self) -> StageSpec:
-        if (self.run is None) == (self.builtin is None):
+    def _one_program(self) -> _StageChecks:
+        stage: Any = self  # a StageSpec: its fields are made at import (StagePlan's)
+        if (stage.run is None) == (stage.builtin is None):
             raise ValueError("give exactly one of 'run' or 'builtin'")
-        if self.run is not None and not self.run:
+        if stage.run is not None and not stage.run:
             raise ValueError("'run' is empty")
-        if self.shell and self.run is not None and len(self.run) != 1:
+        if stage.shell and stage.run is not None and len(stage.run) != 1:
             raise ValueError("with shell = true, 'run' is one string (the script)")
-        if self.name in self.needs:
-            raise ValueError(f"stage '{self.name}' needs itself")
-        if self.builtin is not None:
+        if stage.name in stage.needs:
+            raise ValueError(f"stage '{stage.name}' needs itself")
+        if stage.builtin is not None:
             from ._builtins import list_builtins
 
             known = list_builtins()
-            if self.builtin not in known:
-                raise ValueError(f"'{self.builtin}' is not a built-in stage (the built-ins are "
+            if stage.builtin not in known:
+                raise ValueError(f"'{stage.builtin}' is not a built-in stage (the built-ins are "
                                  f"{', '.join(known) or 'missing: broken install?'})")
-        if not self.ok_exit:
+        if not stage.ok_exit:
             raise ValueError("'ok_exit' is empty; list the exit statuses that mean success, "
                              "e.g. [0, 1]")
-        if any(not 0 <= code <= 255 for code in self.ok_exit):
+        if any(not 0 <= code <= 255 for code in stage.ok_exit):
             raise ValueError("'ok_exit' holds exit statuses, numbers from 0 to 255")
         # What execve cannot carry is an error here, not a crash at spawn time.
-        texts = [*(self.run or ()), *self.args, *(self.env.values()), self.cwd or ""]
+        texts = [*(stage.run or ()), *stage.args, *(stage.env.values()), stage.cwd or ""]
         if any("\0" in t for t in texts):
             raise ValueError("run, args, env and cwd cannot contain a NUL character")
-        bad = [k for k in self.env if not k or "=" in k or "\0" in k]
+        bad = [k for k in stage.env if not k or "=" in k or "\0" in k]
         if bad:
             raise ValueError(f"env: {bad[0]!r} is not a valid variable name")
         return self
+
+
+def _stage_fields() -> dict[str, Any]:
+    """StageSpec's field definitions, made from StagePlan's: ``{name: (type, Field)}`` in
+    its order, the type its annotation (or :data:`STAGE_TYPES`'), the default its default
+    (a ``field(default_factory=...)`` stays a factory), the bounds :data:`STAGE_BOUNDS`'."""
+    hints: dict[str, Any] = StagePlan.__annotations__
+    made: dict[str, Any] = {}
+    defaults: tuple[object, ...] = getattr(StagePlan, "__record_defaults__")
+    for name, default in zip(fields(StagePlan), defaults):
+        bounds = STAGE_BOUNDS.get(name, {})
+        if default is NO_DEFAULT:
+            info = Field(**bounds)
+        elif isinstance(default, Factory):
+            info = Field(default_factory=default.make, **bounds)
+        else:
+            info = Field(default=default, **bounds)
+        made[name] = (STAGE_TYPES.get(name, hints[name]), info)
+    return made
+
+
+if TYPE_CHECKING:
+    class StageSpec(_StageChecks):
+        """For type checkers: its fields are StagePlan's, made when the module is run."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    StageSpec = create_model("StageSpec", __base__=_StageChecks, __module__=__name__,
+                             __doc__=_STAGE_DOC, **_stage_fields())
 
 
 class DigestConfig(_Frozen):
@@ -270,7 +304,7 @@ class DigestConfig(_Frozen):
 
 
 def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
-    needs = {s.name: s.needs for s in stages}
+    needs: dict[str, tuple[str, ...]] = {s.name: s.needs for s in stages}
     done: set[str] = set()
 
     def visit(name: str, path: tuple[str, ...]) -> None:

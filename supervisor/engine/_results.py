@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from .. import _jsontext
-from .._record import record
+from .._record import asdict, fields, record
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
@@ -21,10 +21,14 @@ if TYPE_CHECKING:
     ``not_started`` the budget ended before it could start; ``deferred`` launched detached, result
     delivered separately; ``skipped`` not part of this run (read-only, re-emit, ``--only``, or its
     ``when`` condition does not hold)."""
+else:
+    StageStatus = str  # what the records loader reads it as (last-digest.json)
+
 
 @record
-class StageResult:
-    """One stage's outcome.
+class StageSummary:
+    """What is kept of one stage's outcome: ``last-digest.json`` (``supervise status``) and
+    each stage of ``--format json``; :class:`StageResult` adds the output.
 
     Attributes:
         name: the stage name.
@@ -35,7 +39,6 @@ class StageResult:
         bytes: raw bytes the stage printed (before caps).
         truncated: its output was cut by its ``max_output``, or by the digest's (the total
             cap cut it: the digest shows less than it printed).
-        output: what the digest shows for it (after caps, U+FFFD for invalid UTF-8).
     """
 
     name: str
@@ -44,12 +47,23 @@ class StageResult:
     seconds: float = 0.0
     bytes: int = 0
     truncated: bool = False
-    output: str = ""
 
     @property
     def completed(self) -> bool:
         """The stage ran to its own end (successfully or not)."""
         return self.status in ("ok", "failed", "deferred", "skipped")
+
+    def summary(self) -> StageSummary:
+        """This outcome as a :class:`StageSummary` (the output, if any, left out)."""
+        return StageSummary(**{name: getattr(self, name) for name in fields(StageSummary)})
+
+
+@record
+class StageResult(StageSummary):
+    """One stage's outcome: its :class:`StageSummary` fields, then ``output``, what the
+    digest shows for it (after caps, U+FFFD for invalid UTF-8)."""
+
+    output: str = ""
 
 
 @record
@@ -104,9 +118,8 @@ class DigestResult:
                "budget": self.budget, "seconds": round(self.seconds, 3)}
         write(dumps(top, ensure_ascii=False)[:-1].encode() + b', "stages": [')
         for i, s in enumerate(self.stages):
-            entry = dumps({"name": s.name, "status": s.status, "exit_code": s.exit_code,
-                           "seconds": round(s.seconds, 3), "bytes": s.bytes,
-                           "truncated": s.truncated}, ensure_ascii=False)
+            entry = dumps({**asdict(s.summary()), "seconds": round(s.seconds, 3)},
+                          ensure_ascii=False)
             write(f'{", " if i else ""}{entry[:-1]}, "output": "'.encode())
             pieces = chunks.get(s.name) if chunks is not None else None
             if pieces is None:

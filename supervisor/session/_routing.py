@@ -25,6 +25,7 @@ import os
 import time
 
 from .._record import record, replace
+from ..engine._results import StageSummary  # the stages of LastDigest (loaded by name)
 from . import _ancestry, _lock
 from ..config._context import SessionContext
 from ._outcome import SessionOutcome
@@ -54,18 +55,6 @@ _REEMIT_RESERVE = 512
 def route(source: str) -> Action:
     """The action for a recognized source; ``""`` (unrecognized) and anything else is full."""
     return ROUTES.get(source, "full")
-
-
-@record
-class StageSummary:
-    """One stage of the last digest, as ``supervise status`` shows it (seconds, bytes)."""
-
-    name: str
-    status: str
-    exit_code: int | None = None
-    seconds: float = 0.0
-    bytes: int = 0
-    truncated: bool = False
 
 
 @record
@@ -211,9 +200,7 @@ def record_digest(state_dir: StrPath, result: DigestResult, context: SessionCont
     if not os.path.isdir(state_dir):
         return
     now = time.time()
-    stages = tuple(StageSummary(name=s.name, status=s.status, exit_code=s.exit_code,
-                                seconds=s.seconds, bytes=s.bytes, truncated=s.truncated)
-                   for s in result.stages)
+    stages = tuple(s.summary() for s in result.stages)
     record = LastDigest(finished_at=now, source=context.source, mode=context.mode,
                         harness=context.harness, session_id=context.session_id,
                         seconds=result.seconds, truncated=result.truncated,

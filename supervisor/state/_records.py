@@ -10,8 +10,10 @@ The configuration, read rarely and cached, keeps pydantic (:mod:`supervisor.conf
 
 Supported field types: ``str``, ``int`` (a bool is not an int), ``float`` (an int is
 accepted), ``bool``, ``X | None``, ``tuple[X, ...]`` (from a JSON list), a nested record
-class (named in the record's module), and ``dict[str, Any]``. Any other annotation (a
-``Literal``, a ``Path``, a fixed-length tuple) is a programming error: the first load of the
+class (named in the record's module), ``dict[str, Any]``, and a name the module binds to
+one of those scalars at run time (``StageStatus``: a ``Literal`` for type checkers, ``str``
+when run). Any other annotation (a ``Literal``, a ``Path``, a fixed-length tuple) is a
+programming error: the first load of the
 class (:func:`load_record`, :meth:`StateDir.read_record
 <supervisor.state._statedir.StateDir.read_record>`) raises ``TypeError`` naming the class
 and the field, before any file is read, so it is never mistaken for a corrupt file. A record
@@ -86,6 +88,8 @@ def _parse(text: str, cls: type) -> Any:
     named = getattr(sys.modules.get(cls.__module__), text, None)
     if isinstance(named, type) and is_record(named):
         return named
+    if named in _SCALARS.values():  # an alias the module binds to a scalar at run time (a
+        return named                # ``Literal`` for type checkers: ``StageStatus`` is str)
     raise TypeError(f"unsupported record field type {text!r} (the records loader reads str, "
                     "int, float, bool, X | None, tuple[X, ...], dict[str, Any] and records "
                     "named in the same module)")
@@ -110,11 +114,13 @@ def check_loadable(cls: type) -> dict[str, Any]:
     specs = _SPECS.get(cls)
     if specs is not None:
         return specs
-    annotations: dict[str, str] = cls.__dict__.get("__annotations__", {})
     specs = {}
     for name in fields(cls):
+        # the class that declares the field (a record may extend another): its module
+        # resolves the names in its annotation
+        owner = next(c for c in cls.__mro__ if name in c.__dict__.get("__annotations__", {}))
         try:
-            specs[name] = _parse(str(annotations[name]), cls)
+            specs[name] = _parse(str(owner.__dict__["__annotations__"][name]), owner)
         except TypeError as err:
             raise TypeError(f"{cls.__name__}.{name}: {err}") from None
     _SPECS[cls] = specs  # before the nested ones: a record may hold itself
