@@ -2,7 +2,7 @@
 consolidation wrapper); nothing else may detach from the watchdog that way.
 
 The mark is ``SUPERVISE_DETACHED_FROM=<stage name>`` in a process that left the stage's session
-(``supervisor.engine._tree.DETACH_VAR``). Real processes; the pid file tells what survived.
+(``supervisor.config._context.DETACH_VAR``). Real processes; the pid file tells what survived.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from helpers import alive_and_ours, supervise_cmd
 
-DETACH_VAR = "SUPERVISE_DETACHED_FROM"
+from supervisor.config._context import DETACH_VAR  # the name's one home
 
 # A configured stage that imitates the built-in detach: a setsid child with the mark set to its
 # own stage name and no stage token. The stage writes the child's pid, then waits for it to end,
@@ -40,17 +40,6 @@ with open(sys.argv[1] + ".tmp", "w") as f:
 os.rename(sys.argv[1] + ".tmp", sys.argv[1])
 child.wait()
 """
-
-
-def test_the_stage_constant_matches_the_engine() -> None:
-    from supervisor.engine._tree import DETACH_VAR as ENGINE_VAR
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "stages"))
-    try:
-        from memory import consolidate
-    finally:
-        sys.path.pop(0)
-    assert consolidate.DETACHED_MARK == ENGINE_VAR == DETACH_VAR
 
 
 def _gone(pid: int) -> bool:

@@ -14,8 +14,7 @@ from fake_harness import FakeHarness
 from helpers import run_cli
 from supervisor._errors import ConfigError
 from supervisor.config._schema import parse_config
-from supervisor.session._payload import SOURCES
-from supervisor.config._plan import WHEN_SOURCES, StagePlan, unmet
+from supervisor.config._plan import StagePlan, unmet
 
 CONFIG = """\
 budget = 30
@@ -71,10 +70,6 @@ def harness(tmp_path: Path) -> Iterator[Callable[[str], FakeHarness]]:
     yield make
     for h in made:
         h.close()
-
-
-def test_the_value_lists_match_the_protocol() -> None:
-    assert WHEN_SOURCES == SOURCES
 
 
 @pytest.mark.parametrize("when, message", [

@@ -35,10 +35,6 @@ LOCK_NAME = "consolidate.lock"
 LOG_NAME = "consolidation.log"
 LOG_MAX_BYTES = 4 * 1024 * 1024
 """Bytes the consolidation log may reach before it is rotated to ``consolidation.log.1``."""
-DETACHED_MARK = "SUPERVISE_DETACHED_FROM"
-"""Set in the wrapper's environment to the stage name: a process started on purpose to outlive
-its stage: the engine's leftover sweep leaves it alone (``supervisor.engine._tree.DETACH_VAR``, honoured
-for built-in stages only, for a process out of the stage's session)."""
 
 
 def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
@@ -50,6 +46,7 @@ def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
         OSError: the state dir cannot hold the lock, or the wrapper cannot be started.
     """
     from supervisor._errors import StateError
+    from supervisor.config._context import DETACH_VAR
     from supervisor.state._statedir import StateDir
 
     fds: list[int] = []
@@ -78,7 +75,7 @@ def trigger(state_dir: Path, store: Path, project_dir: Path, argv: list[str], *,
         os.set_blocking(log_fd, True)
         env = {k: v for k, v in os.environ.items()
                if k not in ("SUPERVISE_STAGE_TOKEN", "STAGE_TOKEN")}
-        env[DETACHED_MARK] = stage
+        env[DETACH_VAR] = stage  # outlives its stage: the engine's sweep leaves it alone
         env["SUPERVISE_MEMORY_DIR"] = str(store)
         wrapper = [sys.executable, "-I", str(Path(__file__).resolve()), str(lock_fd), f"{timeout:g}",
                    str(log_fd), "--", *argv]
@@ -122,7 +119,9 @@ def _wrap(argv: list[str]) -> int:
                   .encode(), 0)
     except OSError:
         pass
-    env = {k: v for k, v in os.environ.items() if k != DETACHED_MARK}
+    from supervisor.config._context import DETACH_VAR
+
+    env = {k: v for k, v in os.environ.items() if k != DETACH_VAR}
     # The log was opened by the stage through the state door and handed over as a descriptor:
     # this wrapper never opens a path in the state dir itself.
     with open(log_fd, "ab", closefd=True) as log:

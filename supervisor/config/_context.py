@@ -35,6 +35,15 @@ def _absolute(path: StrPath) -> str:
     return pure_path(path if os.path.isabs(path) else os.path.join(os.getcwd(), path))
 
 
+DETACH_VAR = "SUPERVISE_DETACHED_FROM"
+"""Set to a built-in stage's name in a process that stage starts on purpose to outlive it (the
+memory stage's consolidation wrapper, ``stages/memory/consolidate.py``); the engine's sweep
+(``supervisor.engine._tree``) leaves it alone. Honoured only for built-in stages
+(``StageTree.detach_mark``) and only for a process that left the stage's session; a
+configured command cannot detach this way. The one home of the name, for the engine and the
+stage."""
+
+
 @record
 class SessionContext:
     """Who is asking for the digest, passed to each stage as environment variables.

@@ -37,11 +37,7 @@ from ._proctable import Gone, Row, environ_of, environ_value, scan, start_stamp,
 from ._reaper import (HARD_PHASE, KILL_WAIT, MONITOR_MAX_PERIOD, POLL, REAP_BATCH, TOKEN_VAR,
                       our_children, subreaper_enabled)
 
-DETACH_VAR = "SUPERVISE_DETACHED_FROM"
-"""Set to a built-in stage's name in a process that stage starts on purpose to outlive it (the
-memory stage's consolidation wrapper, ``stages/memory/consolidate.py``). Honoured only for
-built-in stages (:attr:`StageTree.detach_mark`) and only for a process that left the stage's
-session; a configured command cannot detach this way."""
+from ..config._context import DETACH_VAR as DETACH_VAR  # honoured here, set by a stage
 
 FULL_SCAN_PERIOD = 5.0
 """On the portable path (psutil rows), the watchdog's periodic scans are incremental (new

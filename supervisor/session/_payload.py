@@ -24,6 +24,7 @@ import time
 
 from .. import _jsontext
 from .._record import field, record
+from ..config._plan import WHEN_SOURCES
 from ..state._project import find_project_root
 from ..state._records import load_record
 
@@ -44,8 +45,9 @@ DRAIN_LIMIT = 10.0
 keeps arriving (at most :data:`READ_TIMEOUT` apart) the read goes on, so a slow writer of a
 big ``Write`` payload never meets a closed pipe; a writer stalled longer is left."""
 
-SOURCES: tuple[str, ...] = ("startup", "new", "clear", "compact", "resume", "reload", "fork")
-"""The recognized ``source`` values, matched exactly (no case folding, no stripping)."""
+SOURCES: tuple[str, ...] = WHEN_SOURCES
+"""The recognized ``source`` values, matched exactly (no case folding, no stripping): the
+one list of :data:`supervisor.config._plan.WHEN_SOURCES`, which ``when.source`` takes."""
 
 PROJECT_DIR_ENV: tuple[str, ...] = ("CLAUDE_PROJECT_DIR", "CURSOR_PROJECT_DIR", "GEMINI_PROJECT_DIR")
 """Environment variables a harness sets to the project directory, in the order we trust them."""
