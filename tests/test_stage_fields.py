@@ -1,5 +1,6 @@
-"""One declaration of a stage's fields (``supervisor.config._plan.StagePlan``) and of a
-stage outcome's (``supervisor.engine._results.StageSummary``): the others are made from them.
+"""One declaration of a stage's fields (``supervisor.config._plan.StagePlan``), of the
+top-level config keys (``DigestPlan``) and of a stage outcome's
+(``supervisor.engine._results.StageSummary``): the others are made from them.
 
 ``StageSpec``, the config model, took its 19 fields from its own declaration and ``StagePlan``
 declared them again; ``StageResult`` and the status record ``StageSummary`` declared the
@@ -49,6 +50,33 @@ def test_a_new_stage_field_reaches_the_config_model() -> None:
     default from StagePlan) and the plan the engine runs carries; fails on the old code,
     whose StageSpec declared its fields itself (an unknown key)."""
     proc = subprocess.run([sys.executable, "-c", _NEW_FIELD], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+
+
+_NEW_TOP_KEY = r"""
+from supervisor.config import _plan
+
+source = open(_plan.__file__).read()
+start = source.index("@record\nclass DigestPlan:")
+end = source.index("\n    @classmethod", start)
+namespace = dict(vars(_plan))
+exec("from __future__ import annotations\n" + source[start:end].replace(
+    '    source: str', '    quiet: bool = False\n    source: str'), namespace)
+_plan.DigestPlan = namespace["DigestPlan"]
+
+from supervisor.config._schema import DigestConfig, parse_config
+
+assert "quiet" in DigestConfig.model_fields, list(DigestConfig.model_fields)
+assert parse_config({"quiet": True}, "t.toml").quiet is True
+print("ok")
+"""
+
+
+def test_a_new_top_level_key_reaches_the_config_model() -> None:
+    """Likewise a field added to DigestPlan is a key DigestConfig validates (fails on the
+    old code, whose DigestConfig declared the top-level keys and their defaults again)."""
+    proc = subprocess.run([sys.executable, "-c", _NEW_TOP_KEY], capture_output=True, text=True,
                           timeout=60, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 

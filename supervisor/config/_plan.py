@@ -178,13 +178,26 @@ no digest of fewer stages waits at all (docs/benchmarks.md, rows "500 stages of 
 and "digest of 10 x `sleep 0.2`")."""
 
 
+DEFAULT_BUDGET = 120.0
+"""Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
+DEFAULT_GRACE = 1.0
+"""Seconds between SIGTERM and SIGKILL (``grace``; ``SUPERVISE_GRACE`` overrides)."""
+DEFAULT_MAX_OUTPUT = 1024 * 1024
+"""Total bytes a digest may print before its output is cut with a marker."""
+
+
 @record
 class DigestPlan:
-    """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes."""
+    """A whole digest, validated: ``budget``/``grace`` in seconds, caps in bytes.
 
-    budget: float = 120.0
-    grace: float = 1.0
-    max_output: int = 1024 * 1024
+    The one declaration of the top-level config keys, their types and defaults: the config
+    model :class:`supervisor.config._schema.DigestConfig` is made from it (adding the bounds,
+    the checks and ``stages_from``), as ``StageSpec`` is from :class:`StagePlan`.
+    """
+
+    budget: float = DEFAULT_BUDGET
+    grace: float = DEFAULT_GRACE
+    max_output: int = DEFAULT_MAX_OUTPUT
     reemit_budget: int = 24 * 1024
     max_parallel: int = DEFAULT_MAX_PARALLEL
     scope: Literal["primary", "any"] = "primary"

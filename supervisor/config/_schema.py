@@ -17,18 +17,13 @@ from pydantic import (BaseModel, ConfigDict, Field, ValidationError, create_mode
 
 from .._errors import ConfigError
 from .._record import NO_DEFAULT, Factory, fields
-from ._plan import (DEFAULT_MAX_PARALLEL, MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT,
-                    MIN_MEMORY, StagePlan, find_config, read_config_bytes)
+from ._plan import DEFAULT_BUDGET as DEFAULT_BUDGET  # re-exported: install's default timeout
+from ._plan import (MAX_GRACE, MAX_MEMORY_LIMIT, MAX_SECONDS, MAX_TASKS_LIMIT, MIN_MEMORY,
+                    DigestPlan, StagePlan, find_config, read_config_bytes)
 
 if TYPE_CHECKING:
     from _typeshed import StrPath
 
-DEFAULT_BUDGET = 120.0
-"""Overall digest budget in seconds (``budget``; ``SUPERVISE_TIMEOUT`` overrides)."""
-DEFAULT_GRACE = 1.0
-"""Seconds between SIGTERM and SIGKILL (``grace``; ``SUPERVISE_GRACE`` overrides)."""
-DEFAULT_MAX_OUTPUT = 1024 * 1024
-"""Total bytes a digest may print before its output is cut with a marker."""
 
 
 
@@ -216,22 +211,24 @@ class _StageChecks(_Frozen):
         return self
 
 
-def _stage_fields() -> dict[str, Any]:
-    """StageSpec's field definitions, made from StagePlan's: ``{name: (type, Field)}`` in
-    its order, the type its annotation (or :data:`STAGE_TYPES`'), the default its default
-    (a ``field(default_factory=...)`` stays a factory), the bounds :data:`STAGE_BOUNDS`'."""
-    hints: dict[str, Any] = StagePlan.__annotations__
+def _made_fields(plan: type, bounds: dict[str, dict[str, Any]],
+                 types: dict[str, Any]) -> dict[str, Any]:
+    """A config model's field definitions, made from record ``plan``'s (the one
+    declaration): ``{name: (type, Field)}`` in its order, the type its annotation (or
+    ``types``'), the default its default (a ``field(default_factory=...)`` stays a factory),
+    the constraints ``bounds``'."""
+    hints: dict[str, Any] = plan.__annotations__
     made: dict[str, Any] = {}
-    defaults: tuple[object, ...] = getattr(StagePlan, "__record_defaults__")
-    for name, default in zip(fields(StagePlan), defaults):
-        bounds = STAGE_BOUNDS.get(name, {})
+    defaults: tuple[object, ...] = getattr(plan, "__record_defaults__")
+    for name, default in zip(fields(plan), defaults):
+        rules = bounds.get(name, {})
         if default is NO_DEFAULT:
-            info = Field(**bounds)
+            info = Field(**rules)
         elif isinstance(default, Factory):
-            info = Field(default_factory=default.make, **bounds)
+            info = Field(default_factory=default.make, **rules)
         else:
-            info = Field(default=default, **bounds)
-        made[name] = (STAGE_TYPES.get(name, hints[name]), info)
+            info = Field(default=default, **rules)
+        made[name] = (types.get(name, hints[name]), info)
     return made
 
 
@@ -242,11 +239,31 @@ if TYPE_CHECKING:
         def __getattr__(self, name: str) -> Any: ...
 else:
     StageSpec = create_model("StageSpec", __base__=_StageChecks, __module__=__name__,
-                             __doc__=_STAGE_DOC, **_stage_fields())
+                             __doc__=_STAGE_DOC,
+                             **_made_fields(StagePlan, STAGE_BOUNDS, STAGE_TYPES))
 
 
-class DigestConfig(_Frozen):
-    """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
+CONFIG_BOUNDS: dict[str, dict[str, Any]] = {
+    "budget": {"gt": 0, "le": MAX_SECONDS, "allow_inf_nan": False},
+    "grace": {"ge": 0, "le": MAX_GRACE, "allow_inf_nan": False},
+    "max_output": {"gt": 0},
+    "reemit_budget": {"ge": 1024},
+    "max_parallel": {"ge": 0},
+    "source": {"exclude": True},
+}
+"""The bounds of a top-level key (pydantic ``Field`` constraints), by field name; ``source``
+is set by :func:`parse_config`, never dumped."""
+
+CONFIG_TYPES: dict[str, Any] = {"stages": tuple[StageSpec, ...]}
+"""Top-level keys validated as another type than the plan holds: the stages as
+:class:`StageSpec` (the plan holds :class:`~supervisor.config._plan.StagePlan`)."""
+
+
+_DIGEST_DOC = """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
+
+    Its fields, their types and defaults are :class:`supervisor.config._plan.DigestPlan`'s
+    (the one declaration); this model adds the bounds (:data:`CONFIG_BOUNDS`), the stages'
+    model (:data:`CONFIG_TYPES`), ``stages_from`` and the checks below.
 
     ``source`` names where it was read from (a file path or ``<embedded default>``);
     ``stages_from`` says where the stages came from (a file without a ``stages`` key gets the
@@ -254,26 +271,18 @@ class DigestConfig(_Frozen):
     :func:`parse_config`, not read from the file.
     """
 
-    budget: float = Field(default=DEFAULT_BUDGET, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
-    grace: float = Field(default=DEFAULT_GRACE, ge=0, le=MAX_GRACE, allow_inf_nan=False)
-    max_output: int = Field(default=DEFAULT_MAX_OUTPUT, gt=0)
-    reemit_budget: int = Field(default=24 * 1024, ge=1024)
-    max_parallel: int = Field(default=DEFAULT_MAX_PARALLEL, ge=0)
-    scope: Literal["primary", "any"] = "primary"
-    gate_env: tuple[str, ...] = ("NO_MISTAKES_GATE",)
-    gate_common_dirs: tuple[str, ...] = ("*/.no-mistakes/repos/*.git",)
-    inline_cap: dict[str, int] = Field(default_factory=dict)
-    stages: tuple[StageSpec, ...] = ()
-    source: str = Field(default="<embedded default>", exclude=True)
-    stages_from: str = Field(default="", exclude=True)
+
+class _DigestChecks(_Frozen):
+    """The checks of a whole digest beyond each key's type and bounds (the base of
+    :class:`DigestConfig`, whose fields come from :class:`~supervisor.config._plan.DigestPlan`)."""
 
     @field_validator("budget", "grace", "max_output", "reemit_budget", "max_parallel",
-                     "inline_cap", mode="before")
+                     "inline_cap", mode="before", check_fields=False)  # DigestPlan's fields
     @classmethod
     def _numbers_not_bool(cls, value: object) -> object:
         return _reject_bool(value)
 
-    @field_validator("inline_cap", mode="after")
+    @field_validator("inline_cap", mode="after", check_fields=False)
     @classmethod
     def _known_caps(cls, value: dict[str, int]) -> dict[str, int]:
         from ..adapters import ADAPTERS
@@ -287,20 +296,33 @@ class DigestConfig(_Frozen):
         return value
 
     @model_validator(mode="after")
-    def _check_stages(self) -> DigestConfig:
+    def _check_stages(self) -> _DigestChecks:
+        config: Any = self  # a DigestConfig: its fields are made at import (DigestPlan's)
         first: dict[str, int] = {}
-        for number, stage in enumerate(self.stages, 1):
+        for number, stage in enumerate(config.stages, 1):
             if stage.name in first:
                 raise ValueError(f"stages number {first[stage.name]} and {number} are both "
                                  f"named '{stage.name}'; stage names must be unique")
             first[stage.name] = number
-        for stage in self.stages:
+        for stage in config.stages:
             for need in stage.needs:
                 if need not in first:
                     raise ValueError(f"stage '{stage.name}' needs '{need}', but no stage has "
                                      "that name")
-        _check_acyclic(self.stages)
+        _check_acyclic(config.stages)
         return self
+
+
+if TYPE_CHECKING:
+    class DigestConfig(_DigestChecks):
+        """For type checkers: its fields are DigestPlan's, made when the module is run."""
+
+        def __getattr__(self, name: str) -> Any: ...
+else:
+    DigestConfig = create_model("DigestConfig", __base__=_DigestChecks, __module__=__name__,
+                                __doc__=_DIGEST_DOC,
+                                **_made_fields(DigestPlan, CONFIG_BOUNDS, CONFIG_TYPES),
+                                stages_from=(str, Field(default="", exclude=True)))
 
 
 def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
