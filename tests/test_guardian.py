@@ -143,3 +143,55 @@ def test_a_sigkilled_run_takes_its_command_with_it(tmp_path: Path) -> None:
             run.kill()
             run.wait()
         _end(started)
+
+
+def test_a_new_run_stops_an_earlier_run_its_runner_left(tmp_path: Path) -> None:
+    """A deferred stage whose runner and the runner's guardian were both SIGKILLed (nothing
+    left to kill its stage): the next digest found the runner dead and started a second run
+    beside the first, which ran on with no deadline. Now the new launch finds the earlier
+    run's processes by its run id (``SUPERVISE_DEFERRED_RUN``), kills them, names the run
+    LOST, and then starts the new one."""
+    import psutil
+
+    from helpers import end_our_processes
+
+    log = tmp_path / "runs.log"
+    body = f"trap '' TERM; echo $$ >> '{log}'; exec sleep {HOLD}"
+    (tmp_path / "supervise.toml").write_text(
+        f"[[stages]]\nname = \"late\"\nrun = {json.dumps(['sh', '-c', body])}\n"
+        f"timeout = {HOLD}\ndeferred = true\n")
+
+    def runs(count: int) -> list[int]:
+        end = time.monotonic() + 30
+        while True:
+            lines = log.read_text().split() if log.exists() else []
+            if len(lines) >= count:
+                return [int(x) for x in lines]
+            assert time.monotonic() < end, lines
+            time.sleep(0.02)
+
+    try:
+        first = subprocess.run(supervise_cmd("digest", "--session-start"), cwd=tmp_path,
+                               stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        assert first.returncode == 0, first.stderr
+        stage = runs(1)[0]
+        running = tmp_path / ".supervise" / "deferred" / "late" / "running.json"
+        runner = psutil.Process(int(json.loads(running.read_text())["pid"]))
+        time.sleep(0.2)  # the stage registered with the guardian (a lower bound)
+        guardians = [child for child in runner.children()  # a fork of the runner: its argv
+                     if child.cmdline() == runner.cmdline()]
+        assert len(guardians) == 1, guardians
+        guardians[0].kill()
+        runner.kill()
+        assert _all_gone([guardians[0].pid, runner.pid]) == []
+        time.sleep(0.5)  # the premise: nothing killed the stage (a lower bound)
+        assert alive_and_ours(stage), "the premise failed: the earlier run's stage is gone"
+        second = subprocess.run(supervise_cmd("digest", "--session-start"), cwd=tmp_path,
+                                stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        assert second.returncode == 0, second.stderr
+        assert _all_gone([stage]) == [], "a second run started beside the live first one"
+        text = second.stdout.decode()
+        assert "LOST: deferred stage 'late'" in text and "was stopped" in text, text
+        assert alive_and_ours(runs(2)[1])  # the new run is running
+    finally:
+        end_our_processes()

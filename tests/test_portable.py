@@ -3,7 +3,9 @@ psutil scans and the token sweep), forced on Linux with ``SUPERVISE_PORTABLE=1``
 against the same hostile-tree tests as the Linux path: all of ``tests/test_engine.py`` and
 the watchdog's process-tree tests in ``tests/test_watchdog.py`` (fork-and-exit chains, CPU
 starvation, a fork bomb over ``max_tasks``, a hog over ``max_memory``, foreign signals, the
-deferred runner's descriptors), each hostile one also under the synthetic CPU load. Left
+deferred runner's descriptors), each hostile one also under the synthetic CPU load, and the
+guardian's tests (``tests/test_guardian.py``: a SIGKILLed digest, deferred runner and
+``run``; there the guardian lists, reads and kills through psutil, macOS's calls). Left
 out: the config-number tests and the CLI's own signal handling (``early_signal``,
 ``test_a_signal_*``: no process tree, the same code on both paths, about a third of the
 run's time under load) and the two tests of adopted orphans (their reaping, and one
@@ -56,7 +58,8 @@ LEFT_OUT = ("not adopted_orphans_are_reaped and not share_one_children_listing"
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("tests", ["tests/test_engine.py", "tests/test_watchdog.py"])
+@pytest.mark.parametrize("tests", ["tests/test_engine.py", "tests/test_watchdog.py",
+                                   "tests/test_guardian.py"])
 def test_hostile_trees_on_the_portable_path(tests: str) -> None:
     """Every hostile-tree test passes with the portable path forced (pytest in a fresh
     process; its own conftest still fails any test that leaves a process behind)."""

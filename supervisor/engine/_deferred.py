@@ -33,6 +33,7 @@ from .._record import asdict, record, replace
 from ..state._delivery import DELIVERY_VAR
 from .._errors import StateError
 from .._sanitize import clean, removed_note
+from ._reaper import RUN_VAR
 from ..state._statedir import RECORD_CAP, RESULT_OVERHEAD, StateDir, notice
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
@@ -236,7 +237,10 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                     launches.append(Launch(spec.name, title, str(current.get("run_id")),
                                            float(current.get("started", time.time())), deadline))
                     continue
-                lost = _take_lost(directory, spec.name, current)
+                # Its runner is gone; its stage may not be (the runner's guardian killed
+                # with it): never a second run beside a live first one.
+                stopped = _stop_orphaned_run(current)
+                lost = _take_lost(directory, spec.name, current, stopped)
                 result_key(create=True)  # the runner signs its result with it
                 run_id = f"{int(time.time() * 1000)}-{os.urandom(4).hex()}"
                 token = os.urandom(16).hex()
@@ -244,7 +248,8 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
                 cwd_path = (os.path.join(context.project_dir, spec.cwd)  # an absolute cwd wins
                             if spec.cwd else os.fspath(context.project_dir))
                 inner = replace(spec, deferred=False, timeout=None,
-                                max_output=spec.max_output or config.max_output)
+                                max_output=spec.max_output or config.max_output,
+                                env={**spec.env, RUN_VAR: run_id})
                 runner = [sys.executable, "-I", "-m", "supervisor.engine._deferred_runner",
                           "--dir", str(stage_dir(context.state_dir, spec.name)),
                           "--run-id", run_id, "--deadline", str(deadline),
@@ -276,6 +281,20 @@ def launch_all(specs: Sequence[StagePlan], context: SessionContext, config: Dige
     return launches
 
 
+def _stop_orphaned_run(record: dict[str, Any] | None) -> int:
+    """Kill every live process of the earlier run ``record`` (a ``running.json`` whose
+    runner is dead): they carry its run id as :data:`~supervisor.engine._reaper.RUN_VAR`.
+    Its runner's guardian kills them when the runner dies; this is the check of its own
+    for when that did not happen (the guardian killed too). Returns how many it killed
+    (0 without a record or a run id). Never raises."""
+    run_id = str((record or {}).get("run_id") or "")
+    if not run_id:
+        return 0
+    from ._guardian import UNKNOWN, kill_all
+
+    return kill_all({0: (UNKNOWN, run_id, None)}, var=RUN_VAR)
+
+
 def _lost_text(name: str, record: dict[str, Any], why: str) -> str:
     started = record.get("started")
     when = ""
@@ -286,10 +305,12 @@ def _lost_text(name: str, record: dict[str, Any], why: str) -> str:
             "to see it now.")
 
 
-def _take_lost(directory: StateDir, name: str, running_record: dict[str, Any] | None) -> list[str]:
+def _take_lost(directory: StateDir, name: str, running_record: dict[str, Any] | None,
+               stopped: int = 0) -> list[str]:
     """Claim and describe runs that ended without a result: a ``lost-*.json`` record the runner
     left (the result could not be written: disk full), or a ``running.json`` whose runner is
-    dead and left no result (killed). Exactly once (atomic rename); the caller holds the
+    dead and left no result (killed; ``stopped``: how many of its stage's processes were
+    still running and were killed now). Exactly once (atomic rename); the caller holds the
     folder's lock and has checked that the runner in ``running_record`` is not alive."""
     texts = []
     for lost in _records(directory, "lost-*.json"):
@@ -310,8 +331,11 @@ def _take_lost(directory: StateDir, name: str, running_record: dict[str, Any] | 
         except StateError:
             pass
         if run_id and not ours and not texts:
-            texts.append(_lost_text(name, running_record,
-                                    "its runner was killed or could not write its result"))
+            why = "its runner was killed or could not write its result"
+            if stopped:
+                why = (f"its runner was killed; its stage ran on without it ({stopped} "
+                       "process(es)) and was stopped before this run started")
+            texts.append(_lost_text(name, running_record, why))
     return texts
 
 

@@ -10,13 +10,17 @@ not reach it), holds nothing of ours (stdio on ``/dev/null``, every other descri
 no pipe of our caller, no lock) but the read end of one pipe, whose write end only the
 supervisor holds (close-on-exec, never passed to a stage).
 
-The supervisor writes one line per stage start (``+ PID START TOKEN [CGROUP]``) and end
-(``- PID``), and ``end`` when the digest is over. When the guardian reads end of file
+The supervisor writes one line per stage about to start (``T TOKEN [CGROUP]``), per stage
+start (``+ PID START TOKEN [CGROUP]``, ``-`` for an unknown START) and end (``- PID``), and
+``end`` when the digest is over. When the guardian reads end of file
 without ``end`` first, the supervisor is gone: it stops and kills, by SIGSTOP then SIGKILL,
 every process of each stage still registered (its process group while its leader, the same
 start stamp, lives; every process carrying its ``SUPERVISE_STAGE_TOKEN``; the descendants of
 those; its cgroup by ``cgroup.kill``), rescanning until a round finds nothing new, then exits.
-Linux reads ``/proc``; elsewhere psutil.
+Linux reads ``/proc``; elsewhere psutil (the portable path's listing, rows and environment
+reads of :mod:`._proctable`; ``SUPERVISE_PORTABLE=1`` forces them on Linux, and
+``tests/test_portable.py`` runs ``tests/test_guardian.py`` so: the macOS code path, short of
+``launchd``).
 
 A fork, not a new interpreter: it costs one ``fork`` (about a millisecond: the pages are
 shared copy-on-write) and no CPU while it waits; the child runs only this module's loop and
@@ -98,6 +102,12 @@ class Guardian:
         stamp = "-" if start is None else repr(start)
         self._send(f"+ {pid} {stamp} {token}" + (f" {cgroup}" if cgroup else ""))
 
+    def expect(self, token: str, cgroup: str | None = None) -> None:
+        """A stage is about to be spawned with ``token`` (and ``cgroup``): from now on a
+        SIGKILL of the supervisor kills what carries the token, even before :meth:`watch`
+        names its leader (the spawn and that line can be far apart on a loaded host)."""
+        self._send(f"T {token}" + (f" {cgroup}" if cgroup else ""))
+
     def forget(self, pid: int) -> None:
         """The stage led by ``pid`` ended and was swept: nothing of it to kill any more."""
         self._send(f"- {pid}")
@@ -134,8 +144,10 @@ def _child(r: int, w: int, first: tuple[str, str | None] | None = None,
         os.closerange(3, keep)
         os.closerange(keep + 1, 1 << 20)
         stages: dict[int, tuple[float, str, str | None]] = {}
+        anonymous = 0  # keys of the stages known by their token alone: -1, -2, ...
         if first is not None:  # known by its token until its leader's line comes
-            stages[0] = (UNKNOWN, first[0], first[1])
+            anonymous -= 1
+            stages[anonymous] = (UNKNOWN, first[0], first[1])
         buf = b""
         while True:
             try:
@@ -156,8 +168,15 @@ def _child(r: int, w: int, first: tuple[str, str | None] | None = None,
                         stamp = UNKNOWN if parts[2] == "-" else float(parts[2])
                         if pid > 0:
                             stages[pid] = (stamp, parts[3], parts[4] if len(parts) > 4 else None)
+                    elif parts[0] == "T" and len(parts) >= 2:
+                        anonymous -= 1
+                        stages[anonymous] = (UNKNOWN, parts[1],
+                                             parts[2] if len(parts) > 2 else None)
                     elif parts[0] == "-" and len(parts) >= 2:
-                        stages.pop(int(parts[1]), None)
+                        gone = stages.pop(int(parts[1]), None)
+                        if gone is not None:  # and its token-only entry
+                            for key in [k for k, v in stages.items() if k < 0 and v[1] == gone[1]]:
+                                del stages[key]
                 except ValueError:
                     continue
         if stages:
@@ -167,25 +186,27 @@ def _child(r: int, w: int, first: tuple[str, str | None] | None = None,
     os._exit(0)
 
 
-def kill_all(stages: dict[int, tuple[float, str, str | None]]) -> int:
+def kill_all(stages: dict[int, tuple[float, str, str | None]], var: str = TOKEN_VAR) -> int:
     """Stop, then kill, every process of ``stages`` (leader pid -> (start stamp, token,
     cgroup or None)): each round scans, SIGSTOPs what it finds (a stopped process cannot
     fork) and the groups of the leaders still alive, until a round finds nothing new or
     :data:`ROUNDS`; then SIGKILL to all of them and ``cgroup.kill``. Returns how many
-    processes it killed. An entry of pid 0 is known by its token (and cgroup) alone; a
+    processes it killed. An entry of a pid below 1 is known by its token (and cgroup) alone; a
     leader registered with the stamp :data:`UNKNOWN` is one while it carries its token
-    (a process that took its pid since does not). Never raises."""
+    (a process that took its pid since does not). The token is the environment variable
+    ``var`` (the stage token; a deferred run's ``RUN_VAR`` for a run whose runner is
+    gone: :func:`supervisor.engine._deferred.launch_all`). Never raises."""
     from ._proctable import environ_value, start_stamp
 
     leaders = {pid for pid, (start, token, _) in stages.items()
                if pid > 0 and (start_stamp(pid) == start if start != UNKNOWN
-                               else environ_value(pid, TOKEN_VAR) == token)}
+                               else environ_value(pid, var) == token)}
     tokens = {token for _, token, _ in stages.values()}
     found: dict[int, float] = {}
     for _ in range(ROUNDS):
         for pid in leaders:
             _signal_group(pid, signal.SIGSTOP)
-        new = {pid: start for pid, start in _members(stages, leaders, tokens).items()
+        new = {pid: start for pid, start in _members(stages, leaders, tokens, var).items()
                if found.get(pid) != start}
         for pid in new:
             _signal(pid, signal.SIGSTOP)
@@ -222,7 +243,7 @@ def _signal_group(pgid: int, sig: int) -> None:
 
 
 def _members(stages: dict[int, tuple[float, str, str | None]], leaders: set[int],
-             tokens: set[str]) -> dict[int, float]:
+             tokens: set[str], var: str = TOKEN_VAR) -> dict[int, float]:
     """pid -> start stamp of every live process of ``stages``: in the session or group of a
     live leader, carrying a token, or descending from one of those."""
     from ._proctable import environ_value, stat
@@ -242,7 +263,7 @@ def _members(stages: dict[int, tuple[float, str, str | None]], leaders: set[int]
         if row.sid in leaders or row.pgid in leaders or row.pid in leaders:
             owned.add(row.pid)
     for pid in rows:
-        if pid not in owned and environ_value(pid, TOKEN_VAR) in tokens:
+        if pid not in owned and environ_value(pid, var) in tokens:
             owned.add(pid)
     stack = list(owned)
     while stack:

@@ -322,6 +322,8 @@ def prestart(digest: DigestPlan, context: SessionContext,
             from ._guardian import Guardian
 
             started.guardian = Guardian.start()
+        if started.guardian is not None:  # a SIGKILL before `watch` below still kills it
+            started.guardian.expect(token, str(cgroup) if cgroup else None)
         try:
             child = launch(spec, context, digest, token, cgroup, vfork=vfork, fork=True)
         except Exception:  # noqa: BLE001 - the engine starts it again and reports the error

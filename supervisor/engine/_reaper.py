@@ -21,6 +21,10 @@ if TYPE_CHECKING:
 TOKEN_VAR = "SUPERVISE_STAGE_TOKEN"
 """Every process of a stage (and of ``supervise run``'s command) inherits this variable; the
 sweep finds escapees by it."""
+RUN_VAR = "SUPERVISE_DEFERRED_RUN"
+"""Set to a deferred stage's run id in its environment (so in every process of its tree
+that keeps its environment): a run whose runner died is still found by it
+(:func:`supervisor.engine._deferred.launch_all`)."""
 PORTABLE_VAR = "SUPERVISE_PORTABLE"
 """Set to ``1`` to force the engine's portable path on Linux (the test suite's macOS stand-in):
 no ``/proc`` (psutil rows), no child subreaper, no cgroup. Read once, at import."""

@@ -443,6 +443,8 @@ async def _start(run: DigestRun, index: int, spec: StagePlan,
                 run.watch.protected.add(run.guardian.pid)  # ours to reap, at its close
         cgroup = (_cgroup.create(run.cgroup_root, spec.max_tasks, spec.max_memory)
                   if run.cgroup_root is not None else None)
+        if run.guardian is not None:  # a SIGKILL before `watch` below still kills it
+            run.guardian.expect(token, str(cgroup) if cgroup else None)
         run.watch.spawning += 1
         try:
             if run.transparent:
