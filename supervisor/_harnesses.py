@@ -143,6 +143,10 @@ class Harness:
         mcp_trust: the key of our entry that lets the client run our (read-only) tools
             without asking, set to true, or "": Gemini CLI's ``trust`` (0.61.0 in ``-p`` offers
             the model no tool of an untrusted server; tests/e2e/test_mcp_server.py).
+        mcp_startup: the key of our entry that bounds the server's start, in seconds, or "":
+            Codex's ``startup_timeout_sec`` (10 s by default, less than our server takes on a
+            loaded host); ``install mcp`` sets it to
+            :data:`supervisor.commands.mcp.ANSWER_WITHIN`.
         mcp_wait: the top-level setting, in milliseconds, that bounds how long the client
             waits for an optional MCP server before its first model request, or "": Codex's
             ``mcp_optional_startup_grace_ms`` (0.171.0: ``codex exec`` waited about 1 s, less
@@ -182,6 +186,7 @@ class Harness:
     mcp_format: str = ""
     mcp_note: str = ""
     mcp_trust: str = ""
+    mcp_startup: str = ""
     mcp_wait: str = ""
 
     def user_folder(self, home: str, environ: dict[str, str] | None = None) -> str:
@@ -243,6 +248,7 @@ ROWS: tuple[Harness, ...] = (
             early_exit=True, floor="0.171.0", newest="0.171.0",
             mcp_files=(("project", ".codex/config.toml"), ("user", "config.toml")),
             mcp_format="toml", mcp_wait="mcp_optional_startup_grace_ms",
+            mcp_startup="startup_timeout_sec",
             mcp_note="Codex reads a project's .codex/config.toml only in a trusted project."),
     Harness("cursor", "Cursor", "hook", processes=("cursor-agent",),
             project=".cursor/hooks.json", user="hooks.json", user_dir=".cursor",

@@ -70,12 +70,17 @@ _TOML_ANY_HEADER = re.compile(r"^\s*\[")
 
 
 def entry(client: Harness) -> dict[str, Any]:
-    """Our entry in a ``json`` or ``toml`` client's server table: ``command``, ``args`` and,
-    for a client with a trust key (the harness table's ``mcp_trust``: Gemini CLI), that key
-    set to true: both tools are read-only."""
+    """Our entry in a ``json`` or ``toml`` client's server table: ``command``, ``args``; for a
+    client with a trust key (the harness table's ``mcp_trust``: Gemini CLI) that key set to
+    true (both tools are read-only); for one with a start-up bound (``mcp_startup``: Codex)
+    that key set to :data:`supervisor.commands.mcp.ANSWER_WITHIN` seconds."""
     out: dict[str, Any] = {"command": COMMAND, "args": entry_args(client)}
     if client.mcp_trust:
         out[client.mcp_trust] = True
+    if client.mcp_startup:  # Codex: a server slower than its 10 s default is dropped
+        from .mcp import ANSWER_WITHIN
+
+        out[client.mcp_startup] = int(ANSWER_WITHIN)
     return out
 
 
@@ -102,6 +107,8 @@ def _toml_block(client: Harness) -> str:
 def _toml_value(value: Any) -> str:
     if value is True:
         return "true"
+    if isinstance(value, int):
+        return str(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -186,7 +193,9 @@ def entry_ok(client: Harness, found: dict[str, Any]) -> bool:
     key, carries it set to true)."""
     command = found.get("cmd" if client.mcp_format == "yaml" else "command")
     trusted = not client.mcp_trust or found.get(client.mcp_trust) is True
-    return command == COMMAND and found.get("args") == entry_args(client) and trusted
+    started = not client.mcp_startup or found.get(client.mcp_startup) == entry(client)[client.mcp_startup]
+    return (command == COMMAND and found.get("args") == entry_args(client) and trusted
+            and started)
 
 
 def wait_ok(client: Harness, data: Any) -> bool:
