@@ -115,11 +115,18 @@ def test_a_digest_kills_an_escapee_that_cleared_its_environment(tmp_path: Path) 
 
     (tmp_path / "supervise.toml").write_text(
         f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile))}\n"
-        "[[stages]]\nname = \"other\"\nrun = [\"sleep\", \"0.3\"]\n")
+        "[[stages]]\nname = \"other\"\nrun = [\"sleep\", \"0.3\"]\nneeds = [\"esc\"]\n")
     try:
         proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
                               stdin=subprocess.DEVNULL, timeout=40)
         assert proc.returncode == 0, proc.stderr
         assert b"done\n" in proc.stdout, proc.stdout
+        # Attributed: it started while `esc` alone ran (`other` waits for it), so the line
+        # naming it is in esc's log and only there (`supervise status` shows the logs).
+        logs = tmp_path / ".supervise" / "logs"
+        pid = pidfile.read_text().strip()
+        esc = (logs / "esc.log").read_text()
+        assert f"pid {pid} (sleep)" in esc and "this stage alone ran" in esc, esc
+        assert not (logs / "other.log").exists() or pid not in (logs / "other.log").read_text()
     finally:
         _check_gone(pidfile)

@@ -139,6 +139,36 @@ def start_stamp(pid: int) -> float | None:
         return None
 
 
+def stamp_now() -> float:
+    """Now, in the units of :attr:`Row.start` (Linux: clock ticks since boot, as
+    ``/proc/<pid>/stat`` counts a process's start; elsewhere psutil's seconds since the
+    epoch): a process whose stamp is at most this started before now."""
+    if _LINUX:
+        return time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")
+    return time.time()
+
+
+STAMP_SLACK = 2.0 if _LINUX else 0.05
+"""How far two stamps of :func:`stamp_now` and :attr:`Row.start` may disagree for one
+instant (two clock ticks; psutil's rounding)."""
+
+
+def name_of(pid: int) -> str:
+    """The process's name (``comm``; psutil's name elsewhere), or ``"?"``. Never raises."""
+    if _LINUX:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as f:
+                return f.read(64).decode("utf-8", "replace").strip() or "?"
+        except OSError:
+            return "?"
+    import psutil
+
+    try:
+        return str(psutil.Process(pid).name()) or "?"
+    except (psutil.Error, OSError):
+        return "?"
+
+
 _PID_SPACE = 1 << 22  # above any pid_max; a modulus that keeps the order of the newest
 
 

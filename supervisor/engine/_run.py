@@ -19,7 +19,8 @@ from pathlib import Path
 TYPE_CHECKING = False  # not typing's: a session start runs this module
 
 from .._record import replace
-from . import _banner, _cgroup, _deferred, _loop, _reaper, _spawn, _tree
+from . import _banner, _cgroup, _deferred, _loop, _reaper, _spawn, _stagelog, _tree
+from .._errors import StateError
 from ..config._context import SessionContext
 from ._output import ChunkSink, OrderedOutput, Sink
 from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
@@ -291,6 +292,8 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                     await run.watch.sweep_orphans(
                         run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
                         spare=[s.builtin for s in live if s.builtin])
+                if run.watch.swept_orphans:
+                    note_orphans(run)
             tg.cancel_scope.cancel()
     finally:
         if run.guardian is not None:
@@ -333,6 +336,31 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             abnormal=run.abnormal))
     return DigestResult(tuple(results), truncated, config.budget, time.time() - wall0, reason,
                         buffer.text(), tuple(out.notices), cut=notice is not None)
+
+
+def note_orphans(run: DigestRun) -> None:
+    """Name in the stage logs each orphan the digest's end killed (``Watch.swept_orphans``:
+    it left every mark, so no scan could tell its stage): one line in the log of every stage
+    that was running when it started (its start stamp within the stage's life), which is
+    its stage when only one was; ``supervise status`` shows the logs. Never raises."""
+    from ._proctable import STAMP_SLACK
+
+    for row, name in run.watch.swept_orphans:
+        during = [stage for stage, (began, ended) in run.lives.items()
+                  if began - STAMP_SLACK <= row.start <= ended + STAMP_SLACK]
+        which = ("it started while this stage alone ran: it is this stage's" if len(during) == 1
+                 else f"it started while these stages ran: {', '.join(during)}")
+        line = (f"[supervise] at the digest's end, pid {row.pid} ({name}), a process that had "
+                f"left every mark of its stage (no token, a session of its own, its parent "
+                f"gone), was killed; {which}\n")
+        for stage in during:
+            capture = _stagelog.StderrCapture()
+            capture.feed(line.encode("utf-8", "replace"))
+            try:
+                _stagelog.write_entry(Path(run.context.state_dir), stage,
+                                      _stagelog.header(run.context, "orphan killed"), capture)
+            except (StateError, OSError):
+                pass
 
 
 def _adopt(run: DigestRun, prestart: Prestart, first: set[str]) -> None:

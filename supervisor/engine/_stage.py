@@ -7,6 +7,7 @@ output multiplexer, parallelism limit, results).
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,10 @@ class DigestRun:
     results: dict[str, StageResult] = field(default_factory=dict)
     running: dict[str, float] = field(default_factory=dict)
     leaders: set[int] = field(default_factory=set)
+    lives: dict[str, list[float]] = field(default_factory=dict)
+    """Each stage's life in start-stamp units (:func:`._proctable.stamp_now`): its leader's
+    start and its end (infinite while it runs), to tell which stage an orphan that left
+    every mark may come from (:func:`supervisor.engine._run.note_orphans`)."""
     abort_reason: str | None = None
     cgroup_root: Path | None = None
     on_stage: Callable[[str, StageResult | None], None] | None = None
@@ -235,10 +240,10 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
                            detach_mark=spec.name if spec.builtin is not None else None)
     run.watch.add(tree)
     run.watch.spawning -= 1
-    if run.guardian is not None:
-        stamp = _proctable.start_stamp(proc.pid)
-        if stamp is not None:
-            run.guardian.watch(proc.pid, stamp, token, str(cgroup) if cgroup else None)
+    stamp = _proctable.start_stamp(proc.pid)
+    run.lives[spec.name] = [_proctable.stamp_now() if stamp is None else stamp, math.inf]
+    if run.guardian is not None and stamp is not None:
+        run.guardian.watch(proc.pid, stamp, token, str(cgroup) if cgroup else None)
     run.report(spec.name, None)
     run.leaders.add(proc.pid)
     run.running[spec.name] = started
@@ -366,6 +371,7 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         if run.guardian is not None:
             run.guardian.forget(proc.pid)
         run.leaders.discard(proc.pid)
+        run.lives[spec.name][1] = _proctable.stamp_now()
     seconds = now() - started
     code = proc.returncode
     if outcome == "exited" and tree.over_cap is None and (code is None or code >= 0

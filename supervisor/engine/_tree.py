@@ -33,7 +33,7 @@ from pathlib import Path
 
 from .._record import field, mutable_record, record
 from . import _cgroup, _loop, _proctable
-from ._proctable import Gone, Row, environ_of, environ_value, scan, start_stamp, stat
+from ._proctable import Gone, Row, environ_of, environ_value, name_of, scan, start_stamp, stat
 from ._reaper import (HARD_PHASE, KILL_WAIT, MONITOR_MAX_PERIOD, POLL, REAP_BATCH, TOKEN_VAR,
                       our_children, subreaper_enabled)
 
@@ -204,6 +204,8 @@ class Watch:
         self._listing: _SharedListing | None = None
         """The children listing the leftover checks of this tick wait for (:meth:`adopted_shared`)."""
         self._me = os.getpid()
+        self.swept_orphans: list[tuple[Row, str]] = []
+        """What :meth:`sweep_orphans` killed: each orphan's row and name."""
 
     # -- membership ---------------------------------------------------------------------
     def add(self, tree: StageTree) -> None:
@@ -745,6 +747,7 @@ class Watch:
             orphans.append(row)
         if not orphans:
             return None
+        self.swept_orphans = [(row, name_of(row.pid)) for row in orphans]
         tree = StageTree(orphans[0].pid, lambda: False, os.urandom(16).hex(), adopts_all=True)
         tree.members = {row.pid: row for row in orphans}
         self.stages[tree.token] = tree
