@@ -105,6 +105,8 @@ class Harness:
             SessionStart re-fires with ``source`` compact needs none, unless, like Claude, it
             hands that hook's output to the summariser); for a bridge, the one its extension
             listens to (Pi, OpenCode).
+        resume_event: a separate event for a resumed session (Cline's ``TaskResume``,
+            registered with ``--source resume``), or None (the payload's ``source`` says it).
         loads: the rule of ``stages/instructions/discover.py`` naming the instruction files
             the harness loads by itself ("" = none: the digest supplies the whole chain).
         imports: it expands ``@imports`` in the files it loads itself.
@@ -171,6 +173,7 @@ class Harness:
     post_tool_event: str | None = None
     file_tools: tuple[str, ...] = ()
     compact_event: str | None = None
+    resume_event: str | None = None
     loads: str = ""
     imports: bool = False
     nested_on_demand: bool = False
@@ -280,6 +283,10 @@ ROWS: tuple[Harness, ...] = (
             local=".factory/settings.local.json", prompt_event="UserPromptSubmit",
             loads="droid", floor="0.225.1", newest="0.225.1",
             npm_extra=(("Linux x86_64", "@factory/cli-linux-x64@0.225.2"),)),
+    Harness("cline", "Cline CLI", "hook", processes=("cline",), packages=("cline",),
+            project=".clinerules/hooks", user="hooks", user_dir=".cline",
+            session_event="TaskStart", resume_event="TaskResume", prompt_event="PreToolUse",
+            loads="cline", floor="3.0.65", newest="3.0.65"),
     Harness("pi", "Pi", "bridge", processes=("pi",), packages=("@mariozechner/pi-coding-agent",),
             project=".pi/extensions/watchkeeper/index.ts", user="extensions/watchkeeper/index.ts",
             user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR",

@@ -193,3 +193,22 @@ def test_a_resume_after_a_stored_reemit_adds_no_second_one(project: Path,
     third = harnesses("copilot")
     assert context(run(third, project, "copilot", source="resume"), "copilot").startswith(
         "SESSION START (CONTEXT RE-EMIT after resume)")
+
+
+def test_cline_task_start_arms_and_the_first_tool_hook_delivers(project: Path,
+                                                                  harnesses: Harnesses) -> None:
+    """Cline drops TaskStart's output (LAB 3.0.65): it arms the start, prints nothing, and
+    the task's first PreToolUse delivers the full digest once (the old code printed the
+    digest where Cline drops it, and the model never had it)."""
+    h = harnesses("cline")
+    payload = {"taskId": "conv_1", "workspaceRoots": [str(project)], "hookName": "agent_start"}
+    started = h.run(["hook", "cline"], cwd=project, stdin=json.dumps(payload).encode())
+    assert started.returncode == 0 and started.stdout == b"", started.stderr
+    tool = {**payload, "hookName": "tool_call", "preToolUse": {"toolName": "run_commands"}}
+    first = h.run(["hook", "cline", "--event", "prompt"], cwd=project,
+                  stdin=json.dumps(tool).encode())
+    text = context(first, "cline")
+    assert "CONTEXT-FULL-ONLY" in text and "ALPHA mode=full source=[startup]" in text, first.stderr
+    second = h.run(["hook", "cline", "--event", "prompt"], cwd=project,
+                   stdin=json.dumps(tool).encode())
+    assert second.stdout == b"", "the digest is delivered once per task"

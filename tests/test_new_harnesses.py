@@ -1,4 +1,4 @@
-"""The harnesses of issue 24 (GitHub Copilot CLI, Factory Droid, ...): install, uninstall and doctor on real
+"""The harnesses of issue 24 (GitHub Copilot CLI, Factory Droid, Cline CLI): install, uninstall and doctor on real
 files, their envelopes, and the instruction files each loads itself (never supplied again).
 """
 
@@ -139,6 +139,51 @@ def test_installer_adds_the_platform_package_and_checks_it(tmp_path: Path) -> No
     assert "[1/1] droid" in third.stdout, third.stdout
 
 
+def test_cline_install_writes_one_executable_per_event(git_repo: Path) -> None:
+    assert run_cli("install", "cline", cwd=git_repo).returncode == 0
+    hooks = git_repo / ".clinerules" / "hooks"
+    assert sorted(p.name for p in hooks.iterdir()) == ["PreToolUse", "TaskResume", "TaskStart"]
+    for p in hooks.iterdir():
+        assert os.access(p, os.X_OK), p
+        assert p.read_text().startswith("#!/bin/sh\n# watchkeeper: ")
+    assert "hook cline --source resume" in (hooks / "TaskResume").read_text()
+    # Cline's tool hooks time out after 120 s and a file registers none: the budget fits it
+    assert (hooks / "PreToolUse").read_text().rstrip().endswith(
+        "--event prompt --registered-timeout 120")
+    proc = subprocess.run(["sh", str(hooks / "TaskStart")], cwd=git_repo, input=b"{}",
+                          capture_output=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert "(unchanged)" in run_cli("install", "cline", cwd=git_repo).stdout.decode()
+    out = run_cli("doctor", "cline", cwd=git_repo).stdout.decode()
+    assert "FAIL" not in out and "cline: TaskStart only arms the start" in out, out
+    assert "cline: resumed-session hook TaskResume registered" in out, out
+    assert run_cli("uninstall", "cline", cwd=git_repo).returncode == 0
+    assert not hooks.exists()
+
+
+def test_cline_never_replaces_a_hook_file_of_another_program(git_repo: Path) -> None:
+    hooks = git_repo / ".clinerules" / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "TaskStart").write_text("#!/bin/sh\necho mine\n")
+    proc = run_cli("install", "cline", cwd=git_repo)
+    assert proc.returncode == 1
+    assert "a hook file of another program is there" in proc.stderr.decode()
+    assert (hooks / "TaskStart").read_text() == "#!/bin/sh\necho mine\n"
+    assert sorted(p.name for p in hooks.iterdir()) == ["TaskStart"], "nothing else written"
+    assert run_cli("uninstall", "cline", cwd=git_repo).returncode == 0
+    assert (hooks / "TaskStart").read_text() == "#!/bin/sh\necho mine\n"
+
+
+def test_cline_payload_gives_the_task_and_its_workspace(git_repo: Path) -> None:
+    from supervisor.session import _payload
+
+    data = {"taskId": "conv_9", "workspaceRoots": [str(git_repo)], "hookName": "tool_call",
+            "clineVersion": ""}
+    payload = _payload.parse_payload(data, "cline")
+    assert _payload.payload_session_id(payload) == "conv_9"
+    assert _payload.session_place(payload, env={})[0] == str(git_repo)
+
+
 def _supplied(repo: Path, harness: str, cwd: Path, home: Path) -> str:
     env = {**os.environ, "SUPERVISE_HARNESS": harness, "SUPERVISE_PROJECT_DIR": str(repo),
            "SUPERVISE_CWD": str(cwd), "SUPERVISE_SOURCE": "startup", "HOME": str(home)}
@@ -165,5 +210,9 @@ def test_each_loads_its_own_files_and_the_digest_supplies_the_rest(git_repo: Pat
         text = _supplied(git_repo, harness, sub, home)
         assert not any(m in text for m in ("ROOT-AGENTS", "ROOT-CLAUDE", "SUB-AGENTS")), text
         assert "ROOT-OVERRIDE" in text, text
+    # Cline loads its workspace folder's AGENTS.md only: the root's files come from us
+    text = _supplied(git_repo, "cline", sub, home)
+    assert "ROOT-AGENTS" not in text or "ROOT-OVERRIDE" in text
+    assert "ROOT-CLAUDE" in text and "SUB-AGENTS" not in text, text
     # a terminal gets everything
     assert "SUB-AGENTS" in _supplied(git_repo, "", sub, home)

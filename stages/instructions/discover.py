@@ -38,6 +38,9 @@ existing regular file; callers de-duplicate by real path. Sources for each conve
   and ``.github/instructions/*.instructions.md``. No imports.
 * Factory Droid (LAB 0.225.2): ``~/.factory/AGENTS.md``, then ``AGENTS.md`` and ``CLAUDE.md``
   from the git root (no git: cwd) down to cwd. No imports.
+* Cline CLI (LAB 3.0.65): in the workspace folder only (no folder above it), ``AGENTS.md``
+  and the files of ``.clinerules/`` and ``.cline/rules/``; ``~/Documents/Cline/Rules/`` and
+  ``~/.cline/rules/``. No imports.
 """
 
 from __future__ import annotations
@@ -320,6 +323,18 @@ def droid_loads(place: Place) -> list[Path]:
     return out + _upward_names(place, ("AGENTS.md", "CLAUDE.md"))
 
 
+def cline_loads(place: Place) -> list[Path]:
+    """Files Cline CLI loads itself (LAB, 3.0.65): in its workspace folder (the session's
+    cwd, no folder above it) ``AGENTS.md``, every file of ``.clinerules/`` and
+    ``.cline/rules/``; the user's ``~/Documents/Cline/Rules/`` and ``~/.cline/rules/``. No
+    imports."""
+    out = [p for p in (place.cwd / "AGENTS.md",) if is_regular(p)]
+    for folder in (place.cwd / ".clinerules", place.cwd / ".cline" / "rules",
+                   place.home / "Documents" / "Cline" / "Rules", place.home / ".cline" / "rules"):
+        out += _rules(folder)
+    return out
+
+
 LOADERS = {
     "claude": claude_loads,
     "claude-agents": claude_agents_loads,
@@ -332,6 +347,7 @@ LOADERS = {
     "grok": grok_loads,
     "copilot": copilot_loads,
     "droid": droid_loads,
+    "cline": cline_loads,
 }
 """The rules a harness table row names as ``loads`` (``supervisor._harnesses``): the files the
 harness loads by itself (per version: the row's ``loads_at``); whether it expands ``@imports``

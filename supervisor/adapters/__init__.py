@@ -166,7 +166,8 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
         ``b""`` for empty or blank text (print nothing). Otherwise, by envelope:
         ``hook-specific`` (Claude, Codex, Gemini, Qwen): one line of JSON
         ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``; ``cursor``:
-        ``{"additional_context": T}``; ``copilot``: ``{"additionalContext": T}``; ``plain``
+        ``{"additional_context": T}``; ``copilot``: ``{"additionalContext": T}``; ``cline``:
+        ``{"contextModification": T}``; ``plain``
         (Grok, unknown, and every ``summary``): the text, newline-terminated,
         prefixed by a label line if it would otherwise start like JSON (Codex treats stdout that
         looks like JSON but does not parse as an error). UTF-8; lone surrogates become U+FFFD.
@@ -203,6 +204,8 @@ def render(harness: str | Adapter | None, text: str, *, state_dir: StrPath, kind
         obj: dict[str, object] = {"additional_context": text}
     elif envelope == "copilot":
         obj = {"additionalContext": text}
+    elif envelope == "cline":
+        obj = {"contextModification": text}
     else:
         assert adapter is not None
         obj = {"hookSpecificOutput": {"hookEventName": adapter.event_name(kind),

@@ -22,23 +22,27 @@ if TYPE_CHECKING:
 
     from _typeshed import StrPath
 
-    Envelope = Literal["hook-specific", "cursor", "copilot", "plain"]
+    Envelope = Literal["hook-specific", "cursor", "copilot", "cline", "plain"]
     """How hook output is wrapped on stdout.
 
     ``hook-specific``: ``{"hookSpecificOutput": {"hookEventName": E, "additionalContext": T}}``
     (Claude, Codex, Gemini, Qwen). ``cursor``: ``{"additional_context": T}``. ``copilot``:
     ``{"additionalContext": T}`` (Copilot CLI reads the top-level key alone and ignores
-    ``hookSpecificOutput``, LAB 1.0.102). ``plain``: the text.
+    ``hookSpecificOutput``, LAB 1.0.102). ``cline``: ``{"contextModification": T}``.
+    ``plain``: the text.
     """
 
-    Shape = Literal["groups", "cursor", "copilot"]
+    Shape = Literal["groups", "cursor", "copilot", "files"]
     """Registration JSON shape.
 
     ``groups`` (Claude and everything modelled on it):
     ``{"hooks": {EVENT: [{"matcher": M, "hooks": [{"type": "command", "command": C, "timeout": N}]}]}}``.
     ``cursor``: ``{"version": 1, "hooks": {EVENT: [{"command": C, "timeout": N}]}}``.
     ``copilot``: ``{"version": 1, "hooks": {EVENT: [{"type": "command", "bash": C, "timeoutSec": N}]}}``
-    (a file of its own in ``.github/hooks/``).
+    (a file of its own in ``.github/hooks/``). ``files``: no settings file; one executable
+    file per event, named after it, in the harness's hooks folder (Cline's
+    ``.clinerules/hooks/TaskStart``), that runs the command
+    (:func:`supervisor.adapters._settings.write_registration`).
     """
 
     Tier = Literal["run", "nudge"]
@@ -90,6 +94,9 @@ class Adapter:
         precompact_to_summary: the row's ``compact_event`` hook's stdout is handed to the
             summariser (Claude: appended to the summarisation prompt, LAB), so it names the
             stages re-sent after the compaction.
+        start_armed: the harness drops its session event's output (Cline CLI runs TaskStart
+            fire-and-forget): that event arms the start, and the prompt event (the first hook
+            whose output reaches the model) delivers it (:mod:`supervisor.session._armed`).
         unproven: what of this adapter was not run with the real CLI, one line each
             (``doctor`` says each as a ``warn`` line; the harness's page says why).
     """
@@ -108,6 +115,7 @@ class Adapter:
     default_timeout: float | None = None
     compact_refires: bool = True
     precompact_to_summary: bool = False
+    start_armed: bool = False
     unproven: tuple[str, ...] = ()
 
     @property
@@ -204,10 +212,22 @@ class Adapter:
         return self.row.compact_event if self.row.kind == "hook" else None
 
     @property
+    def resume_event(self) -> str | None:
+        """A resumed session's own event (Cline ``TaskResume``), or None."""
+        return self.row.resume_event
+
+    @property
+    def hook_file_events(self) -> tuple[str, ...]:
+        """Every event this harness may have a registration of ours for, in order."""
+        return tuple(e for e in (self.session_event, self.resume_event, self.prompt_event,
+                                 self.post_tool_event, self.compact_event) if e)
+
+    @property
     def prompt_may_start(self) -> bool:
         """The per-prompt hook may deliver an armed start (a whole digest), so it is
         registered with the session start's timeout, not the short per-event one."""
-        return bool(self.prompt_event and self.compact_event and not self.compact_refires)
+        return bool(self.prompt_event and (self.start_armed or (
+            self.compact_event and not self.compact_refires)))
 
     def event_name(self, kind: str) -> str:
         """The ``hookEventName`` for output of ``kind`` (digest, reemit, nudge, prompt, post-tool)."""

@@ -149,7 +149,7 @@ def _table(data: dict[str, Any], key: str, path: Path, kind: type, create: bool)
     return value
 
 
-FLAT = {"cursor": "command", "copilot": "bash"}
+FLAT = {"cursor": "command", "copilot": "bash", "files": "command"}
 """Shapes whose event lists hold handlers directly (no groups), and the key of the command."""
 
 
@@ -196,6 +196,8 @@ def merge(data: dict[str, Any], adapter: Adapter, entries: list[Entry], path: Pa
             elif adapter.shape == "copilot":
                 groups.append({"type": "command", "bash": entry.command,
                                "timeoutSec": entry.timeout})
+            elif adapter.shape == "files":
+                groups.append({"command": entry.command})
             else:
                 group: dict[str, Any] = {} if entry.matcher is None else {"matcher": entry.matcher}
                 group["hooks"] = [{"type": "command", "command": entry.command, "timeout": entry.timeout}]
@@ -321,3 +323,91 @@ def registered_elsewhere(adapter: Adapter, scope: str, project_dir: Path,
         except Exception:  # ConfigError (bad JSON) or OSError: not ours to judge here
             continue
     return out
+
+
+HOOK_FILE_HEADER = "#!/bin/sh\n# watchkeeper: supervise hook (remove with `supervise uninstall {name}`)\n"
+"""The first lines of an executable hook file ``install`` writes (shape ``files``, Cline)."""
+
+_MAX_HOOK_FILE = 64 * 1024
+"""Bytes of an existing hook file read at most to tell whether it is ours."""
+
+
+def _hook_file_command(data: bytes) -> str | None:
+    """The command of a hook file ``install`` wrote (its ``exec`` line), else None."""
+    text = data.decode("utf-8", "replace")
+    if not text.startswith("#!/bin/sh\n# watchkeeper: "):
+        return None
+    for line in text.splitlines():
+        if line.startswith("exec "):
+            return line[5:]
+    return None
+
+
+def read_registration(adapter: Adapter, path: Path) -> dict[str, Any] | None:
+    """:func:`read_settings` for every shape. For shape ``files`` (one executable per event in
+    the folder ``path``, Cline) it reads the folder as ``{"hooks": {EVENT: [{"command": C}]}}``:
+    ours with their command, another program's file as a handler that is not ours (so
+    :func:`write_registration` refuses to replace it). None when the folder does not exist.
+
+    Raises:
+        ConfigError: a file or folder cannot be read, or ``path`` is not a folder.
+    """
+    if adapter.shape != "files":
+        return read_settings(path)
+    if not os.path.lexists(path):
+        return None
+    if path.is_symlink() or not path.is_dir():
+        raise ConfigError(f"{path}: expected a folder of hook files; left untouched")
+    hooks: dict[str, Any] = {}
+    for event in adapter.hook_file_events:
+        file = path / event
+        if not os.path.lexists(file):
+            continue
+        data = None if file.is_symlink() else read_small_file(file, _MAX_HOOK_FILE,
+                                                               what="a hook file", missing_ok=True)
+        command = _hook_file_command(data or b"")
+        hooks[event] = [{"command": command} if command is not None else
+                        {"command": f"(not ours: {file})", "foreign": True}]
+    return {"hooks": hooks} if hooks else {}
+
+
+def write_registration(adapter: Adapter, path: Path, data: dict[str, Any]) -> None:
+    """:func:`write_settings` for every shape. Shape ``files``: write one executable file per
+    event of ours in ``data`` (mode 0755, atomically) and remove our files of the events it no
+    longer has; another program's file is never touched; the folder is removed when that
+    leaves it empty.
+
+    Raises:
+        ConfigError: a file of another program holds an event we must register, or ``path``
+            is a symbolic link.
+        OSError: the folder cannot be created or written.
+    """
+    if adapter.shape != "files":
+        write_settings(path, data)
+        return
+    if path.is_symlink():
+        raise ConfigError(link_refusal(path, os.readlink(path)))
+    raw = data.get("hooks")
+    hooks: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    current = read_registration(adapter, path) or {}
+    for event, handlers in (current.get("hooks") or {}).items():
+        if any(h.get("foreign") for h in handlers) and any(
+                is_ours(h.get("command")) for h in hooks.get(event, [])):
+            raise ConfigError(f"{path / event}: a hook file of another program is there; "
+                              f"{adapter.title} runs one file per event, so ours was not "
+                              "written (move yours aside, or call it from a hook of yours)")
+    path.mkdir(parents=True, exist_ok=True)
+    for event in adapter.hook_file_events:
+        mine = [h for h in hooks.get(event, []) if is_ours(h.get("command"))]
+        file = path / event
+        if mine:
+            body = HOOK_FILE_HEADER.format(name=adapter.name) + f"exec {mine[-1]['command']}\n"
+            atomic_write(file, body.encode("utf-8"), mode=0o755)
+        elif os.path.lexists(file) and not file.is_symlink():
+            now = read_small_file(file, _MAX_HOOK_FILE, what="a hook file", missing_ok=True)
+            if _hook_file_command(now or b"") is not None:
+                file.unlink()
+    try:  # the hooks folder install created, only when now empty
+        path.rmdir()
+    except OSError:
+        pass

@@ -695,7 +695,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
                                 "write through it)"))
             continue
         try:
-            data = _settings.read_settings(path)
+            data = _settings.read_registration(adapter, path)
         except Exception as err:  # ConfigError: one line
             checks.append(Check("FAIL", adapter.name, str(err), "fix the JSON (install refuses to edit it)"))
             continue
@@ -731,14 +731,21 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             continue
         checks.append(Check("ok", adapter.name, f"{adapter.session_event} registered in {path}"))
         checks.append(_command_check(adapter, str(session[0].get("command", "")), project))
-        checks.append(_timeout_check(adapter, session[0], budget, scope_of[path]))
-        if checks[-1].status != "FAIL":  # one fix (install) for one wrong timeout
-            checks.append(_recorded_check(adapter, session[0], scope_of[path]))
+        if adapter.start_armed:  # the session event only arms: the prompt hook runs the digest
+            checks.append(Check(
+                "ok", adapter.name, f"{adapter.session_event} only arms the start (its output "
+                f"is dropped); {adapter.prompt_event} delivers it, its budget clamped to the "
+                f"harness's {adapter.default_timeout or 0:g}s hook timeout"))
+        else:
+            checks.append(_timeout_check(adapter, session[0], budget, scope_of[path]))
+            if checks[-1].status != "FAIL":  # one fix (install) for one wrong timeout
+                checks.append(_recorded_check(adapter, session[0], scope_of[path]))
         if scope_of[path] == "user":
             checks.append(_opt_in_check(adapter, str(session[0].get("command", "")), project, start))
         for event, what in ((adapter.prompt_event, "per-prompt (deferred results)"),
                             (adapter.post_tool_event, "post-tool (nested instructions, rules on reads)"),
-                            (adapter.compact_event, "pre-compaction")):
+                            (adapter.compact_event, "pre-compaction"),
+                            (adapter.resume_event, "resumed-session")):
             if event and event not in regs:
                 checks.append(Check("FAIL", adapter.name, f"{what} hook {event} missing in {path}",
                                     _install_fix(adapter, scope_of[path])))

@@ -372,8 +372,15 @@ def _session_start(hook: _Hook) -> None:
     started-session ledger, handoff count, deferred claims, the delivered digest's
     fingerprint) are reserved while the digest runs and committed only once the envelope
     went out whole (issue 11 item 5). A start delivered here drops the session's arm
-    (:mod:`supervisor.session._armed`): the prompt hook must not deliver it a second time."""
+    (:mod:`supervisor.session._armed`): the prompt hook must not deliver it a second time.
+    Where the harness drops this event's output (:attr:`Adapter.start_armed`), the start is
+    armed instead, for the prompt hook to deliver."""
     context = hook.context
+    if hook.adapter is not None and hook.adapter.start_armed:
+        # the harness drops this event's output (Cline's TaskStart): the next hook whose
+        # output reaches the model delivers the start (supervisor.session._armed)
+        _arm(context, context.source or "startup")
+        return
     _settle_nested(context)
     transcript = getattr(hook.payload, "transcript_path", None)
     sent: list[tuple[str, str]] = []

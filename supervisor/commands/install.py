@@ -124,7 +124,7 @@ SHELL = "/bin/sh"
 def hook_command(adapter: Adapter, event: str | None = None, python: str | None = None,
                  timeout: float | None = None, opt_in: bool = False) -> str:
     """The shell command registered for ``adapter`` (``event``: None, ``prompt``, ``post-tool``,
-    ``pre-compact``).
+    ``pre-compact``, ``resume``: a resumed session's own event, ``--source resume``).
 
     Session start and pre-compaction (once per compaction: no fast path to gain) run Python
     directly; a per-event hook runs it behind :data:`FAST_PATH`,
@@ -141,6 +141,10 @@ def hook_command(adapter: Adapter, event: str | None = None, python: str | None 
     argv = [python or sys.executable, ISOLATED, "-m", "supervisor", "hook", adapter.name]
     if event == "pre-compact":
         argv += ["--event", event]
+    elif event == "resume":  # a harness with an event of its own for a resumed session
+        argv += ["--source", "resume"]
+        if timeout is not None:
+            argv += ["--registered-timeout", f"{timeout:g}"]
     elif event:
         early = ["--early-exit"] if adapter.row.early_exit else []
         argv = [SHELL, str(FAST_PATH), *early, *argv, "--event", event]
@@ -196,9 +200,16 @@ def entries(adapter: Adapter, budget: float, python: str | None = None,
     out = [Entry(adapter.session_event, adapter.session_matcher,
                  hook_command(adapter, python=python, timeout=seconds, opt_in=user),
                  adapter.timeout_value(seconds))]
+    if adapter.resume_event:
+        out.append(Entry(adapter.resume_event, adapter.session_matcher,
+                         hook_command(adapter, "resume", python, timeout=seconds, opt_in=user),
+                         adapter.timeout_value(seconds)))
     if adapter.prompt_event:
-        # a prompt hook that may deliver an armed start (a digest) gets the session's timeout
+        # a prompt hook that may deliver an armed start (a digest) gets the session's timeout,
+        # clamped to the harness's own where a registration carries none (Cline's files)
         limit = seconds if adapter.prompt_may_start else None
+        if limit is not None and adapter.shape == "files" and adapter.default_timeout:
+            limit = min(limit, adapter.default_timeout)
         out.append(Entry(adapter.prompt_event, None,
                          hook_command(adapter, "prompt", python, timeout=limit, opt_in=user),
                          adapter.timeout_value(limit or PROMPT_TIMEOUT)))
@@ -477,7 +488,7 @@ def main(argv: list[str]) -> int:
                   file=sys.stderr)
             continue
         try:
-            data = _settings.read_settings(path)
+            data = _settings.read_registration(adapter, path)
             if args.plugin:
                 failed |= not _install_plugin(adapter, scope, path, data, project_dir)
                 continue
@@ -489,7 +500,7 @@ def main(argv: list[str]) -> int:
             if new == data:
                 print(f"{adapter.name}: already installed in {_rel(path, project_dir)} (unchanged)")
             else:
-                _settings.write_settings(path, new)
+                _settings.write_registration(adapter, path, new)
                 events = ", ".join(dict.fromkeys(e.event for e in entries(adapter, budget, scope=scope)))
                 print(f"{adapter.name}: registered {events} in {_rel(path, project_dir)}")
             if scope == "local":

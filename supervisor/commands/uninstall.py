@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
         path = _settings.settings_path(adapter, scope, project_dir, home)
         where = _rel(path, project_dir)
         try:
-            data = _settings.read_settings(path)
+            data = _settings.read_registration(adapter, path)
             if data is None:
                 print(f"{adapter.name}: nothing to remove ({where} does not exist)")
                 continue
@@ -56,8 +56,8 @@ def main(argv: list[str]) -> int:
             if not removed and not plugin:
                 print(f"{adapter.name}: nothing to remove in {where}")
                 continue
-            if new:
-                _settings.write_settings(path, new)
+            if new or adapter.shape == "files":  # files: ours removed, the folder if empty
+                _settings.write_registration(adapter, path, new)
             else:
                 path.unlink()
                 try:  # the harness folder install created (.codex/ ...), only when now empty

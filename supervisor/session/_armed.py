@@ -2,12 +2,14 @@
 
 Some harnesses fire an event at the moment the context is lost, but drop whatever the hook
 prints there: Copilot CLI's ``PreCompact`` (its output is not in the summary request, the
-compaction drops the SessionStart context, and no SessionStart follows, LAB 1.0.102). (Gemini
+compaction drops the SessionStart context, and no SessionStart follows, LAB 1.0.102), Cline
+CLI's ``TaskStart`` and ``TaskResume`` (3.0.65 runs them fire-and-forget, their output
+ignored). (Gemini
 CLI's ``PreCompress`` is no such event: it fires before every turn's threshold check,
 compression or not.) At such an event the hook **arms** the start (:func:`arm`): it records
 ``(harness, session id) -> source`` in ``<state>/armed/<key>.json`` and wakes the per-event
 fast path (``fastpath/wake-armed``), so the next per-event hook whose output does reach the
-model (Copilot ``UserPromptSubmit``) runs Python and delivers that start through the session
+model (Copilot ``UserPromptSubmit``, Cline ``PreToolUse``) runs Python and delivers that start through the session
 protocol: a re-emit after a proven start for ``compact``, a full digest otherwise (:func:`take`).
 
 Exactly once: the record is removed only after the envelope carrying the start went out whole

@@ -51,7 +51,10 @@ def _registered_in(harness: str, folder: StrPath) -> bool:
     needle = f"supervisor hook {harness}"
     for rel in (row.project, row.local):
         if rel:
-            text = read_small(os.path.join(folder, rel), 1 << 20)
+            path = os.path.join(folder, rel)
+            if os.path.isdir(path) and not os.path.islink(path):  # a hooks folder (Cline)
+                path = os.path.join(path, row.session_event)  # one file per event
+            text = read_small(path, 1 << 20)
             if needle in text and OPT_IN_FLAG not in text:
                 return True
     return False

@@ -276,10 +276,17 @@ def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | N
     does an object with ``workspace_roots`` and no ``source`` count as Cursor's. Another
     harness's payload that happens to carry ``workspace_roots`` keeps its ``cwd`` (the
     per-event shim reads ``cwd`` too: both look at the same project). Returns ``None`` for
-    ``None``.
+    ``None``. Cline's (``taskId``, ``workspaceRoots``, ``hookName``) is read as Cursor's: the
+    task is the session, its first workspace root the project.
     """
     if data is None:
         return None
+    if harness == "cline":  # Cline CLI 3.0.65: taskId, workspaceRoots (camelCase), no cwd
+        roots = data.get("workspaceRoots")
+        data = {"conversation_id": data.get("taskId"), "hook_event_name": data.get("hookName"),
+                "workspace_roots": [r for r in roots if isinstance(r, str)]
+                if isinstance(roots, list) else []}
+        return load_record(CursorPayload, data, tolerant=True, extra="extra")
     if harness == "cursor" or (not harness and "workspace_roots" in data
                                and "source" not in data):
         roots = data.get("workspace_roots")

@@ -30,7 +30,8 @@ that path (`FAKE_READS <path>,<path>,...`: one `Read` call per path in one reply
 runs in parallel), so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
 `read` tool call with `{"path": ...}`, Pi's read tool). Chat Completions only (streamed): a
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
-`bash` tool call running that command, so a turn makes a second model request after it (a
+`bash` tool call running that command (Cline's `run_commands` when the request offers that tool
+and no `bash`), so a turn makes a second model request after it (a
 prompt OpenCode's `run` wrapped in quotes, as it does every argument holding a space, is
 unwrapped first). Responses API and Gemini API: a user prompt containing `FAKE_TOOL <name>` (and
 no tool result after it) is answered with one call of that tool, no arguments (Responses: a
@@ -327,8 +328,13 @@ class H(BaseHTTPRequestHandler):
         command = wanted_bash(body) if body.get("tools") else None
         read = wanted_bash(body, "FAKE_READ") if body.get("tools") else None
         if (command or read) is not None and body.get("stream"):  # one tool call, then its result
-            name, args = (("read", {"path": read}) if read is not None else
-                          ("bash", {"command": command, "description": "fake model's command"}))
+            names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
+            if read is not None:
+                name, args = "read", {"path": read}
+            elif "run_commands" in names and "bash" not in names:  # Cline CLI's shell tool
+                name, args = "run_commands", {"commands": [command]}
+            else:
+                name, args = "bash", {"command": command, "description": "fake model's command"}
             call = {"index": 0, "id": f"call_fake{abs(hash(str(args))) % 10**8}", "type": "function",
                     "function": {"name": name, "arguments": json.dumps(args)}}
             self._sse_start()

@@ -37,6 +37,11 @@ NOT_REACHABLE = {
     ("droid", "resume"): "droid exec -s needs Factory's servers (docs/harnesses/droid.md)",
     ("droid", "compact"): "needs a second prompt of the session: Factory's servers",
     ("droid", "deferred"): "the per-prompt hook needs a second prompt: Factory's servers",
+    ("cline", "compact"): "Cline 3.0.65 runs no PreCompact and fires nothing after a compaction "
+                          "(docs/harnesses/cline.md)",
+    ("cline", "resume"): "`cline --id` (TaskResume) was not driven (docs/harnesses/cline.md)",
+    ("cline", "deferred"): "needs a second tool call after the gate opens; one `cline` prompt "
+                           "makes one",
 }
 """Cells of the matrix a harness cannot reach offline, with why."""
 
@@ -396,10 +401,34 @@ def _droid(session: Session) -> None:
     _assert_once(session.tallies())
 
 
+# -- Cline CLI -----------------------------------------------------------------------------------
+
+def _cline(session: Session, token: str) -> None:
+    from test_cline import stop_hub
+
+    project, fake = session.project, session.fake
+    cline = harness_bin("cline")
+    project.install("cline")
+    env = clean_env()
+    try:
+        auth = run_harness([cline, "auth", "-p", "openai", "-k", "dummy", "-m", "fake-model",
+                            "-b", f"{fake.url}/v1"], project.path, env)
+        assert auth.returncode == 0, auth.stderr[-2000:]
+        run = run_harness([cline, "turn 1 FAKE_BASH echo hi"], project.path, env)
+        assert run.returncode == 0, run.stdout[-1000:] + run.stderr[-2000:]
+    finally:
+        stop_hub(token)
+    bodies = fake.bodies()
+    first = [i for i, b in enumerate(bodies) if project.mark in b][0]
+    assert first >= 1, "TaskStart's output is dropped: the digest comes with the first tool call"
+    _assert_start(session.tallies()[first], bodies[first])
+    _assert_once(session.tallies())
+
+
 @pytest.mark.parametrize(("harness", "floor"), PINNED,
                          ids=[f"{h}-{'floor' if f else 'newest'}" for h, f in PINNED])
 def test_the_session_protocol_holds_in_one_session(harness: str, floor: bool, session: Session,
-                                                   tmp_path: Path) -> None:
+                                                   tmp_path: Path, no_leaked_processes: str) -> None:
     if harness == "claude":
         _claude(session, floor)
     elif harness == "codex":
@@ -414,6 +443,8 @@ def test_the_session_protocol_holds_in_one_session(harness: str, floor: bool, se
         _copilot(session)
     elif harness == "droid":
         _droid(session)
+    elif harness == "cline":
+        _cline(session, no_leaked_processes)
     else:
         pytest.fail(f"the harness table pins {harness} but the matrix has no driver for it: add "
                     "one here (or name its unreachable cells in NOT_REACHABLE)")
