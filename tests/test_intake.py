@@ -27,7 +27,7 @@ OPENERS = {
     "supervisor/config/_plan.py": (1, "pyproject.toml's [tool.supervise] probe (the config is code)"),
     "supervisor/config/_schema.py": (1, "the packaged default.toml"),
     "supervisor/engine/_cgroup.py": (4, "cgroup files of our own stage trees"),
-    "supervisor/engine/_proctable.py": (3, "/proc entries of processes we started"),
+    "supervisor/engine/_proctable.py": (4, "/proc entries of processes we started (stat, environ, comm)"),
     "supervisor/engine/_reaper.py": (1, "/proc entries of processes we started"),
     "supervisor/engine/_guardian.py": (2, "/dev/null for its stdio and cgroup.kill of our own stage tree"),
     "supervisor/engine/_spawn.py": (4, "/dev/null, cgroup.procs of our own stage, a program's first line (ENOEXEC)"),
