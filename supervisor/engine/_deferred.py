@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 DEFAULT_DEADLINE = 120.0
 """Seconds a deferred stage may run when it sets no ``timeout``."""
 DEFERRED_DIR = "deferred"
-DEFAULT_MAX_OUTPUT = 1024 * 1024
-"""Bytes: the output cap assumed for a stage the current configuration does not name."""
 
 _spawned: set[int] = set()
 
@@ -130,8 +128,12 @@ def open_stage_dir(state_dir: StrPath, name: str, *, create: bool = False) -> St
 
 def result_cap(max_output: int | None) -> int:
     """Bytes a result file of a stage with output cap ``max_output`` may have: twice the cap
-    (JSON escaping) plus :data:`~supervisor.state._statedir.RESULT_OVERHEAD`. The runner trims the
-    output so its file fits; a bigger file was not written by us and is corrupt."""
+    (JSON escaping) plus :data:`~supervisor.state._statedir.RESULT_OVERHEAD`; with no cap (a
+    stage the current configuration does not name) the config's default
+    :data:`~supervisor.config._plan.DEFAULT_MAX_OUTPUT`. The runner trims the output so its file
+    fits; a bigger file was not written by us and is corrupt."""
+    from ..config._plan import DEFAULT_MAX_OUTPUT
+
     return 2 * (max_output or DEFAULT_MAX_OUTPUT) + RESULT_OVERHEAD
 
 

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     from ..config._context import SessionContext
     from ._run import digest
     from ._signals import Aborter, _act_on, run_with_signals
-    from ..config._plan import DigestPlan
+    from ..config._plan import DEFAULT_MAX_OUTPUT, DigestPlan
 
     # Before the stage starts, a TERM, INT or HUP ends the runner quietly (SystemExit); while
     # the run's event loop listens it aborts the run (run_with_signals). From the moment the
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     # banner); the runner's budget leaves room for the kill sequence after it.
     spec = replace(spec, timeout=args.deadline)
     config = DigestPlan(budget=args.deadline + args.grace + 1.0, grace=args.grace,
-                        max_output=spec.max_output or 1 << 20, stages=(spec,))
+                        max_output=spec.max_output or DEFAULT_MAX_OUTPUT, stages=(spec,))
     context = SessionContext(project_dir=args.cwd, state_dir=args.dir.parent.parent,
                              source=os.environ.get("SUPERVISE_SOURCE", ""),
                              mode=os.environ.get("SUPERVISE_MODE", "full"),  # type: ignore[arg-type]
