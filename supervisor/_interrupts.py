@@ -22,8 +22,9 @@ The signals are unblocked after the handlers are in place: a mask inherited from
 would otherwise hold them pending for the whole run (and a signal sent during the
 interpreter's start, while they were blocked, arrives here, where it is handled).
 
-What stays outside: the interpreter's own start (``site``) and an installer's console-script
-wrapper run before any code of ours; a Ctrl-C there is Python's (docs/cli.md, "A signal at any moment").
+What stays outside: the interpreter's own start (``site``) runs before any code of ours (the
+installed launcher, ``bin/supervise``, imports only ``supervisor._main``); a Ctrl-C there is
+Python's (docs/cli.md, "A signal at any moment").
 
 Stdlib only: on the hook's hot path.
 """

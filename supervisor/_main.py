@@ -20,8 +20,9 @@ def _verb(argv: list[str]) -> str:
 
 
 if sys.argv and os.path.basename(sys.argv[0]) == "supervise":
-    # Imported by the installed console script, whose wrapper still has code to run before
-    # entry() (``re.sub`` on argv[0]): the quiet handlers start here (entry() finds them in place).
+    # Imported by an installed launcher (ours, bin/supervise; or a console-script wrapper an
+    # installer generated for an older release, which still runs ``re.sub`` on argv[0] before
+    # entry()): the quiet handlers start here (entry() finds them in place).
     from ._interrupts import leave_quietly_on_signals as _leave
 
     _leave(0 if _verb(sys.argv) in HARNESS_FACING else None)
@@ -148,8 +149,9 @@ def _standard_fds(harness_facing: bool) -> bool:
     return stdout_closed
 
 
-def entry() -> None:  # pragma: no cover - thin wrapper for console scripts
-    """Console-script wrapper: exit with :func:`main`'s code.
+def entry() -> None:  # pragma: no cover - thin wrapper for the launcher
+    """The ``supervise`` launcher's call (``bin/supervise``, ``python -m supervisor``): exit
+    with :func:`main`'s code.
 
     Before anything else: quiet signal handlers (:mod:`supervisor._interrupts`; a harness-facing
     verb leaves with 0, a terminal verb with 128+n, never a traceback), usable standard

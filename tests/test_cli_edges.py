@@ -101,11 +101,11 @@ def test_a_signal_at_any_moment_ends_a_harness_facing_verb_with_0(git_repo: Path
 
 
 def test_the_console_script_is_quiet_on_an_early_ctrl_c_too(git_repo: Path) -> None:
-    """The installed ``supervise`` (the installer's wrapper imports ``supervisor._main``)
-    goes through the same entry as ``python -m supervisor``."""
+    """The installed ``supervise`` (our launcher, ``bin/supervise``, imports
+    ``supervisor._main``) goes through the same entry as ``python -m supervisor``."""
     script = Path(sys.executable).with_name("supervise")
     if not script.exists():
-        pytest.skip("no console script next to this interpreter (not an installed venv)")
+        pytest.skip("no `supervise` next to this interpreter (not an installed venv)")
     (git_repo / "supervise.toml").write_text(QUIET_CONFIG)
     codes = _signal_over_the_start([str(script), "digest"], git_repo, signal.SIGINT, 8)
     assert set(codes) <= {130, -signal.SIGINT, 0} and codes[0] == 130, codes

@@ -54,17 +54,22 @@ try:
         module = sys.argv[2]
         del sys.argv[1:3]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
+    elif sys.argv[1:2] == ["--script"]:  # as the file's own interpreter runs it: `FILE ARGS`
+        del sys.argv[:2]
+        with open(sys.argv[0], "rb") as f:
+            exec(compile(f.read(), sys.argv[0], "exec"), {"__name__": "__main__"})
 finally:
     listed()
 """
-"""Runs ``-m MODULE ARGS`` (or nothing) and writes the names in ``sys.modules`` when it ends,
+"""Runs ``-m MODULE ARGS``, ``--script FILE ARGS`` (or nothing) and writes the names in ``sys.modules`` when it ends,
 by any way out: a return, ``sys.exit``, or the hook's ``os._exit``. ``-X importtime`` missed
 what a hook imported late: its lines go through ``sys.stderr``, which the hook wraps in a
 buffer that ``os._exit`` never flushes."""
 
 
 def _imported(argv: list[str], tmp: Path, **run: object) -> tuple[subprocess.CompletedProcess[bytes], set[str]]:
-    """Run ``python -P ARGV`` (``argv`` after ``-P``: ``-m module ...`` or empty); the process
+    """Run ``python -P ARGV`` (``argv`` after ``-P``: ``-m module ...``, ``--script FILE ...``
+    or empty); the process
     and every module it had imported when it ended."""
     out = tmp / "modules.txt"
     out.unlink(missing_ok=True)
@@ -150,6 +155,29 @@ def test_bridge_entry_imports_nothing_heavy(git_repo: Path, tmp_path: Path, sour
     assert result["kind"] in ("ready", "empty") and result["project"] == str(git_repo.resolve()), result
     heavy = (loaded - _interpreter_start(tmp_path)) & HEAVY
     assert not heavy, sorted(heavy)
+
+
+LAUNCHER = Path(__file__).resolve().parent.parent / "bin" / "supervise"
+
+
+@pytest.mark.parametrize("verb", [["--version"], ["run", "--", "true"]], ids=["version", "run"])
+def test_the_supervise_launcher_imports_no_re(tmp_path: Path, verb: list[str]) -> None:
+    """The installed ``supervise`` is our own launcher (``bin/supervise``), not an installer's
+    generated console-script wrapper, which imports ``re`` before any of our code; neither the
+    launcher nor the lean verbs behind it import ``re`` (or ``runpy``: no ``-m``)."""
+    import tomllib
+
+    project = tomllib.loads((LAUNCHER.parent.parent / "pyproject.toml").read_text())
+    assert "supervise" not in project["project"].get("scripts", {})  # else pip writes its own
+    wheel = project["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert wheel["shared-scripts"]["bin/supervise"] == "supervise"
+    assert LAUNCHER.read_bytes().startswith(b"#!/usr/bin/env python3\n")  # rewritten at install
+    proc, loaded = _imported(["--script", str(LAUNCHER), *verb], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert b"supervise" in proc.stdout or verb[0] == "run", proc.stdout
+    assert "supervisor._main" in loaded
+    extra = (loaded - _interpreter_start(tmp_path)) & {"re", "runpy", "importlib.util"}
+    assert not extra, sorted(extra)
 
 
 EVENT_LOOP = frozenset({"anyio", "asyncio", "ssl", "socket", "logging", "selectors",

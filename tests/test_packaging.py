@@ -1,5 +1,6 @@
 """The wheel carries everything a non-editable install needs (pipx, uv tool): the built-in
-stages, the embedded default digest, the bridge extensions, the typing marker, the plugins' entry script."""
+stages, the embedded default digest, the bridge extensions, the typing marker, the plugins' entry script
+and our own `supervise` launcher."""
 
 from __future__ import annotations
 
@@ -36,3 +37,11 @@ def test_wheel_ships_stages_default_and_bridges(tmp_path: Path) -> None:
         assert needed in names, needed
     [script] = [n for n in names if n.endswith(".data/scripts/supervise-hook")]
     assert zipfile.ZipFile(wheel).getinfo(script).external_attr >> 16 & 0o111
+    # `supervise` is our launcher (bin/supervise), its first line for the installer to point at
+    # the environment's interpreter; no console-script entry, whose wrapper imports `re`
+    [launcher] = [n for n in names if n.endswith(".data/scripts/supervise")]
+    archive = zipfile.ZipFile(wheel)
+    assert archive.getinfo(launcher).external_attr >> 16 & 0o111
+    assert archive.read(launcher).startswith(b"#!python\n")
+    entry_points = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert not entry_points or b"supervise" not in archive.read(entry_points[0])
