@@ -4,7 +4,9 @@ Every list of harnesses in the package derives from :data:`ROWS`: the hook-comma
 (``supervisor.adapters.NAMES``), the bridges (``supervisor.bridges``), the process and npm
 names the ancestry walk matches (``supervisor.session._ancestry``), the values of a stage's
 ``when.harness`` (``supervisor.config._plan``), the instruction loaders (``stages/instructions``),
-the labels in messages, the hook's help text, and the early-exit flag ``install`` writes into
+the labels in messages, the hook's help text, every harness's user folder
+(:meth:`Harness.user_folder`: ``install``, ``doctor``, the bridges, the MCP clients' files,
+the plugin packages, the instruction loaders), and the early-exit flag ``install`` writes into
 the per-event command for the shell fast path (``supervisor/hook-fast.sh``), the versions the
 end-to-end tests pin (``scripts/install-harnesses.sh``: ``newest`` and the ``floor`` set).
 Adding a harness
@@ -24,8 +26,12 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from typing import Literal
 
+    from collections.abc import Mapping
+    from typing import overload
+
     Kind = Literal["hook", "nudge", "bridge", "mcp"]
     Unit = Literal["s", "ms"]
+    EnvForm = Literal["folder", "tilde", "absolute"]
 
 KINDS: tuple[str, ...] = ("hook", "nudge", "bridge", "mcp")
 """How a harness reaches us. ``hook``: it runs a registered hook command and passes its output
@@ -86,7 +92,16 @@ class Harness:
         user: the registration file relative to the user folder (:attr:`user_dir`).
         user_dir: the harness's user folder relative to the home folder (``.codex``).
         user_dir_env: an environment variable that names the user folder instead
-            (``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), or None.
+            (``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), or None. Empty counts as unset (every
+            harness of the table: Codex, Copilot CLI 1.0.102, Pi, OpenCode, goose).
+        user_dir_env_form: how the harness reads that variable (:meth:`user_folder`):
+            ``folder``, as written, a relative one from its working directory (Codex
+            0.171.0's ``find_codex_home``: ``CODEX_HOME=~/c`` is ``./~/c``; Copilot CLI
+            1.0.102 wrote ``./~/cop``; OpenCode 1.18.33's ``xdg-basedir``); ``tilde``, a
+            leading ``~`` or ``~/`` replaced by the home folder first (Pi 0.73.1's
+            ``expandTildePath``; ``~user`` stays as written); ``absolute``, a relative value
+            ignored, as the XDG Base Directory specification says (goose: the ``etcetera``
+            crate).
         local: a per-user, uncommitted file relative to the project root (Claude's
             ``.claude/settings.local.json``), or None.
         project_upward: it loads :attr:`project` from every folder from its working
@@ -166,6 +181,7 @@ class Harness:
     user: str = ""
     user_dir: str = ""
     user_dir_env: str | None = None
+    user_dir_env_form: EnvForm = "folder"
     local: str | None = None
     project_upward: bool = False
     session_event: str = "SessionStart"
@@ -192,17 +208,44 @@ class Harness:
     mcp_startup: str = ""
     mcp_wait: str = ""
 
-    def user_folder(self, home: str, environ: dict[str, str] | None = None) -> str:
-        """The harness's user folder: ``$user_dir_env`` when that is set and not empty,
-        else ``home/user_dir`` (``home`` itself without a ``user_dir``). ``environ``:
-        ``os.environ`` when None."""
-        if self.user_dir_env:
-            import os
+    if TYPE_CHECKING:
+        @overload
+        def user_folder(self, home: str, environ: Mapping[str, str] | None = None) -> str: ...
 
-            folder = (os.environ if environ is None else environ).get(self.user_dir_env)
-            if folder:
+        @overload
+        def user_folder(self, home: str | None,
+                        environ: Mapping[str, str] | None = None) -> str | None: ...
+
+    def user_folder(self, home: str | None,
+                    environ: Mapping[str, str] | None = None) -> str | None:
+        """The harness's user folder, the one home of that rule (``install``, ``uninstall``,
+        ``doctor``, the bridges, the MCP clients' files, the instruction loaders): the
+        folder :attr:`user_dir_env` names, read as :attr:`user_dir_env_form` says, when it
+        is set, not empty (and absolute for ``absolute``); else ``home/user_dir`` (``home``
+        itself without a :attr:`user_dir`); None when that is needed and ``home`` is None
+        (no home folder: :func:`supervisor._home.home_dir`). ``home`` is a path string, never
+        expanded; ``environ``: ``os.environ`` when None. A relative result is relative to the
+        working directory, as the harness reads it. Never raises."""
+        if self.user_dir_env:
+            if environ is None:
+                import os
+
+                environ = os.environ
+            folder = environ.get(self.user_dir_env, "")
+            form = self.user_dir_env_form
+            if form == "tilde" and (folder == "~" or folder.startswith("~/")):
+                if home is None:
+                    return None
+                folder = home + folder[1:]
+            if folder and (form != "absolute" or folder.startswith("/")):
                 return folder
+        if home is None:
+            return None
         return f"{home}/{self.user_dir}" if self.user_dir else home
+
+    def user_file(self, home: str, environ: Mapping[str, str] | None = None) -> str:
+        """:attr:`user` in :meth:`user_folder` (the user-scope registration file)."""
+        return f"{self.user_folder(home, environ)}/{self.user}"
 
     def loads_at(self, version: str) -> str:
         """The loader rule for ``version`` of this harness (its instruction files); an
@@ -220,11 +263,6 @@ class Harness:
     def timeout_scale(self) -> int:
         """Registered timeout units per second (1 or 1000)."""
         return 1000 if self.timeout_unit == "ms" else 1
-
-    @property
-    def user_default(self) -> str:
-        """:attr:`user` relative to the home folder when :attr:`user_dir_env` is unset."""
-        return f"{self.user_dir}/{self.user}" if self.user_dir else self.user
 
 
 ROWS: tuple[Harness, ...] = (
@@ -289,7 +327,7 @@ ROWS: tuple[Harness, ...] = (
             loads="cline", floor="3.0.65", newest="3.0.65"),
     Harness("pi", "Pi", "bridge", processes=("pi",), packages=("@mariozechner/pi-coding-agent",),
             project=".pi/extensions/watchkeeper/index.ts", user="extensions/watchkeeper/index.ts",
-            user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR",
+            user_dir=".pi/agent", user_dir_env="PI_CODING_AGENT_DIR", user_dir_env_form="tilde",
             session_event="session_start", prompt_event="before_agent_start",
             post_tool_event="tool_result", compact_event="session_compact", loads="pi",
             floor="0.73.1", newest="0.73.1"),
@@ -301,6 +339,7 @@ ROWS: tuple[Harness, ...] = (
             compact_event="session.compacted", loads="opencode", nested_on_demand=True,
             floor="1.18.33", newest="1.18.33"),
     Harness("goose", "goose", "mcp", user_dir=".config", user_dir_env="XDG_CONFIG_HOME",
+            user_dir_env_form="absolute",
             session_event="", mcp_files=(("user", "goose/config.yaml"),), mcp_format="yaml"),
 )
 """The harnesses, in the order every listing shows them (hook commands first)."""

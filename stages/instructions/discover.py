@@ -93,8 +93,8 @@ def claude_managed() -> Path:
 
 def claude_loads(place: Place) -> list[Path]:
     """Files Claude Code loads into its system prompt (before imports)."""
-    out = [claude_managed(), place.home / ".claude" / "CLAUDE.md",
-           *_rules(place.home / ".claude" / "rules")]
+    user = user_folder(place, "claude")
+    out = [claude_managed(), user / "CLAUDE.md", *_rules(user / "rules")]
     for d in _ancestors_down(place.cwd):
         inside = place.root if is_within(d, place.root) else None  # the tree: confined
         out += [d / "CLAUDE.md", d / ".claude" / "CLAUDE.md",
@@ -121,8 +121,17 @@ def claude_agents_loads(place: Place) -> list[Path]:
     return out + [d / "AGENTS.md" for d in dirs if is_regular(d / "AGENTS.md")]
 
 
+def user_folder(place: Place, harness: str) -> Path:
+    """``harness``'s user folder (``$CODEX_HOME``, else ``~/.codex``): the harness table's
+    rule, :meth:`supervisor._harnesses.Harness.user_folder`, below ``place.home``."""
+    from supervisor._harnesses import BY_NAME
+
+    return Path(BY_NAME[harness].user_folder(str(place.home)))
+
+
 def codex_home(place: Place) -> Path:
-    return Path(os.environ.get("CODEX_HOME") or place.home / ".codex")
+    """Codex's user folder (``$CODEX_HOME``, else ``~/.codex``)."""
+    return user_folder(place, "codex")
 
 
 def codex_settings(place: Place) -> tuple[tuple[str, ...], int]:
@@ -174,7 +183,7 @@ def codex_loads(place: Place) -> list[Path]:
 def opencode_loads(place: Place) -> list[Path]:
     """Files OpenCode loads: the global one, then AGENTS.md (else CLAUDE.md) per directory."""
     no_claude = bool(os.environ.get("OPENCODE_DISABLE_CLAUDE_CODE_PROMPT"))
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or place.home / ".config")
+    config = user_folder(place, "opencode")
     out: list[Path] = []
     for p in (config / "opencode" / "AGENTS.md",
               *(() if no_claude else (place.home / ".claude" / "CLAUDE.md",))):
@@ -193,9 +202,7 @@ def opencode_loads(place: Place) -> list[Path]:
 
 def pi_loads(place: Place) -> list[Path]:
     """Files Pi loads: the agent dir's file, then one per directory from ``/`` down to cwd."""
-    from _common import expand_home
-
-    agent_dir = Path(expand_home(os.environ.get("PI_CODING_AGENT_DIR") or "~/.pi/agent"))
+    agent_dir = user_folder(place, "pi")
     out: list[Path] = []
     for d in (agent_dir, *_ancestors_down(place.cwd)):
         for name in _PI_CANDIDATES:
@@ -245,27 +252,29 @@ def _upward_names(place: Place, names: tuple[str, ...]) -> list[Path]:
 def gemini_names(place: Place) -> tuple[str, ...]:
     """Gemini CLI's context file names (``context.fileName``, default ``GEMINI.md``)."""
     system = os.environ.get("GEMINI_CLI_SYSTEM_SETTINGS_PATH") or "/etc/gemini-cli/settings.json"
-    return _settings_names([Path(system), place.home / ".gemini" / "settings.json",
+    return _settings_names([Path(system), user_folder(place, "gemini") / "settings.json",
                             place.root / ".gemini" / "settings.json"], ("GEMINI.md",))
 
 
 def gemini_loads(place: Place) -> list[Path]:
     """Files Gemini CLI loads: ``~/.gemini/<name>``, then cwd up to the git root."""
     names = gemini_names(place)
-    out = [place.home / ".gemini" / n for n in names if is_regular(place.home / ".gemini" / n)]
+    user = user_folder(place, "gemini")
+    out = [user / n for n in names if is_regular(user / n)]
     return out + _upward_names(place, names)
 
 
 def qwen_names(place: Place) -> tuple[str, ...]:
     """Qwen Code's context file names (``context.fileName``, default QWEN.md and AGENTS.md)."""
-    return _settings_names([place.home / ".qwen" / "settings.json",
+    return _settings_names([user_folder(place, "qwen") / "settings.json",
                             place.root / ".qwen" / "settings.json"], ("QWEN.md", "AGENTS.md"))
 
 
 def qwen_loads(place: Place) -> list[Path]:
     """Files Qwen Code loads: ``~/.qwen/<name>``, then cwd up to the git root."""
     names = qwen_names(place)
-    out = [place.home / ".qwen" / n for n in names if is_regular(place.home / ".qwen" / n)]
+    user = user_folder(place, "qwen")
+    out = [user / n for n in names if is_regular(user / n)]
     return out + _upward_names(place, names)
 
 
@@ -283,7 +292,7 @@ def cursor_loads(place: Place) -> list[Path]:
 def grok_loads(place: Place) -> list[Path]:
     """Files Grok CLI loads: ``~/.grok/AGENTS.md``, the AGENTS chain git root -> cwd, and
     the older CLI's ``.grok/GROK.md``."""
-    out = [p for p in (place.home / ".grok" / "AGENTS.md",) if is_regular(p) and _nonempty(p)]
+    out = [p for p in (user_folder(place, "grok") / "AGENTS.md",) if is_regular(p) and _nonempty(p)]
     git_root = find_git_root(place.cwd)
     dirs = Place(place.cwd, git_root, place.home).dirs_root_to_cwd() if git_root else [place.cwd]
     for d in dirs:
@@ -303,10 +312,7 @@ def copilot_loads(place: Place) -> list[Path]:
     in every directory from the git root (no git: cwd) down to cwd; the root's
     ``.github/copilot-instructions.md`` and ``.github/instructions/*.instructions.md``. Not
     ``AGENTS.override.md``. No imports."""
-    from _common import expand_home
-
-    home = Path(expand_home(os.environ.get("COPILOT_HOME") or "~/.copilot"))
-    out = [p for p in (home / "copilot-instructions.md",) if is_regular(p)]
+    out = [p for p in (user_folder(place, "copilot") / "copilot-instructions.md",) if is_regular(p)]
     git_root = find_git_root(place.cwd)
     root = git_root or place.cwd
     out += _upward_names(place, ("AGENTS.md", "CLAUDE.md", "GEMINI.md"))
@@ -319,7 +325,7 @@ def droid_loads(place: Place) -> list[Path]:
     """Files Factory Droid loads itself (LAB, 0.225.2): ``~/.factory/AGENTS.md``, then
     ``AGENTS.md`` and ``CLAUDE.md`` in every directory from the git root (no git: cwd) down to
     cwd. Not ``AGENTS.override.md``. No imports."""
-    out = [p for p in (place.home / ".factory" / "AGENTS.md",) if is_regular(p)]
+    out = [p for p in (user_folder(place, "droid") / "AGENTS.md",) if is_regular(p)]
     return out + _upward_names(place, ("AGENTS.md", "CLAUDE.md"))
 
 
@@ -330,7 +336,7 @@ def cline_loads(place: Place) -> list[Path]:
     imports."""
     out = [p for p in (place.cwd / "AGENTS.md",) if is_regular(p)]
     for folder in (place.cwd / ".clinerules", place.cwd / ".cline" / "rules",
-                   place.home / "Documents" / "Cline" / "Rules", place.home / ".cline" / "rules"):
+                   place.home / "Documents" / "Cline" / "Rules", user_folder(place, "cline") / "rules"):
         out += _rules(folder)
     return out
 
@@ -379,7 +385,7 @@ def globals_for(place: Place) -> list[Path]:
     """User-level files of each convention: Codex's global AGENTS.md and ``~/.claude/CLAUDE.md``."""
     home = codex_home(place)
     out = [p for p in (home / "AGENTS.override.md", home / "AGENTS.md") if is_regular(p)][:1]
-    claude = place.home / ".claude" / "CLAUDE.md"
+    claude = user_folder(place, "claude") / "CLAUDE.md"
     return out + ([claude] if is_regular(claude) else [])
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from .._harnesses import Harness
 
+    from collections.abc import Mapping
     from pathlib import Path
 
     from _typeshed import StrPath
@@ -134,11 +135,6 @@ class Adapter:
         return self.row.project
 
     @property
-    def user_settings(self) -> str:
-        """The user settings file relative to the home folder (the user folder's default)."""
-        return self.row.user_default
-
-    @property
     def local_settings(self) -> str | None:
         """The per-user, uncommitted settings file relative to the project root, or None."""
         return self.row.local
@@ -179,8 +175,12 @@ class Adapter:
         scopes = ("project", "user") if self.project_settings else ("user",)
         return (*scopes, "local") if self.local_settings else scopes
 
-    def settings_path(self, scope: str, project_dir: StrPath, home: StrPath) -> Path:
-        """The settings file for ``scope`` (``project`` or ``user``).
+    def settings_path(self, scope: str, project_dir: StrPath, home: StrPath,
+                      environ: Mapping[str, str] | None = None) -> Path:
+        """The settings file ``install`` edits for ``scope`` (``project``, ``user`` or
+        ``local``): the user one in the harness's user folder
+        (:meth:`supervisor._harnesses.Harness.user_folder`: ``$CODEX_HOME/hooks.json``,
+        else ``home/.codex/hooks.json``; ``environ``: ``os.environ`` when None).
 
         Raises:
             ValueError: the harness has no file for that scope (Grok reads user settings only).
@@ -192,7 +192,9 @@ class Adapter:
                 raise ValueError(f"{self.title} reads hooks from user settings only; use --scope user")
             return Path(project_dir, self.project_settings)
         if scope == "user":
-            return Path(home, self.user_settings)
+            import os
+
+            return Path(self.row.user_file(os.fspath(home), environ))
         if scope == "local" and self.local_settings is not None:
             return Path(project_dir, self.local_settings)
         raise ValueError(f"{self.title} has no {scope!r} settings file "

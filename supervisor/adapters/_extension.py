@@ -6,7 +6,6 @@ placing, removing and checking the files is :mod:`supervisor.bridges._install`'s
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -59,20 +58,16 @@ class Bridge:
 
     @property
     def user_entry(self) -> str:
-        """Entry path relative to the user's harness config dir (:meth:`user_root`)."""
+        """Entry path relative to the harness's user folder
+        (:meth:`supervisor._harnesses.Harness.user_folder`)."""
         return self.row.user
-
-    def user_root(self, home: Path) -> Path:
-        """The harness's user config dir (``user_env`` if set, else ``home/user_default``)."""
-        raw = os.environ.get(self.row.user_dir_env) if self.row.user_dir_env else None
-        return Path(os.path.expanduser(raw)) if raw else home / self.row.user_dir
 
     def entry(self, scope: str, project_dir: Path, home: Path) -> Path:
         """The entry file for ``scope`` (``project`` or ``user``). Raises ValueError otherwise."""
         if scope == "project":
             return project_dir / self.project_entry
         if scope == "user":
-            return self.user_root(home) / self.user_entry
+            return Path(self.row.user_file(str(home)))
         raise ValueError(f"unknown scope {scope!r} (project or user)")
 
     def files(self, scope: str, project_dir: Path, home: Path) -> tuple[Path, Path, Path]:

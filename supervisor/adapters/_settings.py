@@ -14,7 +14,6 @@ import json
 import os
 import re
 import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -51,23 +50,6 @@ def find_project_dir(start: Path) -> Path:
         return start.absolute()
     top = os.fsdecode(out.stdout).rstrip("\n")  # a folder name need not be UTF-8
     return Path(top) if out.returncode == 0 and top else start.absolute()
-
-
-def settings_path(adapter: Adapter, scope: str, project_dir: Path, home: Path,
-                  env: Mapping[str, str] | None = None) -> Path:
-    """The settings file ``install`` edits for ``adapter`` at ``scope``.
-
-    The user layer follows the row's ``user_dir_env`` when it is set (Codex:
-    ``$CODEX_HOME/hooks.json``).
-
-    Raises:
-        ValueError: the harness has no file for that scope.
-    """
-    folder_env = adapter.row.user_dir_env
-    folder = (os.environ if env is None else env).get(folder_env) if folder_env else None
-    if scope == "user" and folder:
-        return Path(folder) / adapter.row.user
-    return adapter.settings_path(scope, project_dir, home)
 
 
 def refuse_links(paths: list[Path], project_dir: Path, home: Path) -> list[str]:
@@ -315,7 +297,7 @@ def registered_elsewhere(adapter: Adapter, scope: str, project_dir: Path,
         if other == scope:
             continue
         try:
-            path = settings_path(adapter, other, project_dir, home)
+            path = adapter.settings_path(other, project_dir, home)
             if refuse_links([path], project_dir, home):
                 continue
             if serving(registered(read_settings(path), adapter), adapter):

@@ -117,7 +117,7 @@ def uninstall(bridge: Bridge, scope: str, project_dir: Path, home: Path) -> str:
             removed += 1
         except FileNotFoundError:
             pass
-    stop = {project_dir, home, bridge.user_root(home)}
+    stop = {project_dir, home, Path(bridge.row.user_folder(str(home)))}
     for folder in sorted({core.parent, entry.parent}, key=lambda p: -len(p.parts)):
         while folder not in stop and folder != folder.parent:
             try:

@@ -26,6 +26,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from .._harnesses import BY_NAME
 from ..adapters import Adapter
 
 PLUGIN_KEY = "enabledPlugins"
@@ -242,19 +243,14 @@ def package_uses(harness: str, project: Path, home: Path | None) -> list[tuple[P
         return []
     from ..adapters import _settings
 
+    folder = BY_NAME[harness].user_folder(None if home is None else str(home))
     if harness == "pi":
         files = [project / ".pi" / "settings.json"]
-        agent = os.environ.get("PI_CODING_AGENT_DIR")
-        if agent or home is not None:
-            files.append(Path(agent) if agent else Path(str(home), ".pi", "agent"))
-            files[-1] = files[-1] / "settings.json"
+        files += [Path(folder, "settings.json")] if folder is not None else []
         keys: tuple[str, ...] = ("packages",)
     else:
         files = [project / "opencode.json", project / ".opencode" / "opencode.json"]
-        config = os.environ.get("XDG_CONFIG_HOME")
-        if config or home is not None:
-            files.append(Path(config) if config else Path(str(home), ".config"))
-            files[-1] = files[-1] / "opencode" / "opencode.json"
+        files += [Path(folder, "opencode", "opencode.json")] if folder is not None else []
         keys = ("plugin", "plugins")
     out: list[tuple[Path, str]] = []
     for path in files:
@@ -291,13 +287,11 @@ def package_config(harness: str, scope: str, project: Path, home: Path) -> Path:
     if harness == "pi":
         if scope == "project":
             return project / ".pi" / "settings.json"
-        agent = os.environ.get("PI_CODING_AGENT_DIR")
-        return (Path(agent) if agent else home / ".pi" / "agent") / "settings.json"
+        return Path(BY_NAME["pi"].user_folder(str(home)), "settings.json")
     if scope == "project":
         root, inner = project / "opencode.json", project / ".opencode" / "opencode.json"
         return inner if inner.is_file() and not root.exists() else root
-    config = os.environ.get("XDG_CONFIG_HOME")
-    return (Path(config) if config else home / ".config") / "opencode" / "opencode.json"
+    return Path(BY_NAME["opencode"].user_folder(str(home)), "opencode", "opencode.json")
 
 
 def _uses_at(harness: str, scope: str, project: Path, home: Path) -> list[tuple[Path, str]]:

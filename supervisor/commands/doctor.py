@@ -462,15 +462,15 @@ def _home_path() -> Path | None:
 
 def _codex_trust(path: Path, project: Path, data: dict[str, Any] | None,
                  project_scope: bool) -> list[Check]:
+    from .._harnesses import BY_NAME
     from .._home import home_dir
 
-    override, user_home = os.environ.get("CODEX_HOME", ""), home_dir()
-    if not os.path.isabs(override) and user_home is None:  # never ./~/.codex in the cwd
+    folder = BY_NAME["codex"].user_folder(home_dir())
+    if folder is None:  # never ./~/.codex in the cwd
         return [Check("warn", "codex", "Codex's trust and hook state not checked: no home "
-                      "directory (HOME unset, empty or relative) and no absolute CODEX_HOME",
+                      "directory (HOME unset, empty or relative) and no CODEX_HOME",
                       "set HOME")]
-    home = Path(override) if os.path.isabs(override) else Path(str(user_home), ".codex")
-    conf_path = home / "config.toml"
+    conf_path = Path(folder, "config.toml")
     from .._errors import ConfigError
     from ..state._fsutil import read_small_file
 
@@ -687,7 +687,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
     for scope in adapter.scopes:
         if home is None and scope == "user":  # never ./~/.claude/... in the working directory
             continue  # (one "home" warn line in main)
-        path = _settings.settings_path(adapter, scope, project, Path(home or project))
+        path = adapter.settings_path(scope, project, Path(home or project))
         refused = _settings.refuse_links([path], project, Path(home or project))
         if refused:  # a hostile clone's link to the user's own file: never read as ours
             checks.append(Check("FAIL", adapter.name, refused[0].split(";")[0],

@@ -259,7 +259,7 @@ def link_refusals(verb: str, request: Request, home: Path) -> list[str]:
             scope = adapter.scopes[0]
         else:
             continue
-        paths.append(_settings.settings_path(adapter, scope, project_dir, home))
+        paths.append(adapter.settings_path(scope, project_dir, home))
     if args.scope in ("project", "user"):
         for name in bridged:
             paths += bridge(name).files(args.scope, project_dir, home)
@@ -471,7 +471,7 @@ def main(argv: list[str]) -> int:
                   f"{adapter.scopes[0]}` to register it there", file=sys.stderr)
             continue
         scope = args.scope
-        path = _settings.settings_path(adapter, scope, project_dir, home)
+        path = adapter.settings_path(scope, project_dir, home)
         if args.plugin and not adapter.plugin:
             print(f"{adapter.name}: skipped: {adapter.title} has no watchkeeper plugin; run "
                   f"`supervise install {adapter.name}` for its settings hooks", file=sys.stderr)

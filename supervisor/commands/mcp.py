@@ -211,7 +211,7 @@ def standdown_reason(client: str, project: Path) -> str:
     for scope in adapter.scopes:
         if scope == "user" and home is None:
             continue
-        path = _settings.settings_path(adapter, scope, project, Path(home or project))
+        path = adapter.settings_path(scope, project, Path(home or project))
         try:
             data = _settings.read_settings(path)
         except Exception:  # noqa: BLE001 - unreadable settings: not a registration we can see

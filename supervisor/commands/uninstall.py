@@ -41,7 +41,7 @@ def main(argv: list[str]) -> int:
         failed |= mcp_verb("uninstall", args, project_dir, home)
     for adapter in adapters:
         scope = args.scope if args.scope in adapter.scopes else adapter.scopes[0]
-        path = _settings.settings_path(adapter, scope, project_dir, home)
+        path = adapter.settings_path(scope, project_dir, home)
         where = _rel(path, project_dir)
         try:
             data = _settings.read_registration(adapter, path)
