@@ -10,7 +10,7 @@ import shlex
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast, get_type_hints
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator,
                       model_validator)
@@ -136,10 +136,18 @@ STAGE_BOUNDS: dict[str, dict[str, Any]] = {
 }
 """The bounds of a stage key (pydantic ``Field`` constraints), by field name."""
 
-STAGE_TYPES: dict[str, Any] = {"run": list[str] | None, "when": StageWhen | None}
-"""Stage keys validated as another type than the plan holds: ``run`` a list (a string is
-split first; the plan keeps a tuple), ``when`` a table of its own (:class:`StageWhen`; the
-plan keeps its lists)."""
+class _StageTypes:
+    """Stage keys validated as another type than the plan holds: ``run`` a list (a string is
+    split first; the plan keeps a tuple), ``when`` a table of its own (:class:`StageWhen`; the
+    plan keeps its lists). The one statement of those types: the model is made with them
+    (:data:`STAGE_TYPES`) and type checkers read them (:class:`StageSpec`'s first base)."""
+
+    run: list[str] | None
+    when: StageWhen | None
+
+
+STAGE_TYPES: dict[str, Any] = get_type_hints(_StageTypes)
+"""``{key: type}`` of :class:`_StageTypes`."""
 
 
 class _StageChecks(_Frozen):
@@ -180,7 +188,7 @@ class _StageChecks(_Frozen):
 
     @model_validator(mode="after")
     def _one_program(self) -> _StageChecks:
-        stage: Any = self  # a StageSpec: its fields are made at import (StagePlan's)
+        stage = cast("StageSpec", self)  # its fields are made at import (StagePlan's)
         if (stage.run is None) == (stage.builtin is None):
             raise ValueError("give exactly one of 'run' or 'builtin'")
         if stage.run is not None and not stage.run:
@@ -233,10 +241,10 @@ def _made_fields(plan: type, bounds: dict[str, dict[str, Any]],
 
 
 if TYPE_CHECKING:
-    class StageSpec(_StageChecks):
-        """For type checkers: its fields are StagePlan's, made when the module is run."""
-
-        def __getattr__(self, name: str) -> Any: ...
+    # ignore[misc]: the model holds _StageTypes' types where the plan's differ, on purpose
+    class StageSpec(_StageTypes, _StageChecks, StagePlan):  # type: ignore[misc]
+        """For type checkers: StagePlan's fields, typed as the plan declares them but for
+        :class:`_StageTypes`' (the model made below holds the same)."""
 else:
     StageSpec = create_model("StageSpec", __base__=_StageChecks, __module__=__name__,
                              __doc__=_STAGE_DOC,
@@ -254,9 +262,16 @@ CONFIG_BOUNDS: dict[str, dict[str, Any]] = {
 """The bounds of a top-level key (pydantic ``Field`` constraints), by field name; ``source``
 is set by :func:`parse_config`, never dumped."""
 
-CONFIG_TYPES: dict[str, Any] = {"stages": tuple[StageSpec, ...]}
-"""Top-level keys validated as another type than the plan holds: the stages as
-:class:`StageSpec` (the plan holds :class:`~supervisor.config._plan.StagePlan`)."""
+class _DigestTypes:
+    """Top-level keys validated as another type than the plan holds: the stages as
+    :class:`StageSpec` (the plan holds :class:`~supervisor.config._plan.StagePlan`); the one
+    statement, as :class:`_StageTypes` is the stages'."""
+
+    stages: tuple[StageSpec, ...]
+
+
+CONFIG_TYPES: dict[str, Any] = get_type_hints(_DigestTypes)
+"""``{key: type}`` of :class:`_DigestTypes`."""
 
 
 _DIGEST_DOC = """A whole digest: budget and grace in seconds, the output cap in bytes, the stages in order.
@@ -274,7 +289,10 @@ _DIGEST_DOC = """A whole digest: budget and grace in seconds, the output cap in 
 
 class _DigestChecks(_Frozen):
     """The checks of a whole digest beyond each key's type and bounds (the base of
-    :class:`DigestConfig`, whose fields come from :class:`~supervisor.config._plan.DigestPlan`)."""
+    :class:`DigestConfig`, whose fields come from :class:`~supervisor.config._plan.DigestPlan`),
+    and the one field of its own, ``stages_from``."""
+
+    stages_from: str = Field(default="", exclude=True)
 
     @field_validator("budget", "grace", "max_output", "reemit_budget", "max_parallel",
                      "inline_cap", mode="before", check_fields=False)  # DigestPlan's fields
@@ -297,7 +315,7 @@ class _DigestChecks(_Frozen):
 
     @model_validator(mode="after")
     def _check_stages(self) -> _DigestChecks:
-        config: Any = self  # a DigestConfig: its fields are made at import (DigestPlan's)
+        config = cast("DigestConfig", self)  # its fields are made at import (DigestPlan's)
         first: dict[str, int] = {}
         for number, stage in enumerate(config.stages, 1):
             if stage.name in first:
@@ -314,15 +332,14 @@ class _DigestChecks(_Frozen):
 
 
 if TYPE_CHECKING:
-    class DigestConfig(_DigestChecks):
-        """For type checkers: its fields are DigestPlan's, made when the module is run."""
-
-        def __getattr__(self, name: str) -> Any: ...
+    # ignore[misc]: the model holds _DigestTypes' types where the plan's differ, on purpose
+    class DigestConfig(_DigestTypes, _DigestChecks, DigestPlan):  # type: ignore[misc]
+        """For type checkers: DigestPlan's fields, typed as the plan declares them but for
+        :class:`_DigestTypes`' (the model made below holds the same)."""
 else:
     DigestConfig = create_model("DigestConfig", __base__=_DigestChecks, __module__=__name__,
                                 __doc__=_DIGEST_DOC,
-                                **_made_fields(DigestPlan, CONFIG_BOUNDS, CONFIG_TYPES),
-                                stages_from=(str, Field(default="", exclude=True)))
+                                **_made_fields(DigestPlan, CONFIG_BOUNDS, CONFIG_TYPES))
 
 
 def _check_acyclic(stages: tuple[StageSpec, ...]) -> None:
