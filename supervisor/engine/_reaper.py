@@ -140,11 +140,14 @@ def our_children() -> list[int] | None:
         tasks = os.listdir("/proc/self/task")
     except OSError:
         return None
+    main = str(os.getpid())
     for tid in tasks:
         try:
             with open(f"/proc/self/task/{tid}/children", "rb") as f:
                 pids.extend(int(x) for x in f.read().split())
         except FileNotFoundError:
+            if tid == main:  # the main thread runs us: a kernel without CONFIG_PROC_CHILDREN
+                return None
             continue  # a thread that ended
         except (OSError, ValueError):
             return None

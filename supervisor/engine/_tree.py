@@ -43,6 +43,12 @@ FULL_SCAN_PERIOD = 5.0
 """On the portable path (psutil rows), the watchdog's periodic scans are incremental (new
 pids, plus every stage's members for the caps) and read the whole table again at most
 this often, in seconds (a pid reused in between keeps its old row until then)."""
+MONITOR_FIRST = 0.1
+"""Seconds from the watchdog's start to its first scan (the shortest period between two):
+the stages of most session starts end sooner, and their leftover checks need no scan with
+the subreaper (:meth:`Watch.only_known_children`), so such a digest reads the process table
+not once (a few milliseconds per hundred processes); a cap is still checked no later than
+between two periodic scans."""
 LEFTOVER_SCANS = 6
 """Most rounds of scans that look for leftovers of a stage whose leader exited. Each round is
 two fresh scans in one worker thread, repeated there up to ``LEFTOVER_SCANS - 2`` more times
@@ -125,13 +131,15 @@ class StageTree:
 
 
 class _SharedListing:
-    """One listing of our children, taken once for the stages that asked in one tick."""
+    """One listing of our children, taken once for the stages that asked in one tick: the
+    adoptees and whether the listing was complete (:meth:`Watch._listed`)."""
 
-    __slots__ = ("event", "rows")
+    __slots__ = ("event", "rows", "complete")
 
     def __init__(self) -> None:
         self.event = _loop.Event()
         self.rows: list[tuple[Row, str | None]] | None = None
+        self.complete = False
 
 
 @record
@@ -175,6 +183,9 @@ class Watch:
         self.stages: dict[str, StageTree] = {}
         self.protected: set[int] = set()
         """Pids this process spawned itself (stage leaders): the engine reaps them, never us."""
+        self._leaders: set[int] = set()
+        """Every stage leader's pid :meth:`add` was given (the rest of :attr:`protected` is the
+        guardian's, alive until the digest's end)."""
         self.spawning = 0
         """Spawns in flight: until they return, a new leader's pid is not yet protected."""
         self.exclude = exclude
@@ -212,6 +223,7 @@ class Watch:
         """Watch a freshly spawned stage."""
         self.stages[tree.token] = tree
         self.protected.add(tree.leader)
+        self._leaders.add(tree.leader)
 
     def discard(self, tree: StageTree) -> None:
         """Stop watching a stage (its leader is reaped, its tree swept)."""
@@ -593,7 +605,8 @@ class Watch:
     async def monitor(self) -> None:
         """Scan periodically (off the loop) and enforce ``max_tasks`` / ``max_memory``.
 
-        The period adapts to the scan's cost (four times its duration, at least 0.1 s, at most
+        The first scan comes :data:`MONITOR_FIRST` seconds in; then the period adapts to the
+        scan's cost (four times its duration, at least 0.1 s, at most
         :data:`MONITOR_MAX_PERIOD`), so on an idle host the watchdog takes at most about a
         fifth of a core. A stage over a cap gets
         ``over_cap`` set and its ``on_cap`` called once. Runs until cancelled.
@@ -606,6 +619,7 @@ class Watch:
                 self._tg = None
 
     async def _monitor(self) -> None:
+        await _loop.sleep(MONITOR_FIRST)
         while True:
             if self.stages:
                 now = _loop.current_time()
@@ -669,16 +683,23 @@ class Watch:
 
     async def adopted_shared(self, tree: StageTree) -> list[Row]:
         """:meth:`adopted`, with one listing of our children for every caller that asks in
-        the same event-loop tick: the first caller yields once, so that every stage whose
-        leftover check starts in this tick joins it, then lists (and reads each non-leader
-        child's row and token) once for all of them. The listing is taken after every
+        the same event-loop tick (:meth:`_listed_shared`). The listing is taken after every
         joiner asked, so it is as fresh for each as its own would have been (its leader has
         exited before it asked); with 500 stages ending together this is one read of 500
         children per tick instead of one per stage (issue 13: the quadratic part of the
-        leftover checks). A caller cancelled while it holds the listing still takes it for
-        the others; a joiner whose holder took none lists for itself."""
+        leftover checks)."""
         if not subreaper_enabled():
             return []
+        _, rows = await self._listed_shared()
+        return [row for row, token in rows
+                if token == tree.token or (token is None and tree.adopts_all)]
+
+    async def _listed_shared(self) -> tuple[bool, list[tuple[Row, str | None]]]:
+        """:meth:`_listed`, once for every caller that asks in the same event-loop tick: the
+        first caller yields once, so that every stage whose leftover check starts in this
+        tick joins it, then lists for all of them. A caller cancelled while it holds the
+        listing still takes it for the others; a joiner whose holder took none lists for
+        itself."""
         shared = self._listing
         if shared is None:
             shared = self._listing = _SharedListing()
@@ -686,25 +707,45 @@ class Watch:
                 await _loop.checkpoint()
             finally:
                 self._listing = None
-                shared.rows = self._adoptees()
+                shared.complete, shared.rows = self._listed()
                 shared.event.set()
         else:
             await shared.event.wait()
-        rows = shared.rows if shared.rows is not None else self._adoptees()
-        return [row for row, token in rows
-                if token == tree.token or (token is None and tree.adopts_all)]
+        if shared.rows is None:
+            return self._listed()
+        return shared.complete, shared.rows
 
     def _adoptees(self) -> list[tuple[Row, str | None]]:
         """Our live direct children that are neither stage leaders, excluded pids nor a
         built-in stage's detach, each with the stage token it belongs to (sticky membership
         first, else its ``SUPERVISE_STAGE_TOKEN``; None for none). One listing; [] without
         the subreaper. Never raises."""
+        return self._listed()[1]
+
+    def _listed(self) -> tuple[bool, list[tuple[Row, str | None]]]:
+        """``(complete, adoptees)``: :meth:`_adoptees` from one listing of our children, and
+        whether that listing tells every live process of our stages whose leader was reaped:
+        with the subreaper such a process is re-parented to us before its parent becomes a
+        zombie, so it is our child or a descendant of one (a ``setsid`` daemon, a double
+        fork, each generation of a fork-and-exit chain: the one that forks stays listed, a
+        zombie, until it is reaped). No adoptee in a complete listing: nothing of any stage
+        is left but what its unreaped leader holds, without a scan of the process table.
+        Not complete without the subreaper or a listing (not Linux, no
+        ``CONFIG_PROC_CHILDREN``), or when a child has the pid of a leader already reaped
+        (reused: neither a leader nor known). Never raises."""
         if not subreaper_enabled():
-            return []
+            return False, []
         excluded = self.exclude()
+        children = our_children()
+        complete = children is not None
+        unreaped = {t.leader for t in self.stages.values() if t.leader_unreaped()}
         found: list[tuple[Row, str | None]] = []
-        for pid in our_children() or ():
-            if pid in self.protected or pid in excluded:
+        for pid in children or ():
+            if pid in self.protected:
+                if pid in self._leaders and pid not in unreaped:
+                    complete = False  # a reaped leader's pid, reissued
+                continue
+            if pid in excluded:
                 continue
             row = stat(pid)
             if row is None or row.zombie:
@@ -720,7 +761,7 @@ class Watch:
             if self._detached(row, token):
                 continue
             found.append((row, token))
-        return found
+        return complete, found
 
     async def sweep_orphans(self, grace: float, deadline: float,
                             spare: Iterable[str] = ()) -> KillReport | None:
@@ -934,13 +975,15 @@ class Watch:
 
     async def has_leftovers(self, tree: StageTree, deadline: float) -> bool:
         """Whether a stage whose leader has exited left anything behind: its cgroup or process
-        group is not empty, a scan ever saw another member, or one of two fresh incremental
-        scans (bounded by ``deadline``) sees one. A member seen counts even if it is gone
-        now: a fork-and-exit chain's generation lives shorter than a scan, but its successor
-        is alive (issue 10, example 4); the kill sequence then finds it. True also when no
-        scan in the check read the whole table before ``deadline``: "nothing left" needs one
-        that did (a portable scan of ~3,400 rows at load 10-16 read a third of them and missed
-        a live chain)."""
+        group is not empty; else, with the subreaper, False when a complete listing of our
+        children shows no adoptee at all (:meth:`_listed`: then nothing of any reaped
+        leader's tree is alive, with no scan of the process table); else a scan ever saw
+        another member, or one of two fresh incremental scans (bounded by ``deadline``) sees
+        one. There a member seen counts even if it is gone now: a fork-and-exit chain's
+        generation lives shorter than a scan, but its successor is alive (issue 10, example
+        4); the kill sequence then finds it. True also when no scan in the check read the
+        whole table before ``deadline``: "nothing left" needs one that did (a portable scan
+        of ~3,400 rows at load 10-16 read a third of them and missed a live chain)."""
         self.focus.add(tree.token)
         try:
             return await self._has_leftovers(tree, deadline)
@@ -957,6 +1000,10 @@ class Watch:
             # keeps a pid number while any process has it as its process group).
             tree.group_verified = True
             return True
+        if subreaper_enabled():
+            complete, adoptees = await self._listed_shared()
+            if complete and not adoptees:
+                return False  # a member seen earlier and alive now would be listed
         settled = False
         since = _loop.current_time()
         for _ in range(LEFTOVER_SCANS):
