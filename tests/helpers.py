@@ -126,3 +126,26 @@ def configure_deferred(project: "Path", stage: str) -> None:
     body = toml.read_text() if toml.exists() else ""
     if f'name = "{stage}"' not in body:
         toml.write_text(body + f'\n[[stages]]\nname = "{stage}"\nrun = ["true"]\ndeferred = true\n')
+
+
+SDK_IMPORT_GATE = """import os, sys, time
+GATE = os.environ["MCP_IMPORT_GATE"]
+class Gate:
+    # holds the MCP SDK's import (its first submodule) until the gate file exists
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith("mcp.") and not os.path.exists(GATE):
+            open(GATE + ".waiting", "w").close()
+            while not os.path.exists(GATE):
+                time.sleep(0.01)
+        return None
+sys.meta_path.insert(0, Gate())
+"""
+
+
+def sdk_import_gated(folder: "Path", gate: "Path", env: dict[str, str]) -> dict[str, str]:
+    """``env`` for a Python whose import of the MCP SDK waits until the file ``gate`` exists
+    (a ``sitecustomize`` module in ``folder`` on ``PYTHONPATH``; it creates ``gate.waiting``
+    when the import starts): a loaded host's slow import, held as long as a test wants."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(SDK_IMPORT_GATE)
+    return {**env, "PYTHONPATH": str(folder), "MCP_IMPORT_GATE": str(gate)}

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -139,16 +140,221 @@ def test_the_hook_registered_too_makes_the_instructions_stand_down(project: Path
     assert "MCP-MARK" in seen["digest"]  # the tool still fetches it
 
 
+INITIALIZE = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-06-18", "capabilities": {},
+    "clientInfo": {"name": "t", "version": "1"}}}) + "\n"
+
+
+def _site(folder: Path, code: str) -> dict[str, str]:
+    """The environment of a server whose interpreter runs ``code`` first (a
+    ``sitecustomize`` module on ``PYTHONPATH``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(code)
+    return {**os.environ, "PYTHONPATH": str(folder)}
+
+
 def test_without_the_extra_one_line_says_how_to_install_it(project: Path, tmp_path: Path) -> None:
-    shadow = tmp_path / "no-mcp"
-    (shadow / "mcp").mkdir(parents=True)
-    (shadow / "mcp" / "__init__.py").write_text("raise ImportError('not installed')\n")
-    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
-                          env={**os.environ, "PYTHONPATH": str(shadow)}, capture_output=True,
-                          text=True, timeout=60, stdin=subprocess.DEVNULL)
+    """Not installed (the import system finds no ``mcp``): one line, exit 1, no digest run."""
+    env = _site(tmp_path / "absent", "import sys\nsys.modules['mcp'] = None\n")
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp"], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=60, input=INITIALIZE)
     assert proc.returncode == 1 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert "watchkeeper[mcp]" in line
+    assert not (project / ".supervise" / "last-digest.json").exists()
+
+
+def test_an_sdk_that_fails_to_import_says_how_to_install_it(project: Path, tmp_path: Path) -> None:
+    """Found but broken: ``initialize`` was answered before the import; the first message
+    that needs the SDK (a tool call) imports it, then one line, exit 1."""
+    shadow = tmp_path / "no-mcp"
+    (shadow / "mcp").mkdir(parents=True)
+    (shadow / "mcp" / "__init__.py").write_text("raise ImportError('not installed')\n")
+    call = json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "digest", "arguments": {}}}) + "\n"
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
+                          env={**os.environ, "PYTHONPATH": str(shadow)}, capture_output=True,
+                          text=True, timeout=60, input=INITIALIZE + call)
+    assert proc.returncode == 1
+    assert "MCP-MARK" in json.loads(proc.stdout)["result"]["instructions"]
+    [line] = proc.stderr.strip().splitlines()
+    assert "watchkeeper[mcp]" in line
+
+
+def _answer(proc: subprocess.Popen[bytes], waiting: Path | None = None) -> dict[str, Any]:
+    """The server's next message; with ``waiting``, fail as soon as the server started the
+    SDK's import (``waiting`` exists) with no message written before it."""
+    import select
+
+    assert proc.stdout is not None
+    while waiting is not None and not select.select([proc.stdout], [], [], 0.02)[0]:
+        assert not waiting.exists(), "the server waited for the SDK's import to answer"
+        assert proc.poll() is None, "the server ended"
+    line = proc.stdout.readline()
+    assert line, "the server closed its stdout"
+    return dict(json.loads(line))
+
+
+def _send(proc: subprocess.Popen[bytes], *messages: dict[str, Any]) -> None:
+    assert proc.stdin is not None
+    proc.stdin.write(b"".join(json.dumps({"jsonrpc": "2.0", **m}).encode() + b"\n"
+                              for m in messages))
+    proc.stdin.flush()
+
+
+def _end(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+
+
+def _gated_server(project: Path, tmp_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    from helpers import sdk_import_gated
+
+    gate = tmp_path / "gate"
+    env = sdk_import_gated(tmp_path / "site", gate, dict(os.environ))
+    return subprocess.Popen([sys.executable, "-m", "supervisor", "mcp"], cwd=project, env=env,
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, bufsize=0), gate  # select sees every byte
+
+
+DISCOVER = {"id": "probe-1", "method": "server/discover", "params": {"_meta": {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}
+
+
+def test_the_handshake_and_listings_are_answered_before_the_sdk_is_imported(
+        project: Path, tmp_path: Path) -> None:
+    """The SDK's import took 13.4 s of wall time at load 21 on a 2-core host, and Claude Code
+    counts a server ready only once it answered the handshake and both listings (5 s in
+    ``-p``). With the SDK's import held at a gate, the server answers Claude's
+    ``server/discover`` probe ("method not found": use ``initialize``), ``initialize`` with
+    the digest, ``ping``, ``tools/list`` and ``resources/list``, never reaching the gate (the
+    old code imported the SDK first and answered nothing). The first tool call then imports
+    the SDK, which serves it; the SDK's own answer to the replayed ``initialize`` agreed with
+    the one sent (nothing on stderr)."""
+    (project / "AGENTS.md").write_text("rule ONE\n")
+    proc, gate = _gated_server(project, tmp_path)
+    waiting = tmp_path / "gate.waiting"
+    try:
+        _send(proc, DISCOVER)
+        refused = _answer(proc, waiting)
+        assert refused["id"] == "probe-1" and refused["error"]["code"] == -32601
+        _send(proc, json.loads(INITIALIZE))
+        answer = _answer(proc, waiting)
+        assert answer["id"] == 1 and answer["result"]["protocolVersion"] == "2025-06-18"
+        assert "MCP-MARK" in answer["result"]["instructions"]
+        assert answer["result"]["serverInfo"]["name"] == server.SERVER_NAME
+        assert not (project / ".supervise" / "complete.json").exists()  # not acknowledged yet
+        _send(proc, {"method": "notifications/initialized"}, {"id": 2, "method": "tools/list"},
+              {"id": 3, "method": "resources/list"}, {"id": 4, "method": "ping"})
+        assert {t["name"] for t in _answer(proc, waiting)["result"]["tools"]} == {"digest", "deferred"}
+        assert [r["uri"] for r in _answer(proc, waiting)["result"]["resources"]] == [
+            "watchkeeper://instructions/AGENTS.md"]
+        assert _answer(proc, waiting) == {"jsonrpc": "2.0", "id": 4, "result": {}}
+        assert (project / ".supervise" / "complete.json").exists()  # the client spoke
+        assert not waiting.exists()
+        _send(proc, {"id": 5, "method": "tools/call", "params": {"name": "digest", "arguments": {}}})
+        while not waiting.exists():  # the tool call needs the SDK: its import starts
+            assert proc.poll() is None, "the server ended"
+            time.sleep(0.01)
+        gate.touch()
+        called = _answer(proc)
+        assert called["id"] == 5 and "MCP-MARK" in called["result"]["content"][0]["text"]
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+        assert proc.stderr is not None
+        assert proc.stderr.read() == b""
+    finally:
+        gate.touch()
+        _end(proc)
+
+
+def test_the_listings_before_the_sdk_are_the_sdks_own(project: Path, tmp_path: Path) -> None:
+    """The same session's listings answered before the SDK's import and by the SDK (after a
+    resource read handed it the session) are the same JSON."""
+    (project / "AGENTS.md").write_text("rule ONE\n")
+    (project / ".remember").mkdir()
+    (project / ".remember" / "core.md").write_text("remember THIS\n")
+    listings = [{"id": 2, "method": "tools/list"}, {"id": 3, "method": "resources/list"}]
+    seen = []
+    for first in ([], [{"id": 9, "method": "resources/read",
+                        "params": {"uri": "watchkeeper://memory/core.md"}}]):
+        proc = subprocess.Popen([sys.executable, "-m", "supervisor", "mcp"], cwd=project,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        try:
+            _send(proc, json.loads(INITIALIZE), {"method": "notifications/initialized"},
+                  *first, *listings)
+            answers = {a["id"]: a for a in (_answer(proc) for _ in range(2 + len(first) + 1))}
+            assert proc.stdin is not None
+            proc.stdin.close()
+            assert proc.wait(timeout=30) == 0
+            assert proc.stderr is not None and proc.stderr.read() == b""
+        finally:
+            _end(proc)
+        if first:
+            assert answers[9]["result"]["contents"][0]["text"] == "remember THIS\n"
+        seen.append([answers[1], answers[2], answers[3]])
+    assert seen[0] == seen[1]
+
+
+@pytest.mark.parametrize("requested", ["2024-11-05", "2025-11-25", "2026-07-28", "1999-01-01"])
+def test_the_early_answer_is_the_sdks_own(requested: str) -> None:
+    """For every version a client may ask, the ``initialize`` answer sent before the SDK's
+    import is the one the SDK's server gives with the same options (its negotiation, our
+    capabilities)."""
+    from mcp import types
+    from mcp.server import Server
+    from mcp.server.models import InitializationOptions
+    from mcp.server.runner import ServerRunner
+
+    line = json.dumps({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+        "protocolVersion": requested, "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}}).encode()
+    ident, ours = server.early_answer(line, "TEXT", "9.9", server.handshake_versions())
+    options = InitializationOptions(server_name=server.SERVER_NAME, server_version="9.9",
+                                    instructions="TEXT", capabilities=types.ServerCapabilities
+                                    .model_validate(server.CAPABILITIES))
+    runner = ServerRunner(Server(server.SERVER_NAME), None, None,  # type: ignore[arg-type]
+                          init_options=options)
+    sdk = runner._handle_initialize(json.loads(line)["params"])
+    assert ident == 7
+    assert ours == sdk.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+@pytest.mark.parametrize("first", [
+    b'{"jsonrpc":"2.0","id":1,"method":"ping"}\n', b'not json\n',
+    b'{"jsonrpc":"2.0","id":true,"method":"initialize","params":{"protocolVersion":"x"}}\n',
+    b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n'])
+def test_any_other_first_message_is_left_to_the_sdk(first: bytes) -> None:
+    assert server.early_answer(first, "TEXT", "1", server.handshake_versions()) is None
+
+
+def test_the_sdks_answer_to_the_replayed_initialize_is_dropped(capsys: pytest.CaptureFixture[str]) -> None:
+    """Only the early answer reaches the client; an SDK answer that differs is said on
+    stderr in one line, naming the fields."""
+    read_fd, write_fd = os.pipe()
+    deliveries = server._Deliveries(None)
+
+    async def talk() -> None:
+        wire = server._Wire(write_fd, deliveries, (1, {"protocolVersion": "a", "x": 1}))
+        await wire.write('{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"b","x":1}}\n')
+        await wire.flush()
+        await wire.write('{"jsonrpc":"2.0","id":1,"result":{}}\n')  # a later id 1 is sent
+        await wire.flush()
+
+    with os.fdopen(read_fd, "rb") as got:
+        try:
+            anyio.run(talk)
+        finally:
+            os.close(write_fd)
+        assert got.read() == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "differs in protocolVersion" in line
 
 
 def test_term_ends_the_server_and_rolls_back_what_was_not_acknowledged(project: Path) -> None:

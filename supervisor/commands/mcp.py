@@ -11,6 +11,11 @@ goose, Gemini CLI). Built on the official ``mcp`` SDK, the optional extra
   budget of its own (:data:`STARTUP_BUDGET`: a client gives a server about 10 s to start, Codex's
   ``startup_timeout_sec`` default) and a cap of its own (:data:`INSTRUCTIONS_CAP`: Claude Code
   cuts instructions at 2,048 characters). A cut digest says so and names the ``digest`` tool.
+- The handshake and the listings are answered before the SDK is imported (its import took
+  13.4 s of wall time at load 21-24, past a client's wait for a server to be ready): the
+  stdlib-only :class:`_Handshake` answers ``server/discover`` (with "method not found"),
+  ``initialize``, ``ping``, ``tools/list`` and ``resources/list``; the first message that
+  needs more (a tool call, a resource read) imports the SDK and hands it the session.
 - tools: ``digest`` (the current digest, or its re-emit with ``reemit: true``) and
   ``deferred`` (each finished deferred result, once).
 - resources: the project's instruction files and memory store files (``watchkeeper://``),
@@ -53,10 +58,11 @@ with :data:`STARTUP_MARGIN` it is :data:`ANSWER_WITHIN`, which ``install mcp`` g
 that bounds a server's start (Codex: 10 s by default)."""
 
 STARTUP_MARGIN = 25.0
-"""Seconds the server may take before its digest starts and after it ends: the interpreter, the
-SDK's import, the plan, the answer. The SDK's import is about 0.9 s of CPU; a one-stage digest
-answered ``initialize`` in 2.9 s on a 2-core host at load 12 and in 8.8 s at load 24, where the
-import alone took 13.4 s."""
+"""Seconds the server may take before its digest starts and after it ends: the interpreter,
+the plan, the answers to the handshake and the listings (:class:`_Handshake`, before the
+SDK's import). A client that bounds the start of a server that imported the SDK first waited
+for the import too: about 0.9 s of CPU, 13.4 s of wall time on a 2-core host at load 21-24,
+where a one-stage digest answered ``initialize`` in 8.8 s."""
 
 ANSWER_WITHIN = STARTUP_BUDGET + STARTUP_MARGIN
 """Seconds within which the server answers ``initialize``: how long ``install mcp`` tells a
@@ -101,6 +107,25 @@ RESOURCE_LIMIT = 256 * 1024
 
 MEMORY_DIR = ".remember"
 """The memory store (the ``memory`` stage's default ``dir``, docs/stages/memory.md)."""
+
+
+READ_ONLY = {"readOnlyHint": True, "destructiveHint": False, "openWorldHint": False}
+"""Both tools' annotations: neither changes the user's files or reaches the network (the
+records they keep are our state dir's), so a client may run them unasked (Codex 0.171.0
+under ``approval: never`` refused a tool without the read-only hint)."""
+
+TOOLS: tuple[dict[str, Any], ...] = (
+    {"name": "digest", "description": (
+        "The watchkeeper session-start digest of this project (instructions, memory, "
+        "repository state), whole; reemit=true gives its re-emit after a compaction."),
+     "inputSchema": {"type": "object", "properties": {"reemit": {"type": "boolean"}}},
+     "annotations": READ_ONLY},
+    {"name": "deferred", "description": (
+        "Finished background (deferred) stage results of this project, each delivered once."),
+     "inputSchema": {"type": "object", "properties": {}}, "annotations": READ_ONLY},
+)
+"""The server's tools as ``tools/list`` states them (the wire's camelCase): the one home the
+handshake phase answers from and the SDK's handler validates."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -259,25 +284,42 @@ def _child(kind: str, project: Path, client: str) -> int:
 
 class _Wire:
     """The server's stdout as the SDK's transport writes it (``write`` a JSON-RPC line, then
-    ``flush``), telling :class:`_Deliveries` which response ids were written whole."""
+    ``flush``), telling :class:`_Deliveries` which response ids were written whole.
 
-    def __init__(self, fd: int, deliveries: _Deliveries) -> None:
+    ``early``: the ``(id, result)`` of the ``initialize`` answered before the SDK was imported
+    (:func:`early_answer`); the SDK's own answer to that request (it is replayed to the SDK)
+    is dropped, and said on stderr in one line when it differs from the one sent."""
+
+    def __init__(self, fd: int, deliveries: _Deliveries,
+                 early: tuple[Any, dict[str, Any]] | None = None) -> None:
         import anyio
 
         self._file = anyio.wrap_file(open(fd, "w", encoding="utf-8", closefd=False))
         self._deliveries = deliveries
-        self._line = ""
+        self._early = early
+        self._ident: Any = None
 
     async def write(self, text: str) -> int:
-        self._line = text
+        try:
+            message = json.loads(text)
+            self._ident = message.get("id") if isinstance(message, dict) else None
+        except ValueError:
+            message, self._ident = None, None
+        if self._early is not None and self._ident == self._early[0]:
+            sent, self._early, self._ident = self._early[1], None, None
+            sdk = message.get("result") if isinstance(message, dict) else None
+            if sdk != sent:
+                keys = sorted(k for k in {*sent, *(sdk or {})}
+                              if not isinstance(sdk, dict) or sdk.get(k) != sent.get(k))
+                print("supervise mcp: initialize was answered before the MCP SDK loaded; the "
+                      f"SDK's own answer differs in {', '.join(keys) or 'its shape'} (report it)",
+                      file=sys.stderr)
+            return len(text)
         return int(await self._file.write(text))
 
     async def flush(self) -> None:
         await self._file.flush()
-        try:
-            ident = json.loads(self._line).get("id")
-        except ValueError:
-            return
+        ident, self._ident = self._ident, None
         if ident is not None:
             self._deliveries.written(ident)
 
@@ -338,31 +380,49 @@ class _Lines:
     def __aiter__(self) -> _Lines:
         return self
 
+    def _take(self, chunk: bytes) -> None:
+        """Split ``chunk`` (b"" at end of input) into whole lines and the pending rest."""
+        if not chunk:
+            self._eof = True
+            if self._pending:
+                self._lines.append(bytes(self._pending))
+                self._pending.clear()
+            return
+        if b"\n" in chunk:
+            *whole, rest = (bytes(self._pending) + chunk).split(b"\n")
+            self._lines += [line + b"\n" for line in whole]
+            self._pending = bytearray(rest)
+        else:
+            self._pending += chunk
+        if len(self._pending) > self._cap:
+            self._pending.clear()
+            self._eof = True
+            raise LineTooLong(f"supervise mcp: a message on stdin went past {self._cap:,} "
+                              "bytes without a line end (a JSON-RPC message is one line); "
+                              "stopped")
+
+    def next_sync(self) -> bytes:
+        """The next message, read now (blocking, without an event loop), or b"" when the
+        input ended.
+
+        Raises:
+            LineTooLong: as the iteration does.
+        """
+        while not self._lines and not self._eof:
+            self._take(os.read(self._fd, READ_CHUNK))
+        return self._lines.pop(0) if self._lines else b""
+
+    def push_front(self, lines: list[bytes]) -> None:
+        """Give ``lines`` to the iteration first, in their order."""
+        self._lines[:0] = lines
+
     async def __anext__(self) -> str:
         import anyio
 
         while not self._lines:
             if self._eof:
                 raise StopAsyncIteration
-            chunk = await anyio.to_thread.run_sync(os.read, self._fd, READ_CHUNK)
-            if not chunk:
-                self._eof = True
-                if self._pending:
-                    self._lines.append(bytes(self._pending))
-                    self._pending.clear()
-                continue
-            if b"\n" in chunk:
-                *whole, rest = (bytes(self._pending) + chunk).split(b"\n")
-                self._lines += [line + b"\n" for line in whole]
-                self._pending = bytearray(rest)
-            else:
-                self._pending += chunk
-            if len(self._pending) > self._cap:
-                self._pending.clear()
-                self._eof = True
-                raise LineTooLong(f"supervise mcp: a message on stdin went past {self._cap:,} "
-                                  "bytes without a line end (a JSON-RPC message is one line); "
-                                  "stopped")
+            self._take(await anyio.to_thread.run_sync(os.read, self._fd, READ_CHUNK))
         return self._lines.pop(0).decode("utf-8", "replace")
 
 
@@ -467,6 +527,13 @@ def _resources(project: Path) -> list[tuple[str, Path]]:
     return out
 
 
+def resource_list(project: Path) -> list[dict[str, str]]:
+    """The ``resources/list`` entries (wire form: ``uri``, ``name``, ``mimeType``) of every
+    file :func:`_resources` offers."""
+    return [{"uri": uri, "name": uri.split("://", 1)[1], "mimeType": "text/markdown"}
+            for uri, _ in _resources(project)]
+
+
 def read_resource_text(project: Path, uri: str) -> str:
     """The cleaned text of resource ``uri`` (a file :func:`_resources` lists), read through
     the one door (:func:`supervisor.state._intake.read_text`: inside the project or its main
@@ -491,18 +558,175 @@ def read_resource_text(project: Path, uri: str) -> str:
     return got.text + (removed_note(got.hidden, uri) if got.hidden else "")
 
 
-def serve(project: Path, client: str) -> int:
-    """Compute the instructions, then serve MCP on stdio until the client closes it."""
+CAPABILITIES: dict[str, Any] = {"resources": {"listChanged": False, "subscribe": False},
+                                "tools": {"listChanged": False}}
+"""What the server offers, as ``initialize`` states it (the wire's camelCase): tools and
+resources, neither list ever changing, no subscriptions. The early answer sends it and the SDK
+is given it (``InitializationOptions``), so both answers say the same."""
+
+SDK_VERSIONS = ("mcp_types", "version.py")
+"""The SDK's protocol-version registry (``mcp_types.version``: ``HANDSHAKE_PROTOCOL_VERSIONS``,
+``LATEST_HANDSHAKE_VERSION``), a file that imports only ``typing``; the package around it
+imports pydantic and the protocol's models (0.5 s of CPU)."""
+
+
+def handshake_versions() -> tuple[str, ...]:
+    """The protocol versions the installed SDK negotiates through ``initialize``, its latest
+    last, read from the SDK's own registry file (:data:`SDK_VERSIONS`) without importing the
+    SDK; ``()`` when that file cannot be found or read (then the SDK answers ``initialize``
+    itself, after its import). Never raises."""
+    import importlib.util
+
     try:
-        import anyio
-        from mcp import types
-        from mcp.server import Server
-        from mcp.server.stdio import stdio_server
-    except ImportError:
+        spec = importlib.util.find_spec(SDK_VERSIONS[0])
+        for folder in (spec.submodule_search_locations or ()) if spec else ():
+            path = Path(folder) / SDK_VERSIONS[1]
+            loader = importlib.util.spec_from_file_location("_supervise_mcp_versions", path)
+            if loader is None or loader.loader is None or not path.is_file():
+                continue
+            module = importlib.util.module_from_spec(loader)
+            loader.loader.exec_module(module)
+            versions = tuple(str(v) for v in module.HANDSHAKE_PROTOCOL_VERSIONS)
+            latest = str(module.LATEST_HANDSHAKE_VERSION)
+            if latest in versions:
+                return (*(v for v in versions if v != latest), latest)
+    except Exception:  # noqa: BLE001 - any failure: the SDK answers after its import
+        pass
+    return ()
+
+
+def early_answer(line: bytes, instructions: str, version: str,
+                 versions: tuple[str, ...]) -> tuple[Any, dict[str, Any]] | None:
+    """``(id, result)`` of the answer to ``line`` when it is an ``initialize`` request, given
+    before the SDK is imported, else None (any other first message, or ``versions`` empty:
+    the SDK answers it).
+
+    The answer: ``protocolVersion`` as the SDK negotiates it (the client's when in
+    ``versions``, else their latest, the last), :data:`CAPABILITIES`, ``serverInfo``
+    (:data:`SERVER_NAME`, ``version``) and ``instructions``; the SDK, given the same options,
+    answers alike (:class:`_Wire` checks it when the request is replayed to it). MCP
+    (2025-06-18, lifecycle): the server answers ``initialize`` with the version it picked."""
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    if not versions or not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return None
+    ident, params = message.get("id"), message.get("params")
+    if (message.get("method") != "initialize" or isinstance(ident, bool)
+            or not isinstance(ident, (int, str)) or not isinstance(params, dict)
+            or not isinstance(params.get("protocolVersion"), str)):
+        return None
+    requested = params["protocolVersion"]
+    return ident, {"protocolVersion": requested if requested in versions else versions[-1],
+                   "capabilities": CAPABILITIES,
+                   "serverInfo": {"name": SERVER_NAME, "version": version},
+                   "instructions": instructions}
+
+
+METHOD_NOT_FOUND = -32601
+"""JSON-RPC's "method not found" error code."""
+
+
+class _Handshake:
+    """The session's first messages, answered before the SDK is imported (its import is
+    about 0.9 s of CPU, 13.4 s of wall time on a 2-core host at load 21-24).
+
+    A client counts a server ready only once it has answered the handshake and the listings:
+    Claude Code 2.1.332 in ``-p`` waits 5 s for ``tools/list`` and ``resources/list`` too, then
+    sends its first request without the server's instructions. So, with the digest ready, the
+    server answers from its own data (stdlib only):
+
+    - ``server/discover`` (the 2026-07-28 revision's probe, Claude Code's first message):
+      "method not found", so the client uses the ``initialize`` handshake at once (Claude
+      Code otherwise waited about 3 s for the probe before falling back);
+    - ``initialize`` (:func:`early_answer`), ``ping``, and after ``initialize`` ``tools/list``
+      (:data:`TOOLS`) and ``resources/list`` (:func:`resource_list`);
+    - ``notifications/initialized``, and any request after ``initialize``, settle the
+      instructions' delivery (:meth:`_Deliveries.client_spoke`); other notifications
+      (a cancellation of a request answered already) are dropped.
+
+    The first message it cannot answer (a tool call, a resource read, anything unknown)
+    hands the session to the SDK: :attr:`replay` (the ``initialize`` request and the
+    ``initialized`` notification, so the SDK's session is in the same state) goes to it
+    first, and the SDK's answer to that ``initialize`` is dropped (:class:`_Wire`)."""
+
+    def __init__(self, project: Path, instructions: str, version: str,
+                 versions: tuple[str, ...], deliveries: _Deliveries) -> None:
+        self._project = project
+        self._instructions = instructions
+        self._version = version
+        self._versions = versions
+        self._deliveries = deliveries
+        self.replay: list[bytes] = []
+        """Messages the SDK gets first when it takes over."""
+        self.initialize: tuple[Any, dict[str, Any]] | None = None
+        """``(id, result)`` of the ``initialize`` answered here, once answered."""
+        self._acknowledged = False
+
+    def answer(self, line: bytes) -> bytes | None:
+        """The bytes answering ``line`` (b"" for a notification taken), or None: the SDK's."""
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+            return None
+        method = message.get("method")
+        if "id" not in message:  # a notification
+            if self.initialize is None:
+                return None
+            if method == "notifications/initialized" and not self._acknowledged:
+                self._acknowledged = True
+                self.replay.append(line)
+            self._deliveries.client_spoke()
+            return b""
+        ident = message["id"]
+        if isinstance(ident, bool) or not isinstance(ident, (int, str)):
+            return None
+        result: dict[str, Any]
+        if method == "server/discover":
+            return self._send({"jsonrpc": "2.0", "id": ident, "error": {
+                "code": METHOD_NOT_FOUND, "message": "Method not found", "data": method}})
+        if method == "ping":
+            result = {}
+        elif self.initialize is None:
+            early = early_answer(line, self._instructions, self._version, self._versions)
+            if early is None:
+                return None
+            self.initialize = early
+            self.replay.append(line)
+            result = early[1]
+        elif method == "tools/list":
+            result = {"tools": list(TOOLS)}
+        elif method == "resources/list":
+            result = {"resources": resource_list(self._project)}
+        else:
+            return None
+        if self.initialize is not None and result is not self.initialize[1]:
+            self._deliveries.client_spoke()
+        return self._send({"jsonrpc": "2.0", "id": ident, "result": result})
+
+    @staticmethod
+    def _send(message: dict[str, Any]) -> bytes:
+        return (json.dumps(message) + "\n").encode()
+
+
+def serve(project: Path, client: str) -> int:
+    """Compute the instructions, answer the handshake and the listings with the standard
+    library (:class:`_Handshake`), then, when a message needs it, import the SDK and serve
+    MCP on stdio until the client closes it; exit status as :func:`main`."""
+    import importlib.util
+
+    try:
+        present = importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):
+        present = False
+    if not present:
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_FAILURE
     from .._version import VERSION
-    from ..state._delivery import open_delivery
+    from ..state._delivery import WriteFailed, open_delivery, write_whole
     from ..config._context import state_dir_for
 
     with open_delivery(state_dir_for(project)) as startup:
@@ -513,24 +737,43 @@ def serve(project: Path, client: str) -> int:
             instructions, _ = digest_text(project, client, "startup", STARTUP_BUDGET,
                                           INSTRUCTIONS_CAP, startup)
         deliveries = _Deliveries(startup)
+        wire_fd = os.dup(1)
+        os.dup2(2, 1)  # a stray print never reaches the wire
+        wire_in = os.dup(0)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)  # nothing else reads the client's messages
+        os.close(null)
+        lines = _Lines(wire_in)
+        handshake = _Handshake(project, instructions, VERSION, handshake_versions(), deliveries)
+        try:
+            while True:
+                line = lines.next_sync()
+                if not line:
+                    return EXIT_OK  # the client closed its end: nothing needed the SDK
+                answer = handshake.answer(line)
+                if answer is None:
+                    lines.push_front([*handshake.replay, line])
+                    break
+                if answer:
+                    write_whole(wire_fd, answer)
+        except LineTooLong as err:
+            print(err, file=sys.stderr)
+            return EXIT_FAILURE
+        except WriteFailed:
+            return EXIT_OK  # the client is gone: what it did not acknowledge rolls back
+        try:
+            import anyio
+            from mcp import types
+            from mcp.server import Server
+            from mcp.server.models import InitializationOptions
+            from mcp.server.stdio import stdio_server
+        except ImportError:
+            print(INSTALL_HINT, file=sys.stderr)
+            return EXIT_FAILURE
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
             deliveries.client_spoke()
-            # read-only: neither tool changes the user's files or reaches the network (the
-            # records they keep are our state dir's), so a client may run them unasked
-            hints = types.ToolAnnotations(read_only_hint=True, destructive_hint=False,
-                                          open_world_hint=False)
-            return types.ListToolsResult(tools=[
-                types.Tool(name="digest", description=(
-                    "The watchkeeper session-start digest of this project (instructions, "
-                    "memory, repository state), whole; reemit=true gives its re-emit after a "
-                    "compaction."), input_schema={
-                        "type": "object", "properties": {"reemit": {"type": "boolean"}}},
-                    annotations=hints),
-                types.Tool(name="deferred", description=(
-                    "Finished background (deferred) stage results of this project, each "
-                    "delivered once."), input_schema={"type": "object", "properties": {}},
-                    annotations=hints)])
+            return types.ListToolsResult(tools=[types.Tool.model_validate(t) for t in TOOLS])
 
         async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
             deliveries.client_spoke()
@@ -547,8 +790,7 @@ def serve(project: Path, client: str) -> int:
         async def list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
             deliveries.client_spoke()
             return types.ListResourcesResult(resources=[
-                types.Resource(uri=uri, name=uri.split("://", 1)[1], mime_type="text/markdown")
-                for uri, _ in _resources(project)])
+                types.Resource.model_validate(r) for r in resource_list(project)])
 
         async def read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
             deliveries.client_spoke()
@@ -565,19 +807,16 @@ def serve(project: Path, client: str) -> int:
                                      on_read_resource=read_resource)
         server.add_notification_handler("notifications/initialized", types.NotificationParams,
                                         initialized)
-        wire_fd = os.dup(1)
-        os.dup2(2, 1)  # a stray print never reaches the wire
-        wire_in = os.dup(0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)  # nothing else reads the client's messages
-        os.close(null)
+        options = InitializationOptions(
+            server_name=SERVER_NAME, server_version=VERSION, instructions=instructions,
+            capabilities=types.ServerCapabilities.model_validate(CAPABILITIES))
 
         async def main() -> None:
             async with anyio.create_task_group() as group:
                 group.start_soon(_stop_on_signals, deliveries)
-                async with stdio_server(stdin=_Lines(wire_in),  # type: ignore[arg-type]
-                                        stdout=_Wire(wire_fd, deliveries)) as (read, write):  # type: ignore[arg-type]
-                    await server.run(read, write, server.create_initialization_options())
+                async with stdio_server(stdin=lines,  # type: ignore[arg-type]
+                                        stdout=_Wire(wire_fd, deliveries, handshake.initialize)) as (read, write):  # type: ignore[arg-type]
+                    await server.run(read, write, options)
                 group.cancel_scope.cancel()
 
         try:

@@ -51,6 +51,35 @@ def test_claude_carries_the_mcp_instructions_into_the_model_request(project: Pro
     assert "watchkeeper: this project's session-start digest comes from" in body
 
 
+def test_claude_gets_the_instructions_while_the_sdk_import_is_held(
+        project: Project, fake_model: FakeModel, tmp_path) -> None:
+    """The MCP SDK's import took 13.4 s of wall time at load 21 on the 2-core test host, and
+    Claude Code 2.1.332 (``-p``) waits 5 s for a server to answer the handshake and its
+    ``tools/list`` and ``resources/list``, then sends its first request without the server's
+    instructions: the e2e above failed at load 16-68. Here the SDK's import is held at a gate
+    for the whole session: the server answers Claude's ``server/discover`` probe, the
+    ``initialize`` handshake and the listings before the SDK is imported, and the digest
+    reaches the model; a session without a tool call never imports the SDK at all. The old
+    server imported the SDK first and was not ready: the request lacked the digest."""
+    from helpers import sdk_import_gated
+
+    pytest.importorskip("mcp", reason="the MCP SDK is in the test extra")
+    claude = harness_bin("claude")
+    gate = tmp_path / "gate"
+    env = sdk_import_gated(tmp_path / "site", gate, on_path(claude_env(
+        fake_model, MCP_CONNECTION_NONBLOCKING="0")))
+    _install_mcp(project, "claude", env)
+    try:
+        run = run_harness([claude, "-p", "turn 1", "--output-format", "json"], project.path, env)
+    finally:
+        gate.touch()  # a server still waiting at the gate may go on and end
+    assert run.returncode == 0, run.stderr[-2000:]
+    [body] = fake_model.bodies()
+    assert body.count(f"{project.mark}-startup-full") == 1
+    assert "## watchkeeper" in body
+    assert not (tmp_path / "gate.waiting").exists(), "the SDK was imported"
+
+
 def _install_mcp(project: Project, client: str, env: dict[str, str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "mcp", "--for", client],
                           cwd=project.path, env=env, capture_output=True, text=True, timeout=60,
