@@ -51,6 +51,24 @@ def test_json_clients_keep_other_servers(place: tuple[Path, Path], client: str, 
     assert json.loads(path.read_text()) == {"theme": "dark", "mcpServers": {"other": {"command": "x"}}}
 
 
+@pytest.mark.parametrize("client,rel", [("codex", ".codex/config.toml"),
+                                        ("cursor", ".cursor/mcp.json"),
+                                        ("gemini", ".gemini/settings.json")])
+def test_uninstall_leaves_no_folder_it_made(place: tuple[Path, Path], client: str, rel: str) -> None:
+    """``install mcp`` made the client's folder for its file; ``uninstall`` removes both when
+    they hold nothing else (the old code left an empty ``.codex/``), and keeps a folder that
+    holds anything else."""
+    project, home = place
+    assert _supervise(["install", "mcp", "--for", client], project, home).returncode == 0
+    assert (project / rel).is_file()
+    assert _supervise(["uninstall", "mcp", "--for", client], project, home).returncode == 0
+    assert not (project / rel).parent.exists()
+    assert _supervise(["install", "mcp", "--for", client], project, home).returncode == 0
+    (project / rel).parent.joinpath("other").write_text("kept\n")
+    assert _supervise(["uninstall", "mcp", "--for", client], project, home).returncode == 0
+    assert not (project / rel).exists() and (project / rel).parent.joinpath("other").is_file()
+
+
 def test_codex_toml_keeps_every_other_byte(place: tuple[Path, Path]) -> None:
     project, home = place
     path = project / ".codex" / "config.toml"

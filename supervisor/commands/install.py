@@ -305,6 +305,11 @@ def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path)
             changed = _mcp_clients.install(client, path)
         else:
             changed = _mcp_clients.uninstall(client, path)
+            if changed and not os.path.lexists(path) and path.parent not in (project_dir, home):
+                try:  # the client's folder install created (.codex/, .cursor/), only when empty
+                    path.parent.rmdir()
+                except OSError:
+                    pass
     except (ConfigError, OSError) as err:
         msg = str(err) if isinstance(err, ConfigError) else f"{path}: cannot write: {err.strerror or err}"
         print(f"supervise {verb}: mcp ({client.label}): {msg}", file=sys.stderr)
