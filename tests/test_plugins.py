@@ -241,11 +241,12 @@ def test_gemini_extension_registers_its_events_through_the_shim() -> None:
     assert set(commands) == {gemini.session_event, gemini.prompt_event, gemini.post_tool_event}
     # the command names its own hooks file (Gemini substitutes ${extensionPath}) instead of
     # repeating the timeout: the file's number is its one home
-    assert ('exec supervise-hook gemini --registered-in "${extensionPath}/hooks/hooks.json";'
+    assert ('exec supervise-hook gemini --opt-in --registered-in "${extensionPath}/hooks/hooks.json";'
             in commands[gemini.session_event])
     assert "--registered-timeout" not in commands[gemini.session_event]
-    assert "exec supervise-hook gemini --event prompt;" in commands[gemini.prompt_event]
-    assert "exec supervise-hook gemini --event post-tool;" in commands[gemini.post_tool_event]
+    # user level (Gemini loads it in every folder): it serves only projects that opted in
+    assert "exec supervise-hook gemini --opt-in --event prompt;" in commands[gemini.prompt_event]
+    assert "exec supervise-hook gemini --opt-in --event post-tool;" in commands[gemini.post_tool_event]
     # the extension's read hook matches the tools settings registrations do
     assert data["hooks"][gemini.post_tool_event][0]["matcher"] == gemini.post_tool_matcher
     # Gemini's own default (60 s) is below the budget: the extension registers one that fits,
@@ -336,16 +337,102 @@ json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, "
     assert call.startswith("extensions link ") and call.endswith(" --consent")
     assert Path(call.split(" ")[2], "gemini-extension.json").is_file()
     assert not (project / ".gemini" / "settings.json").exists()  # it held only our hooks
+    # the extension serves only projects that opted in, and the settings hooks it replaced
+    # were this project's opt-in: install opts it in with a supervise.toml of defaults
+    from supervisor.commands.install import OPT_IN_TOML
+
+    assert (project / "supervise.toml").read_text() == OPT_IN_TOML
     doctor = _supervise(["doctor", "gemini"], project, home, path)
     assert doctor.returncode == 0, doctor.stdout
     assert "extension watchkeeper installed in" in doctor.stdout
-    # the settings install again beside the extension: both would run, doctor says so
+    assert "the extension watchkeeper serves this project" in doctor.stdout, doctor.stdout
+    # the settings install again beside the extension: the extension (--opt-in) stays silent
+    # where the project's own registration serves, so the digest arrives once: no FAIL
     assert _supervise(["install", "gemini"], project, home, path).returncode == 0
     doctor = _supervise(["doctor", "gemini"], project, home, path)
-    [twice] = [ln for ln in doctor.stdout.splitlines() if "the plugin extension watchkeeper" in ln]
-    assert twice.startswith("FAIL") and "supervise install gemini --plugin" in twice
+    assert "registered 2 times" not in doctor.stdout
+    assert ("the extension watchkeeper stays silent here: the project's own registration "
+            "serves this session") in doctor.stdout, doctor.stdout
+    # a user-scope settings install beside it: both carry --opt-in, both serve a subdirectory
+    # session of this project (Gemini reads .gemini/settings.json from the working directory
+    # only): a FAIL whose one fix keeps the extension
+    assert _supervise(["install", "gemini", "--scope", "user"], project, home, path).returncode == 0
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    [twice] = [ln for ln in doctor.stdout.splitlines() if "registered 2 times" in ln]
+    assert twice.startswith("FAIL") and "the extension watchkeeper" in twice, twice
+    assert "keep one: `supervise uninstall gemini --scope user`" in doctor.stdout, doctor.stdout
     again = _supervise(["install", "gemini", "--plugin"], project, home, path)
     assert again.returncode == 0 and len(log.read_text().splitlines()) == 1  # linked already
+
+
+def test_the_gemini_extension_serves_only_projects_that_opted_in(installed: tuple[Path, Path],
+                                                                 tmp_path: Path) -> None:
+    """The extension is user level (Gemini loads it in every folder): its hooks carry
+    ``--opt-in``, so a repository without a supervise.toml, [tool.supervise] or project
+    registration gets nothing and nothing is created there; an opted-in project gets the digest
+    in every subdirectory session; where the working directory's .gemini/settings.json holds
+    our project registration, that one serves and the extension stays silent (the old
+    extension ran the digest in every repository and beside a project registration)."""
+    on_path, _ = installed
+    path = f"{on_path}:/usr/bin:/bin"
+    commands = _plugin_commands(GEMINI_EXTENSION / "hooks" / "hooks.json")
+
+    def start(cwd: Path) -> subprocess.CompletedProcess[bytes]:
+        return _run(commands["SessionStart"], cwd, path,
+                    {"session_id": "s", "cwd": str(cwd), "source": "startup",
+                     "hook_event_name": "SessionStart"})
+
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(["git", "init", "-q", str(other)], check=True)
+    proc = start(other)
+    assert proc.returncode == 0 and proc.stdout == b"", proc.stdout
+    for event, payload in (("BeforeAgent", {"prompt": "hi"}),
+                           ("AfterTool", {"tool_name": "read_file",
+                                          "tool_input": {"file_path": str(other / "x")}})):
+        proc = _run(commands[event], other, path, {"session_id": "s", "cwd": str(other),
+                                                    "hook_event_name": event, **payload})
+        assert proc.returncode == 0 and proc.stdout == b"", (event, proc.stdout)
+    assert not (other / ".supervise").exists()
+    assert "supervise" not in (other / ".git" / "info" / "exclude").read_text()
+
+    project = _git_project(tmp_path, 'budget = 20\n[[stages]]\nname = "m"\n'
+                           'run = ["/bin/sh", "-c", "echo EXT-OK in=$SUPERVISE_CWD"]\n')
+    widget = project / "packages" / "widget"
+    widget.mkdir(parents=True)
+    proc = start(widget)
+    assert proc.returncode == 0, proc.stderr
+    assert f"EXT-OK in={widget}" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+    (widget / ".gemini").mkdir()
+    (widget / ".gemini" / "settings.json").write_text(json.dumps({"hooks": {"SessionStart": [
+        {"hooks": [{"type": "command", "command": f"{sys.executable} -I -m supervisor hook gemini"}]}]}}))
+    proc = _run(commands["SessionStart"], widget, path,
+                {"session_id": "s2", "cwd": str(widget), "source": "startup",
+                 "hook_event_name": "SessionStart"})
+    assert proc.returncode == 0 and proc.stdout == b"", proc.stdout
+
+
+def test_doctor_judges_an_extension_without_opt_in_as_one_serving_every_project(
+        tmp_path: Path) -> None:
+    """An extension copied by an older version (its hooks without ``--opt-in``) runs in every
+    repository: doctor warns with the fix that links this version's, and beside the project's
+    settings hooks it is a double registration (both fire)."""
+    home = tmp_path / "home"
+    folder = home / ".gemini" / "extensions" / "watchkeeper"
+    (folder / "hooks").mkdir(parents=True)
+    (folder / "gemini-extension.json").write_text('{"name": "watchkeeper", "version": "0.0.1"}')
+    old = (GEMINI_EXTENSION / "hooks" / "hooks.json").read_text().replace(" --opt-in", "")
+    assert "--opt-in" not in old
+    (folder / "hooks" / "hooks.json").write_text(old)
+    project = _git_project(tmp_path, "budget = 20\n")
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    assert _supervise(["install", "gemini"], project, home, path).returncode == 0
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    assert "the extension watchkeeper runs in every repository you open" in doctor.stdout
+    assert "gemini extensions uninstall watchkeeper && supervise install gemini --plugin" in doctor.stdout
+    [twice] = [ln for ln in doctor.stdout.splitlines() if "registered 2 times" in ln]
+    assert twice.startswith("FAIL"), doctor.stdout
 
 
 def test_shim_where_names_the_environment_and_its_package(installed: tuple[Path, Path]) -> None:

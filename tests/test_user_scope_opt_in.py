@@ -229,3 +229,68 @@ def test_a_user_scope_extension_waits_at_least_the_default_budget(
     out = run_cli("doctor", harness, "-C", str(big)).stdout.decode()
     line = next(ln for ln in out.splitlines() if "says budget 120s" in ln)
     assert f"supervise install {harness} --scope user" in line, line
+
+
+def name_the_package(harness: str, project: Path, where: str = "project") -> Path:
+    """Our package of ``plugins/`` named as ``pi install DIR [-l]`` (0.73.1) and an
+    ``opencode.json`` ``plugin`` entry (1.18.33) name it: in the project's configuration, or
+    (``where="user"``) in the user's; returns that file."""
+    import os
+
+    folder = Path(__file__).resolve().parent.parent / "plugins" / harness
+    if harness == "pi":
+        base = project / ".pi" if where == "project" else Path(os.environ["HOME"], ".pi", "agent")
+        config, entry = base / "settings.json", os.path.relpath(folder, base)
+        key = "packages"
+    else:
+        config = (project / "opencode.json" if where == "project" else
+                  Path(os.environ["HOME"], ".config", "opencode", "opencode.json"))
+        entry, key = folder.as_uri(), "plugin"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    data = json.loads(config.read_text()) if config.is_file() else {}
+    data.setdefault(key, []).append(entry)
+    config.write_text(json.dumps(data))
+    return config
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_a_project_package_beside_the_user_bridge_never_loses_the_digest(
+        placed: dict[str, Path], harness: str, tmp_path: Path) -> None:
+    """A project that loads our package (``pi install plugins/pi -l``, opencode.json) but has
+    no supervise.toml, beside the user-scope bridge: both load in one harness process and the
+    first to load serves, the other stands down (core.mjs claimLoad). The old gate did not
+    count the package as the project's opt-in, so when the user's bridge loaded first it
+    claimed the load and then stood silent: no digest at all. The package counts now, so
+    whichever copy serves delivers, at the root and in every subdirectory; doctor passes the
+    pair (one delivery) instead of failing it."""
+    mono = repo(tmp_path / "mono")
+    name_the_package(harness, mono)
+    widget = mono / "packages" / "widget"
+    for cwd in (mono, widget):
+        got = bridge(placed_argv(placed[harness], harness, cwd), cwd)
+        assert got["kind"] == "ready", (cwd, got["error"])
+    out = run_cli("doctor", harness, "-C", str(mono)).stdout.decode()
+    assert "the user-scope bridge serves this project" in out, out
+    assert "is loaded from" in out and "registered 2 times" not in out, out
+    # the package asks with --opt-in at either scope (plugins/*/index.ts): in a repository
+    # that did not opt in, loaded from the user's configuration, it stays silent
+    entry = (Path(__file__).resolve().parent.parent / "plugins" / harness / "index.ts").read_text()
+    assert "optIn: true" in entry
+    other = repo(tmp_path / "other")
+    argv = placed_argv(placed[harness], harness, other)  # the same argv: --opt-in
+    got = bridge(argv, other)
+    assert got["kind"] == "ineligible" and not (other / ".supervise").exists(), got
+
+
+@pytest.mark.parametrize("harness", ["pi", "opencode"])
+def test_doctor_fails_two_user_level_copies_with_the_one_fix(
+        placed: dict[str, Path], harness: str, tmp_path: Path) -> None:
+    """The package in the user's configuration beside the user-scope bridge: both ask with
+    --opt-in and both load in every opted-in project, so it is a double; the fix keeps one."""
+    mono = repo(tmp_path / "mono")
+    (mono / "supervise.toml").write_text("budget = 30\n")
+    config = name_the_package(harness, mono, where="user")
+    out = run_cli("doctor", harness, "-C", str(mono)).stdout.decode()
+    [twice] = [ln for ln in out.splitlines() if "registered 2 times" in ln]
+    assert twice.startswith("FAIL") and f"({config})" in twice, twice
+    assert twice.endswith(f"keep one: `supervise uninstall {harness} --scope user`"), twice

@@ -2,6 +2,8 @@
 // `pi install <path or npm:pi-watchkeeper>`. It carries no copy of the bridge: `supervise-hook
 // --where` (on PATH beside `supervise`: pipx, uv tool) names the interpreter and the installed
 // package, whose bridges/core.mjs it loads. Protocol: docs/bridge-protocol.md.
+// It asks with --opt-in at either scope: it serves only projects that opted in, and a
+// project-scope install of it is that project's opt-in (supervisor/session/_gates.py).
 import { execFileSync } from "node:child_process"
 import { join } from "node:path"
 import { pathToFileURL } from "node:url"
@@ -18,5 +20,5 @@ export default async function watchkeeper(pi: any): Promise<void> {
   const [python, pkg] = where
   const core = await import(pathToFileURL(join(pkg, "bridges", "core.mjs")).href)
   const settings = core.loadSettings(join(pkg, "bridges"))
-  core.piExtension(pi, { settings: { ...settings, python, file: "supervise-hook --where" } })
+  core.piExtension(pi, { settings: { ...settings, python, optIn: true, file: "supervise-hook --where" } })
 }

@@ -5,7 +5,9 @@ plugin ``watchkeeper`` of the marketplace ``watchkeeper``, DOC
 https://code.claude.com/docs/en/plugins-reference; Gemini CLI: the extension ``watchkeeper``
 of ``plugins/gemini``, DOC google-gemini/gemini-cli ``docs/extensions/``) loads our hooks from
 the plugin's own ``hooks/hooks.json`` instead of its settings file. Gemini's extension is
-user level (``gemini extensions link``): it is enabled by being there, not by a settings key. Those hooks run ``supervise-hook`` found on
+user level (``gemini extensions link``): it is enabled by being there, not by a settings key,
+and its hooks carry ``--opt-in`` (it serves only projects that opted in, as a user-scope
+install does: :func:`supervisor.session._gates.opt_in_silence`). Those hooks run ``supervise-hook`` found on
 ``PATH`` (the wheel installs it beside ``supervise``), so a project's settings file holds
 only ``"enabledPlugins": {"watchkeeper@watchkeeper": true}``: nothing machine-specific,
 safe to commit. The plugin itself is put in the harness's cache once per machine by the
@@ -28,6 +30,7 @@ from typing import Any
 
 from .._harnesses import BY_NAME
 from ..adapters import Adapter
+from ..adapters._extension import PACKAGES, PROJECT_PACKAGE_FILES, names_package, package_sources
 
 PLUGIN_KEY = "enabledPlugins"
 """The settings key mapping ``plugin@marketplace`` to true/false (Claude Code)."""
@@ -61,6 +64,30 @@ def extension_dir(adapter: Adapter, home: Path) -> Path | None:
         if (folder / name).is_file():
             return folder
     return None
+
+
+def extension_session_command(adapter: Adapter, folder: Path) -> str:
+    """The session-start command of the Gemini extension installed in ``folder``
+    (:func:`extension_dir`): its ``hooks/hooks.json``, in the folder ``gemini extensions link``
+    recorded as ``source`` in ``.gemini-extension-install.json`` (0.61.0), else in ``folder``
+    (a copied install). ``""`` when no readable hooks file registers one (doctor then judges
+    the extension as one that serves every project)."""
+    from ..adapters import _settings
+
+    try:
+        record = _settings.read_settings(folder / ".gemini-extension-install.json") or {}
+        source = record.get("source") if record.get("type") == "link" else None
+        root = Path(source) if isinstance(source, str) and os.path.isabs(source) else folder
+        hooks = (_settings.read_settings(root / "hooks" / "hooks.json") or {}).get("hooks")
+        groups = hooks.get(adapter.session_event) if isinstance(hooks, dict) else None
+        for group in groups if isinstance(groups, list) else []:
+            for handler in group.get("hooks", []) if isinstance(group, dict) else []:
+                command = handler.get("command") if isinstance(handler, dict) else None
+                if isinstance(command, str) and "supervise-hook" in command:
+                    return command
+    except Exception:  # noqa: BLE001 - ConfigError: an unreadable file registers nothing here
+        return ""
+    return ""
 
 
 def in_settings(adapter: Adapter) -> bool:
@@ -164,7 +191,7 @@ def setup_commands(adapter: Adapter, scope: str) -> list[list[str]]:
     root = marketplace_root()
     if root is None or not adapter.plugin:
         return []
-    if adapter.name == "gemini":  # user level: every project; linked, so it follows upgrades
+    if adapter.name == "gemini":  # user level; linked, so it follows upgrades
         return [["gemini", "extensions", "link", str(root / "plugins" / "gemini"), "--consent"]]
     return [["claude", "plugin", "marketplace", "add", str(root)],
             ["claude", "plugin", "install", adapter.plugin, "--scope", scope]]
@@ -212,26 +239,6 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
     return ""
 
 
-PACKAGES = {"pi": ("pi-watchkeeper", "plugins/pi"),
-            "opencode": ("opencode-watchkeeper", "plugins/opencode")}
-"""The extension packages of ``plugins/``: bridge harness to (npm name, folder in this
-repository): how a harness's configuration names one (``npm:pi-watchkeeper``, a local path)."""
-
-
-def _names_package(entry: object, harness: str) -> str:
-    """The source string of a configuration entry when it names our package, else ``""``
-    (a string, ``{"source"|"package": S}`` or ``[S, options]``)."""
-    if isinstance(entry, dict):
-        entry = entry.get("source", entry.get("package"))
-    elif isinstance(entry, list) and entry:
-        entry = entry[0]
-    if not isinstance(entry, str):
-        return ""
-    npm, folder = PACKAGES[harness]
-    plain = entry.rstrip("/")
-    return entry if npm in plain or plain.endswith(folder) else ""
-
-
 def package_uses(harness: str, project: Path, home: Path | None) -> list[tuple[Path, str]]:
     """``(configuration file, source)`` for each place that loads our extension package
     (``plugins/pi``, ``plugins/opencode``): Pi's ``packages`` in ``.pi/settings.json`` and
@@ -244,26 +251,18 @@ def package_uses(harness: str, project: Path, home: Path | None) -> list[tuple[P
     from ..adapters import _settings
 
     folder = BY_NAME[harness].user_folder(None if home is None else str(home))
+    files = [project / rel for rel in PROJECT_PACKAGE_FILES[harness]]
     if harness == "pi":
-        files = [project / ".pi" / "settings.json"]
         files += [Path(folder, "settings.json")] if folder is not None else []
-        keys: tuple[str, ...] = ("packages",)
     else:
-        files = [project / "opencode.json", project / ".opencode" / "opencode.json"]
         files += [Path(folder, "opencode", "opencode.json")] if folder is not None else []
-        keys = ("plugin", "plugins")
     out: list[tuple[Path, str]] = []
     for path in files:
         try:
             data = _settings.read_settings(path)
         except Exception:  # noqa: BLE001 - ConfigError: not ours to judge here
             continue
-        for key in keys:
-            entries = (data or {}).get(key)
-            for entry in entries if isinstance(entries, list) else []:
-                source = _names_package(entry, harness)
-                if source:
-                    out.append((path, source))
+        out += [(path, source) for source in package_sources(harness, data)]
     return out
 
 
@@ -351,7 +350,7 @@ def remove_package(harness: str, scope: str, project: Path, home: Path) -> tuple
             for key in ("plugin", "plugins"):
                 entries = data.get(key)
                 if isinstance(entries, list):
-                    data[key] = [e for e in entries if not _names_package(e, harness)]
+                    data[key] = [e for e in entries if not names_package(e, harness)]
                     if not data[key]:
                         del data[key]
             if data:

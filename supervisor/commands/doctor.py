@@ -361,21 +361,24 @@ def _install_fix(adapter: Adapter, scope: str) -> str:
     return f"supervise install {adapter.name}" + (" --scope user" if scope == "user" else "")
 
 
-def _opt_in_check(adapter: Adapter, command: str, project: Path, start: Path | None) -> Check:
-    """Whether a user-scope registration serves this project (its ``--opt-in``)."""
+def _opt_in_check(adapter: Adapter, command: str, project: Path, start: Path | None,
+                  what: str = "the user-scope registration", fix: str = "") -> Check:
+    """Whether a user-scope registration (``what``: a settings file's, or the Gemini
+    extension's) serves this project (its ``--opt-in``); ``fix``: how to get one that carries
+    it (default: the user-scope install again)."""
     from ..session._gates import OPT_IN_FLAG, opt_in_silence
 
     if OPT_IN_FLAG not in command.split():
-        return Check("warn", adapter.name, "the user-scope registration runs in every repository "
+        return Check("warn", adapter.name, f"{what} runs in every repository "
                      "you open (each gets a .supervise/ folder), not only in projects that opted in",
-                     f"supervise install {adapter.name} --scope user (adds --opt-in)")
+                     fix or f"supervise install {adapter.name} --scope user (adds --opt-in)")
     why = opt_in_silence(adapter.name, project, start or project)
     if not why:
-        return Check("ok", adapter.name, "the user-scope registration serves this project and "
+        return Check("ok", adapter.name, f"{what} serves this project and "
                      "every subdirectory session of it (it opted in)")
     if why.startswith("the project's own"):
-        return Check("ok", adapter.name, f"the user-scope registration stays silent here: {why}")
-    return Check("warn", adapter.name, f"the user-scope registration stays silent here: {why}; "
+        return Check("ok", adapter.name, f"{what} stays silent here: {why}")
+    return Check("warn", adapter.name, f"{what} stays silent here: {why}; "
                  f"to opt in: `supervise config --default > {project / 'supervise.toml'}` (or add a "
                  "[tool.supervise] table to pyproject.toml)")
 
@@ -544,15 +547,20 @@ def _subdir_check(adapter: Adapter, project: Path, start: Path, scopes: list[str
 
 
 def _plugin_checks(adapter: Adapter, plugins: list[tuple[Path, str, str]], project: Path,
-                   home: Path) -> list[Check]:
+                   home: Path, start: Path | None = None) -> list[Check]:
     """The checks of our harness plugin where a settings file enables it (``plugins``: the
     file, its scope and the key): is it in the harness's cache (else it does not load), and is
-    ``supervise-hook``, which its hooks run, on ``PATH``."""
+    ``supervise-hook``, which its hooks run, on ``PATH``. The Gemini extension (user level,
+    loaded in every project) serves only projects that opted in (its hooks carry
+    ``--opt-in``): whether it serves this one (``start``: the folder doctor was asked about)."""
     checks = []
     for path, scope, key in plugins:
         if key.startswith("extension "):
-            checks.append(Check("ok", adapter.name, f"{key} installed in {path} (user level: "
-                                "every project)"))
+            checks.append(Check("ok", adapter.name, f"{key} installed in {path} (user level)"))
+            checks.append(_opt_in_check(
+                adapter, _plugins.extension_session_command(adapter, path), project, start,
+                f"the {key}", f"gemini extensions uninstall {_plugins.plugin_name(adapter)} && "
+                f"supervise install {adapter.name} --plugin (links this version's extension)"))
             continue
         from .._errors import ConfigError
 
@@ -603,15 +611,35 @@ def _bridge_checks(name: str, project: Path, budget: float, named: bool,
             "FAIL", name, "supervise-hook, which the package runs, is not on PATH",
             "install watchkeeper with `pipx install` or `uv tool install` (they put "
             "supervise-hook on PATH)"))
-        bridged = [c.text.split(" bridge placed in ", 1)[1] for c in placed
-                   if c.status == "ok" and " bridge placed in " in c.text]
-        double = _settings.double_registration(name, bridge(name).title, [
-            *((f"the package {source} ({path})", f"remove {source} from {path}")
-              for path, source in packages),
-            *((where, f"supervise uninstall {name}") for where in bridged)], stands_down=True)
-        if double:  # the placed bridge beside the package: both load, one serves
-            status, text, fix = double
-            checks.append(Check(status, name, text, fix))
+        from ..adapters._extension import PROJECT_PACKAGE_FILES
+        from ..bridges._install import opts_in
+
+        # Copies of the bridge in one load settle which serves (core.mjs claimLoad). The
+        # copies that ask with --opt-in (the packages at user scope, a user-scope bridge
+        # placed opt-in) serve a project that opted in, and a project-level copy (a package
+        # in the project's configuration, a project bridge) is that opt-in: one of each kind
+        # delivers once. Two of one kind are a double, as two registrations of a hook are.
+        home = _home_path()
+        serving: list[tuple[str, str]] = []
+        yielding: list[tuple[str, str]] = []
+        mine = {project / rel for rel in PROJECT_PACKAGE_FILES[name]}
+        for path, source in packages:
+            (serving if path in mine else yielding).append(
+                (f"the package {source} ({path})", f"remove {source} from {path}"))
+        for scope in ("project", "user") if home is not None else ("project",):
+            entry, _, settings = bridge(name).files(scope, project, home or project)
+            if any(c.status == "ok" and c.text.endswith(f" bridge placed in {entry}")
+                   for c in placed):
+                (yielding if scope == "user" and opts_in(settings) else serving).append(
+                    (str(entry), f"supervise uninstall {name} --scope {scope}"))
+        said = any(c.text.startswith("watchkeeper is registered") for c in placed)
+        for places in () if said else (serving, yielding):  # (the placed pair: said once)
+            double = _settings.double_registration(name, bridge(name).title, places,
+                                                   stands_down=True)
+            if double:  # two copies of one kind: both load, one serves
+                status, text, fix = double
+                checks.append(Check(status, name, text, fix))
+                break
     return checks
 
 
@@ -705,9 +733,9 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             scope_of[path] = scope
         plugins += [(path, scope, key) for key in _plugins.enabled(data, adapter)]
     extension = _plugins.extension_dir(adapter, Path(home)) if home else None
-    if extension is not None:  # Gemini: the extension runs in every project
+    if extension is not None:  # Gemini: user level, loaded in every folder
         plugins.append((extension, "user", f"extension {_plugins.plugin_name(adapter)}"))
-    checks += _plugin_checks(adapter, plugins, project, Path(home or project))
+    checks += _plugin_checks(adapter, plugins, project, Path(home or project), start)
     if plugins and not found:
         return checks
     if not found:
@@ -715,11 +743,25 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             checks.append(Check("FAIL", adapter.name, "no watchkeeper registration found",
                                 f"supervise install {adapter.name}"))
         return checks
-    double = _settings.double_registration(adapter.name, adapter.title, [
-        *((str(p), f"supervise uninstall {adapter.name} --scope {scope_of[p]}")
-          for p, regs, _ in found if _settings.serving(regs, adapter)),
-        *((f"the plugin {key} ({p})", f"supervise install {adapter.name} --plugin (keeps the "
-           "plugin alone)") for p, _, key in plugins)])
+    from ..session._gates import OPT_IN_FLAG
+
+    # A registration carrying --opt-in (user scope, the Gemini extension) stays silent where
+    # the project's own one serves, but two of them both serve an opted-in project's sessions
+    # that no project registration reaches (a subdirectory): each kind is judged apart.
+    serving: list[tuple[str, str]] = []
+    yielding: list[tuple[str, str]] = []
+    for p, regs, _ in found:
+        (serving if _settings.serving(regs, adapter) else yielding).append(
+            (str(p), f"supervise uninstall {adapter.name} --scope {scope_of[p]}"))
+    for p, _, key in plugins:
+        if key.startswith("extension ") and OPT_IN_FLAG in (
+                _plugins.extension_session_command(adapter, p).split()):
+            yielding.insert(0, (f"the {key} ({p})", ""))  # kept: the settings one goes
+            continue
+        serving.append((f"the plugin {key} ({p})", f"supervise install {adapter.name} --plugin "
+                        "(keeps the plugin alone)"))
+    double = (_settings.double_registration(adapter.name, adapter.title, serving)
+              or _settings.double_registration(adapter.name, adapter.title, yielding))
     if double:  # e.g. .claude/settings.json and ~/.claude/settings.json, or a plugin beside
         status, text, fix = double  # settings hooks: each runs, so keep one
         checks.append(Check(status, adapter.name, text, fix))

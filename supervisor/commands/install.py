@@ -389,8 +389,40 @@ def _install_plugin(adapter: Adapter, scope: str, path: Path, data: dict[str, ob
         print(f"{adapter.name}: plugin {adapter.plugin} installed in {adapter.title}'s cache "
               "(it runs supervise-hook from PATH)")
     else:
-        print(f"{adapter.name}: extension {adapter.plugin} linked (user level: every project; "
-              "it runs supervise-hook from PATH)")
+        print(f"{adapter.name}: extension {adapter.plugin} linked (user level: it serves the "
+              "projects that opted in, and runs supervise-hook from PATH)")
+        if scope != "user":
+            return _opt_in(adapter, project_dir)
+    return True
+
+
+OPT_IN_TOML = ("# watchkeeper: this project opts in to the user-level installs (the Gemini CLI\n"
+               "# extension, `supervise install --scope user`); every key at its default\n"
+               "# (`supervise config --default` prints them).\n")
+"""The ``supervise.toml`` that ``install gemini --plugin`` writes in a project that had not
+opted in: the extension serves only such projects, and the settings hooks it replaces were
+this project's opt-in (:func:`supervisor.session._gates.opted_in`)."""
+
+
+def _opt_in(adapter: Adapter, project_dir: Path) -> bool:
+    """Opt ``project_dir`` in to the user-level extension that replaced its settings hooks:
+    :data:`OPT_IN_TOML` as its ``supervise.toml`` unless it opted in already. False (said on
+    stderr) when the file cannot be written."""
+    from ..config._plan import CONFIG_FILE
+    from ..session._gates import opted_in
+
+    if opted_in(adapter.name, project_dir):
+        return True
+    target = project_dir / CONFIG_FILE
+    try:
+        with open(target, "x", encoding="utf-8") as f:  # never through a link planted there
+            f.write(OPT_IN_TOML)
+    except OSError as err:
+        print(f"supervise install: {adapter.name}: cannot write {target} ({err.strerror or err}): "
+              "the extension stays silent in this project until it opts in", file=sys.stderr)
+        return False
+    print(f"{adapter.name}: wrote {_rel(target, project_dir)} (this project opts in: the "
+          "extension serves it and every subdirectory session of it)")
     return True
 
 

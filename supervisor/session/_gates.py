@@ -35,19 +35,21 @@ def _registered_in(harness: str, folder: StrPath) -> bool:
     """True when ``folder``'s project or local settings file of ``harness`` (the harness
     table's ``project``/``local``) holds a registration of ours (``supervisor hook NAME``
     without :data:`OPT_IN_FLAG`), or, for an extension harness (kind ``bridge``), its project
-    entry is the bridge we place (:data:`supervisor.adapters._extension.MARK`). Files read
-    capped, never through a link or from a FIFO."""
+    entry is the bridge we place (:data:`supervisor.adapters._extension.MARK`) or its project
+    configuration loads our package of ``plugins/``
+    (:func:`supervisor.adapters._extension.project_loads_package`). Files read capped, never
+    through a link or from a FIFO."""
     from .._harnesses import BY_NAME
     from ..state._project import read_small
 
     row = BY_NAME.get(harness)
     if row is None:
         return False
-    if row.kind == "bridge":
-        from ..adapters._extension import MARK
+    if row.kind == "bridge":  # a placed project bridge, or our package in the project's config
+        from ..adapters._extension import MARK, project_loads_package
 
-        return bool(row.project) and MARK in read_small(os.path.join(folder, row.project or ""),
-                                                       1 << 20)
+        return (bool(row.project) and MARK in read_small(os.path.join(folder, row.project or ""),
+                                                        1 << 20)) or project_loads_package(harness, str(folder))
     needle = f"supervisor hook {harness}"
     for rel in (row.project, row.local):
         if rel:
@@ -79,12 +81,20 @@ def opt_in_silence(harness: str, project_dir: StrPath, cwd: StrPath) -> str:
     row = BY_NAME.get(harness)
     if (row is None or row.kind != "bridge") and _registered_in(harness, cwd):
         return "the project's own registration serves this session"
-    from ..config._plan import find_config
-
-    if find_config(project_dir) is not None or _registered_in(harness, project_dir):
+    if opted_in(harness, project_dir):
         return ""
     return ("this project did not opt in (no supervise.toml, no [tool.supervise] in "
             "pyproject.toml, no project-scope registration)")
+
+
+def opted_in(harness: str, project_dir: StrPath) -> bool:
+    """Whether ``project_dir`` opted in to the user-scope registrations of ``harness``
+    (:func:`opt_in_silence`): a config file (``supervise.toml``, a ``[tool.supervise]``
+    table: :func:`supervisor.config._plan.find_config`) or a project-scope registration of
+    ours at its root."""
+    from ..config._plan import find_config
+
+    return find_config(project_dir) is not None or _registered_in(harness, project_dir)
 
 
 PRIMARY_MARKER = ".supervise-primary"

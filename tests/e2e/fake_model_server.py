@@ -28,7 +28,8 @@ Anthropic: a user prompt containing
 `FAKE_READ <absolute path>` (and no tool result yet) is answered with one `Read` tool call for
 that path (`FAKE_READS <path>,<path>,...`: one `Read` call per path in one reply, which Claude
 runs in parallel), so tests can drive a harness's PostToolUse hook (Chat Completions, streamed: one
-`read` tool call with `{"path": ...}`, Pi's read tool). Chat Completions only (streamed): a
+`read` tool call with `{"path": ...}`, Pi's read tool; `read_file` with `{"file_path": ...}` when
+the request offers that tool and no `read`: Qwen Code's). Chat Completions only (streamed): a
 user prompt containing `FAKE_BASH <command>` (and no tool result after it) is answered with one
 `bash` tool call running that command (Cline's `run_commands` when the request offers that tool
 and no `bash`), so a turn makes a second model request after it (a
@@ -329,7 +330,9 @@ class H(BaseHTTPRequestHandler):
         read = wanted_bash(body, "FAKE_READ") if body.get("tools") else None
         if (command or read) is not None and body.get("stream"):  # one tool call, then its result
             names = [t.get("function", {}).get("name") for t in body.get("tools") or []]
-            if read is not None:
+            if read is not None and "read_file" in names and "read" not in names:  # Qwen Code
+                name, args = "read_file", {"file_path": read}
+            elif read is not None:
                 name, args = "read", {"path": read}
             elif "run_commands" in names and "bash" not in names:  # Cline CLI's shell tool
                 name, args = "run_commands", {"commands": [command]}

@@ -133,3 +133,80 @@ def test_a_user_scope_opencode_plugin_serves_only_opted_in_projects(
         assert proc.returncode == 0, proc.stderr[-2000:]
 
     _served_and_silent(project, fake_model, widget, other, run)
+
+
+def test_the_gemini_extension_serves_only_opted_in_projects(
+        project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
+    """``supervise install gemini --plugin --scope user`` links the extension (user level:
+    Gemini 0.61.0 loads it in every folder); its hooks carry ``--opt-in``, so a
+    ``packages/widget/`` session of the opted-in project gets the digest and a session in a
+    repository that did not opt in gets nothing, nothing created there (the old extension ran
+    the digest in every repository)."""
+    import os
+
+    from test_harness_plugins import on_path
+
+    gemini = harness_bin("gemini")
+    widget, other = _monorepo(project, tmp_path)
+    home = os.environ["HOME"]  # isolated per test by the root conftest
+    os.makedirs(f"{home}/.gemini", exist_ok=True)
+    with open(f"{home}/.gemini/settings.json", "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"},
+                                "folderTrust": {"enabled": False}},
+                   "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+    env = on_path(clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url))
+    env["PATH"] = f"{gemini.parent}{os.pathsep}{env['PATH']}"
+    proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "gemini", "--plugin",
+                           "--scope", "user"], cwd=project.path, env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (Path(home) / ".gemini" / "extensions" / "watchkeeper").is_dir()
+    assert not (project.path / ".gemini").exists()  # no project registration: the toml opts in
+
+    def run(cwd: Path, prompt: str) -> None:
+        done = run_harness([gemini, "-m", "fake-model", "-p", prompt], cwd, env)
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    _served_and_silent(project, fake_model, widget, other, run)
+
+
+def test_a_project_pi_package_beside_the_user_bridge_delivers_the_digest_once(
+        project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
+    """A project that loads our Pi package (``pi install plugins/pi -l``, 0.73.1) and has no
+    supervise.toml, beside the bridge placed at user scope: both load in the one Pi process
+    and the first to load serves. Pi loads the user's extension first, so the old gate, which
+    did not count the package as the project's opt-in, left the user's bridge holding the
+    load and silent: no digest. The package counts now: the digest arrives once, and doctor
+    passes the pair."""
+    from test_harness_plugins import on_path
+
+    pi = harness_bin("pi")
+    (project.path / "supervise.toml").unlink()  # the default digest: only the package opts in
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    env = on_path(clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1",
+                            PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0"))
+    env["PATH"] = f"{pi.parent}:{env['PATH']}"
+    _install_user("pi", project, env)
+    added = subprocess.run([sys.executable, "-m", "supervisor", "install", "pi", "--plugin"],
+                           cwd=project.path, env=env, capture_output=True, text=True,
+                           timeout=180, stdin=subprocess.DEVNULL)
+    assert added.returncode == 0, added.stdout + added.stderr
+    assert json.loads((project.path / ".pi" / "settings.json").read_text())["packages"]
+    assert not (project.path / "supervise.toml").exists()
+    doctor = subprocess.run([sys.executable, "-m", "supervisor", "doctor", "pi"], cwd=project.path,
+                            env=env, capture_output=True, text=True, timeout=180,
+                            stdin=subprocess.DEVNULL)
+    assert "registered 2 times" not in doctor.stdout, doctor.stdout
+    assert "the user-scope bridge serves this project" in doctor.stdout, doctor.stdout
+    since = fake_model.count()
+    proc = run_harness([pi, "--provider", "fake", "--model", "fake-model", "-p", "turn 1"],
+                       project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    bodies = fake_model.bodies(since)
+    assert bodies and bodies[-1].count("## Repository") == 1, bodies[-1][:3000]
