@@ -601,6 +601,37 @@ def test_install_plugin_moves_a_bridge_harness_to_its_package_and_back(
         assert json.loads(config.read_text()) == {"theme": "dark", "plugin": ["other-plugin"]}
 
 
+@pytest.mark.parametrize("before", [None, {"theme": "dark"}])
+def test_uninstall_pi_leaves_no_empty_package_list(tmp_path: Path, fake_pi: tuple[str, Path],
+                                                  before: dict[str, str] | None) -> None:
+    """``pi remove`` (0.73.1, and the fake) leaves ``"packages": []``: ``uninstall pi`` drops
+    it, the file when it held nothing else and the ``.pi/`` folder when then empty; the
+    user's other keys are kept. The old code left ``{"packages": []}``."""
+    path, _ = fake_pi
+    home = tmp_path / "home"
+    home.mkdir()
+    project = _git_project(tmp_path)
+    config = project / ".pi" / "settings.json"
+    if before is not None:
+        config.parent.mkdir()
+        config.write_text(json.dumps(before))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SUPERVISE_", "XDG_"))}
+    env.update(HOME=str(home), PATH=path, PI_CODING_AGENT_DIR=str(tmp_path / "agent"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "supervisor", *args], cwd=project, env=env,
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+
+    assert run("install", "pi", "--plugin").returncode == 0
+    assert json.loads(config.read_text())["packages"]
+    gone = run("uninstall", "pi")
+    assert gone.returncode == 0, gone.stderr
+    if before is None:
+        assert not (project / ".pi").exists()
+    else:
+        assert json.loads(config.read_text()) == before
+
+
 def test_install_pi_plugin_without_the_cli_says_how_to_finish(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()

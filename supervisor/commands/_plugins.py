@@ -366,7 +366,35 @@ def remove_package(harness: str, scope: str, project: Path, home: Path) -> tuple
         if problem:
             return lines, f"{problem}; run by hand: {shlex.join(command)}"
         lines.append(f"{harness}: the package {source} removed from {path} (pi remove)")
+        _drop_empty_packages(path, project if scope == "project" else None)
     return lines, ""
+
+
+def _drop_empty_packages(path: Path, project: Path | None) -> None:
+    """After ``pi remove``: Pi 0.73.1 leaves ``"packages": []`` in the settings file. Drop
+    that key, the file when it held nothing else, and then, at project scope (``project``
+    given), its folder (``.pi/``) when now empty. Anything unreadable is left as it is."""
+    from .._errors import ConfigError
+    from ..adapters import _settings
+
+    try:
+        data = _settings.read_settings(path)
+    except (ConfigError, OSError):
+        return
+    if not isinstance(data, dict) or data.get("packages") != []:
+        return
+    rest = {k: v for k, v in data.items() if k != "packages"}
+    try:
+        if rest:
+            _settings.write_settings(path, rest)
+            return
+        if path.is_symlink():
+            return
+        path.unlink()
+        if project is not None and path.parent != project:
+            path.parent.rmdir()  # only when now empty
+    except OSError:
+        pass
 
 
 def _run_cli(command: list[str], project: Path) -> str:
