@@ -33,9 +33,11 @@ def test_ci_run_fails_when_the_harness_clis_cannot_be_installed(tmp_path: Path) 
     stubs.mkdir()
     marker = tmp_path / "tests-ran"
     _stub(stubs, "npm", "echo 'npm ERR! network unreachable' >&2; exit 1")
-    # the installer reads its pins with python3 (the harness table); the test command
-    # starts with `python3 -m venv`: only that one is recorded
-    _stub(stubs, "python3", f"case \"$*\" in *venv*) touch '{marker}' ;; esac; exit 0")
+    # the installer reads its pins with python3 (the harness table: the real interpreter, so
+    # the install gets as far as npm); the test command starts with `python3 -m venv`: that
+    # one is only recorded
+    _stub(stubs, "python3", f"case \"$*\" in *venv*) touch '{marker}'; exit 0 ;; esac; "
+                            f"exec '{sys.executable}' \"$@\"")
     env = {**os.environ, "PATH": f"{stubs}{os.pathsep}{os.environ.get('PATH', '')}",
            "HARNESS_CACHE": str(tmp_path / "cache")}
     env.pop("CI", None)  # .ci/run sets it itself
@@ -44,6 +46,10 @@ def test_ci_run_fails_when_the_harness_clis_cannot_be_installed(tmp_path: Path) 
     assert proc.returncode != 0, proc
     assert not marker.exists(), "the test command ran after the harness install failed"
     assert b"could not be installed" in proc.stderr, proc.stderr
+    assert b"npm ERR! network unreachable" in proc.stderr, proc.stderr  # npm itself was run
+    # the installer's own line says what CI does next: the e2e tests fail, never skip
+    assert b"under CI the e2e tests that need it fail" in proc.stderr, proc.stderr
+    assert b"will skip" not in proc.stderr, proc.stderr
 
 
 def test_installer_fails_under_ci_without_npm(tmp_path: Path) -> None:
