@@ -160,3 +160,113 @@ def test_a_scan_cut_by_its_deadline_keeps_the_members_it_did_not_read() -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_process_of_a_killed_stage_found_later_is_killed_on_sight(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a starved portable host a scan's thread can outlive the kill it served: it found
+    a fork-and-exit chain's live generation and stopped it after the kill had sent its
+    SIGKILL and returned, and the generation stayed stopped (or, unstopped, forked on). Once
+    a stage's kill has reached its SIGKILL, a scan that reads a process carrying its token
+    kills it."""
+    import uuid
+
+    from supervisor.engine import _loop, _proctable, _tree
+    from supervisor.engine._reaper import TOKEN_VAR
+
+    monkeypatch.setattr(_proctable, "_LINUX", False)  # psutil rows, as on macOS
+    monkeypatch.setattr(_tree, "subreaper_enabled", lambda: False)  # the token sweep
+    token = uuid.uuid4().hex
+    leader = _sleeper({**os.environ, TOKEN_VAR: token}, new_session=True)
+    late: subprocess.Popen[bytes] | None = None
+    try:
+        watch = _tree.Watch()
+        tree = _tree.StageTree(leader.pid, lambda: leader.poll() is None, token)
+        watch.add(tree)
+
+        async def kill() -> None:
+            await watch.kill_stage(tree, 0.0, _loop.current_time() + 5.0)
+
+        _loop.run(kill)
+        assert leader.wait(timeout=10) < 0
+        watch.discard(tree)
+        late = _sleeper({**os.environ, TOKEN_VAR: token}, new_session=True)
+        deadline = time.monotonic() + 30
+        while late.poll() is None and time.monotonic() < deadline:
+            watch._scan_sync(time.monotonic() + 5.0, {}, set(), None, set(), set(),
+                             time.monotonic())
+            try:
+                late.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                pass
+        assert late.poll() == -9
+    finally:
+        for p in (leader, late):  # processes this test started: end them by pid
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def test_the_newest_pids_come_first_after_a_scan_cut_short(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``/proc/loadavg`` an incremental scan finds the newest pid from the last
+    listing: an old pid a scan cut by its deadline never read looked new, below the largest
+    known, and was taken for the newest after a wrap, so the pids born since were read
+    last (a chain's live generation among them: it forked on while older rows were read).
+    The listing the scan read, not the rows it kept, says which pids are new. (The table is
+    this test's processes alone: another process's pid above them, from before a wrap, would
+    make every new pid look wrapped and hide the fault.)"""
+    import psutil
+
+    from supervisor.engine import _proctable, _tree
+
+    monkeypatch.setattr(_proctable, "_LINUX", False)  # psutil rows, as on macOS
+    monkeypatch.setattr(_tree, "subreaper_enabled", lambda: False)
+    ours = {os.getpid()}
+    every = psutil.pids
+    monkeypatch.setattr(psutil, "pids", lambda: [pid for pid in every() if pid in ours])
+    old, later = _sleeper(), _sleeper()
+    born: subprocess.Popen[bytes] | None = None
+    try:
+        while later.pid < old.pid:  # the pids wrapped between the two: spawn them again
+            for p in (old, later):
+                p.kill()
+                p.wait()
+            old, later = _sleeper(), _sleeper()
+        ours.update((old.pid, later.pid))
+        watch = _tree.Watch()
+        rows, complete = _proctable.scan()
+        assert complete and later.pid in rows
+        watch.table = {pid: row for pid, row in rows.items() if pid != old.pid}  # cut short
+        watch.listed = set(rows)
+        born = _sleeper()
+        ours.add(born.pid)
+        order: list[int] = []
+
+        def classify(exclude: set[int], row: _proctable.Row) -> bool:
+            order.append(row.pid)
+            return True
+
+        monkeypatch.setattr(watch, "_classify", classify)
+        watch._scan_sync(time.monotonic() + 30, {}, set(), watch.table, set(), set(),
+                         time.monotonic())
+        assert born.pid in order and old.pid in order
+        assert order.index(born.pid) < order.index(old.pid), order
+    finally:
+        for p in (old, later, born):
+            if p is not None:
+                p.kill()
+                p.wait()
+
+
+def test_a_full_scan_cut_short_still_makes_the_next_ones_incremental() -> None:
+    """The monitor reads the whole table at most every ``FULL_SCAN_PERIOD`` seconds on the
+    portable path; counting only full scans that completed made every periodic scan of a
+    starved host a full one (none completed: a psutil row costs milliseconds there), so no
+    scan read new processes in time. A full scan cut by its deadline counts too."""
+    from supervisor.engine import _tree
+
+    watch = _tree.Watch()
+    complete, _ = watch._scan_sync(time.monotonic() - 1.0, {}, set(), None, set(), set(), 5.0)
+    assert not complete
+    assert watch.full_at == 5.0

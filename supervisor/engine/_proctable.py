@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from .._record import record
 from ._reaper import PORTABLE
 
@@ -172,12 +172,14 @@ def name_of(pid: int) -> str:
 _PID_SPACE = 1 << 22  # above any pid_max; a modulus that keeps the order of the newest
 
 
-def _last_pid(pids: list[int], previous: dict[int, Row] | None) -> int:
+def _last_pid(pids: list[int], previous: Collection[int] | None) -> int:
     """The pid the kernel handed out last: ``/proc/loadavg``'s last field on Linux; on the
-    portable path (no ``/proc``) the newest of the pids new since ``previous``: pids are
-    handed out in increasing order and wrap around, so new pids below the largest known one
-    mean the allocator wrapped since that one was handed out, and the largest of those is
-    the newest."""
+    portable path (no ``/proc``) the newest of the pids new since ``previous`` (the pids an
+    earlier listing held): pids are handed out in increasing order and wrap around, so new
+    pids below the largest listed one mean the allocator wrapped since that one was handed
+    out, and the largest of those is the newest. ``previous`` must be a whole listing, not
+    the rows of a scan cut short: an old pid that scan did not read looks new, below the
+    largest, and was taken for the newest (the newest pids were then read last)."""
     if _LINUX:
         try:
             with open("/proc/loadavg", "rb") as f:
@@ -192,10 +194,68 @@ def _last_pid(pids: list[int], previous: dict[int, Row] | None) -> int:
     return _PID_SPACE - 1
 
 
+def list_pids() -> list[int] | None:
+    """Every pid visible now (``/proc``'s numeric entries; ``psutil.pids()`` elsewhere), in
+    no order, or None when the table cannot be listed. Never raises."""
+    if _LINUX:
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return None
+        return [int(name) for name in names if name.isdigit()]
+    import psutil
+
+    try:
+        return list(psutil.pids())
+    except (psutil.Error, OSError):
+        return None
+
+
+def newest_first(pids: list[int], known: Collection[int],
+                 before: Collection[int] | None) -> list[int]:
+    """The pids of ``pids`` not in ``known`` (an earlier scan's table), the newest first (the
+    order of an incremental :func:`scan`; ``before``: the listing that scan read, or None)."""
+    last = _last_pid(pids, known if before is None else before)
+    return sorted((pid for pid in pids if pid not in known),
+                  key=lambda pid: (last - pid) % _PID_SPACE)
+
+
+def marks(pid: int, names: tuple[str, ...]) -> tuple[float, tuple[str | None, ...]] | None:
+    """``(start stamp, values)`` of ``pid``: its :attr:`Row.start` and the values of the
+    environment variables ``names`` (None: absent or unreadable), read without the rest of its
+    row (one ``/proc/<pid>/stat`` and one ``environ`` read; psutil's ``create_time`` and
+    ``environ`` elsewhere: about a third of a portable row's cost). None when it is gone or a
+    zombie. Never raises."""
+    if _LINUX:
+        row = stat(pid)
+        if row is None or row.zombie:
+            return None
+        try:
+            return row.start, tuple(environ_of(pid, name) for name in names)
+        except Gone:
+            return None
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        start = proc.create_time()
+        env = proc.environ()
+    except psutil.AccessDenied:
+        try:
+            return psutil.Process(pid).create_time(), tuple(None for _ in names)
+        except (psutil.Error, OSError):
+            return None
+    except (psutil.Error, OSError):  # gone, a zombie (ZombieProcess is a NoSuchProcess)
+        return None
+    return start, tuple(env.get(name) for name in names)
+
+
 def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
          reread: set[int] | frozenset[int] = frozenset(),
          first: set[int] | frozenset[int] = frozenset(),
-         classify: Callable[[Row], bool] | None = None) -> tuple[dict[int, Row], bool]:
+         classify: Callable[[Row], bool] | None = None,
+         cut: Callable[[], bool] | None = None, listing: list[int] | None = None,
+         before: Collection[int] | None = None) -> tuple[dict[int, Row], bool]:
     """Every process visible now, as ``({pid: Row}, complete)``.
 
     ``deadline`` is a :func:`time.monotonic` value: the scan stops there and returns what it
@@ -208,25 +268,23 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
     the watchdog reads the stage token there, and freezes a member at once); it returns
     False when the process turned out to be gone (a zombie too). A new pid gone by the time
     it is read or classified counts in :data:`CHURN`: it may have been a chain's generation
-    whose successor this listing missed. Never raises.
+    whose successor this listing missed. ``cut`` is asked before each row: True ends the
+    scan there, as its deadline does (a caller that needs a scan begun later). The deadline
+    is checked before each row too: a psutil row costs milliseconds on a starved host, so a
+    check every few rows let a scan run a third of a second past it. ``listing`` is the
+    table's pids as the caller listed them (:func:`list_pids`; None: listed here), and
+    ``before`` the listing of the scan ``previous`` comes from (where the portable path's
+    newest pids begin, :func:`_last_pid`; None: ``previous``'s pids). Never raises.
     """
     rows: dict[int, Row] = {}
-    if _LINUX:
-        try:
-            names = os.listdir("/proc")
-        except OSError:
-            return rows, False
-        pids = [int(name) for name in names if name.isdigit()]
-    else:
-        import psutil
-
-        try:
-            pids = psutil.pids()
-        except (psutil.Error, OSError):
-            return rows, False
+    listed = list_pids() if listing is None else listing
+    if listed is None:
+        return rows, False
+    pids = list(listed)
+    order: Callable[[int], object]
     if _LINUX or previous:
-        last = _last_pid(pids, previous)  # pids wrap: the newest are just below the last one
-        order: Callable[[int], int] = lambda pid: (last - pid) % _PID_SPACE  # noqa: E731
+        last = _last_pid(pids, previous if before is None else before)
+        order = lambda pid: (last - pid) % _PID_SPACE  # noqa: E731 - pids wrap: newest first
     else:
         # A first scan without /proc: the pids handed out after the oldest stage leader's
         # (the stages' processes) come first, before every older process, whatever wrapped.
@@ -240,8 +298,9 @@ def scan(deadline: float | None = None, previous: dict[int, Row] | None = None,
         pids = [pid for pid in pids if pid not in rows]
     pids.sort(key=lambda pid: (pid not in first, order(pid)))
     read = stat if _LINUX else _psutil_row
-    for i, pid in enumerate(pids):
-        if deadline is not None and i % 32 == 0 and time.monotonic() > deadline:
+    for pid in pids:
+        if ((deadline is not None and time.monotonic() > deadline)
+                or (cut is not None and cut())):
             return rows, False
         row = read(pid)
         new = previous is None or pid not in previous

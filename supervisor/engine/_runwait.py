@@ -424,7 +424,7 @@ class _Watchdog:
         period = MONITOR_MAX_PERIOD
 
         async def refresh() -> None:  # the loop's clock is time.monotonic
-            await self.watch.refresh(min(until, time.monotonic() + period))
+            await self.watch.refresh(min(until, time.monotonic() + period), background=True)
 
         _loop.run(refresh)
         self.next_scan = time.monotonic() + min(max(0.1, 4 * self.watch.scan_seconds), period)

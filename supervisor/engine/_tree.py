@@ -130,6 +130,18 @@ class StageTree:
     with one command it can only be that command's."""
 
 
+class _ScanJob:
+    """One scan's thread as the watchdog tracks it, from its start to its end (an abandoned
+    one too): ``cut`` set ends it at its next row; ``background`` marks the periodic scans
+    (the monitor's, ``supervise run``'s prefetch), which a kill or a leftover check may cut."""
+
+    __slots__ = ("cut", "background")
+
+    def __init__(self, background: bool) -> None:
+        self.cut = False
+        self.background = background
+
+
 class _SharedListing:
     """One listing of our children, taken once for the stages that asked in one tick: the
     adoptees and whether the listing was complete (:meth:`Watch._listed`)."""
@@ -190,6 +202,9 @@ class Watch:
         """Spawns in flight: until they return, a new leader's pid is not yet protected."""
         self.exclude = exclude
         self.table: dict[int, Row] = {}
+        self.listed: set[int] = set()
+        """The pids the scan of :attr:`table` listed, read or not (a scan cut short read only
+        some): where the portable path's newest pids begin (:func:`_proctable._last_pid`)."""
         self.scanned_at = -math.inf
         self.scan_seconds = 0.0
         self.reaped = 0
@@ -197,7 +212,12 @@ class Watch:
         self.last_churn = 0
         """New processes the last applied scan found gone before it could classify them."""
         self.full_at = -math.inf
-        """When the last complete full scan began (the loop's clock)."""
+        """When the last applied full scan began (the loop's clock), complete or cut short by
+        its deadline: the monitor's scans stay incremental from its table for
+        :data:`FULL_SCAN_PERIOD` seconds after it. Counting only complete ones made every
+        periodic scan of a starved portable host a full one, each cut short in turn (a
+        psutil row costs ~10 ms at load 16: 60 of 150 rows a second), so no scan ever read
+        a fork-and-exit chain's new generation in time."""
         self.began: deque[float] = deque(maxlen=64)
         """When each of the last applied scans began (the loop's clock), oldest first."""
         self._tokens: dict[tuple[int, float], str | None] = {}
@@ -211,9 +231,19 @@ class Watch:
         """Tokens of the stages in their freeze phase: every scan stops their members at once."""
         self._tg: _loop.TaskGroup | None = None
         """Tokens of the stages being killed or checked right now."""
-        self._inflight: tuple[_loop.Event, float] | None = None
+        self._inflight: tuple[_loop.Event, float, _ScanJob] | None = None
+        self._jobs: set[_ScanJob] = set()
+        """Scans whose thread still runs, abandoned ones included (added on the loop, removed
+        by the thread at its end): a new scan waits for them, never two at once."""
         self._listing: _SharedListing | None = None
         """The children listing the leftover checks of this tick wait for (:meth:`adopted_shared`)."""
+        self._held: dict[str, dict[int, float]] = {}
+        """Processes a scan's thread stopped as members of a stage in its freeze (token ->
+        pid -> start stamp), before any applied scan listed them: the kill's SIGKILL reaches
+        them whatever becomes of that scan's result (an abandoned or a dropped one's)."""
+        self._killed: dict[str, StageTree] = {}
+        """Stages whose kill has reached its SIGKILL: a scan's thread that finds a process of
+        one of them later kills it on sight (a scan still running when the kill returned)."""
         self._me = os.getpid()
         self.swept_orphans: list[tuple[Row, str]] = []
         """What :meth:`sweep_orphans` killed: each orphan's row and name."""
@@ -372,7 +402,7 @@ class Watch:
 
     def _scan_sync(self, limit: float, sessions: dict[int, str], exclude: set[int],
                    previous: dict[int, Row] | None, reread: set[int], first: set[int],
-                   began: float) -> tuple[bool, int | None]:
+                   began: float, job: _ScanJob | None = None) -> tuple[bool, int | None]:
         """The scan itself (in a worker thread). It applies its own result, so a scan whose
         waiter gave up at its deadline still updates the members when it completes (under a
         heavy load a scan can outlast every short wait); a result older than the one already
@@ -388,7 +418,12 @@ class Watch:
         # (a fork-and-exit chain's generation lives a few ms: reading every row first and
         # the tokens after let it fork and exit in between).
         classify = None if subreaper_enabled() else partial(self._classify, exclude)
-        rows, complete = scan(limit, previous, reread, first, classify)
+        if classify is not None and self.freezing:
+            self._hunt(limit, job, exclude)
+        listing = _proctable.list_pids()
+        rows, complete = scan(limit, previous, reread, first, classify,
+                              None if job is None else (lambda: job.cut), listing,
+                              self.listed if previous is not None else None)
         churn = _proctable.CHURN[0] - churn
         found = self._attribute(rows, limit, sessions, exclude)
         for token in list(self.freezing):
@@ -397,17 +432,18 @@ class Watch:
             # host.
             for row in found.get(token, {}).values():
                 if not row.stopped:
-                    _kill_checked(row.pid, row.start, signal.SIGSTOP)
+                    self._hold(row.pid, row.start, token)
         if began < self.scanned_at:
             return False, None
         self.table = rows
+        self.listed = set(rows if listing is None else listing)
         if previous is None:
             self.scan_seconds = time.monotonic() - t0
         self.scanned_at = began
         self.began.append(began)
         self.last_complete = complete
         self.last_churn = churn
-        if previous is None and complete:
+        if previous is None:
             self.full_at = began
         for token, members in found.items():
             tree = self.stages.get(token)
@@ -436,10 +472,64 @@ class Watch:
                     return False
                 self._tokens[key] = None
         token = self._tokens[key]
-        if (token is not None and token in self.freezing and not row.stopped
-                and not self._detached(row, token)):
-            _kill_checked(row.pid, row.start, signal.SIGSTOP)
+        if (token is not None and (token in self.freezing or token in self._killed)
+                and not row.stopped and not self._detached(row, token)):
+            self._hold(row.pid, row.start, token)
         return True
+
+    def _hold(self, pid: int, start: float, token: str) -> None:
+        """From a scan's thread: SIGSTOP a member of a stage in its freeze and note it in
+        :attr:`_held` for the kill's SIGKILL; SIGKILL it when that stage's kill has reached
+        its SIGKILL already (checked after the note: the kill sets :attr:`_killed` before it
+        takes the notes, so one of the two reaches it)."""
+        _kill_checked(pid, start, signal.SIGSTOP)
+        self._held.setdefault(token, {})[pid] = start
+        if token in self._killed:
+            _kill_checked(pid, start, signal.SIGKILL)
+
+    def _hunt(self, limit: float, job: _ScanJob | None, exclude: set[int]) -> None:
+        """Without the subreaper, while a stage is in its freeze (a scan's thread, before its
+        rows are read): list the table, read only the start stamp and token of each pid the
+        last applied table lacks, newest first, and stop each process of a stage in its
+        freeze at once (:meth:`_hold`); list again while a round stopped one (its successor
+        may have been forked just before), up to 16 rounds, ``limit`` (``time.monotonic``)
+        or a cut. A fork-and-exit chain's generation lives a few ms; a full psutil row costs
+        ~0.15 ms of CPU, and on a starved host (4% of a core at load 16) the rows of the
+        processes newer than it took longer than its life, so no scan stopped it (the chain
+        survived 8 of 10 kills at load 16). Reading the tokens first costs a third of that.
+        Never raises."""
+        probed: set[int] = set()
+        known, before = self.table, self.listed or None
+        for _ in range(16):
+            pids = _proctable.list_pids()
+            if pids is None:
+                return
+            stopped = False
+            for pid in _proctable.newest_first(pids, known, before):
+                if time.monotonic() > limit or (job is not None and job.cut):
+                    return
+                if pid in probed or pid in exclude:
+                    continue
+                probed.add(pid)
+                got = _proctable.marks(pid, (TOKEN_VAR, DETACH_VAR))
+                if got is None:
+                    continue
+                start, (token, mark) = got
+                self._tokens[(pid, start)] = token  # the row's classification reuses it
+                if token is None or not (token in self.freezing or token in self._killed):
+                    continue
+                stage = self.stages.get(token) or self._killed.get(token)
+                if (stage is not None and stage.detach_mark is not None
+                        and mark == stage.detach_mark):
+                    try:
+                        if os.getsid(pid) != stage.leader:
+                            continue  # a built-in's deliberate detach (judged on its row later)
+                    except OSError:
+                        continue
+                self._hold(pid, start, token)
+                stopped = True
+            if not stopped:
+                return
 
     def _detached(self, row: Row, token: str | None) -> bool:
         """Whether ``row``, attributed to the stage of ``token`` by a sticky membership or
@@ -451,7 +541,7 @@ class Watch:
         key = (row.pid, row.start)
         if self._detach.get(key):
             return True
-        stage = self.stages.get(token) if token is not None else None
+        stage = (self.stages.get(token) or self._killed.get(token)) if token is not None else None
         if (stage is None or stage.detach_mark is None or row.sid == stage.leader
                 or environ_value(row.pid, DETACH_VAR) != stage.detach_mark):
             return False
@@ -460,7 +550,8 @@ class Watch:
 
     async def refresh(self, deadline: float, max_age: float = 0.0,
                       started_after: float | None = None, incremental: bool = False,
-                      every_member: bool = False, again: int = 0, settle: int = 0) -> bool:
+                      every_member: bool = False, again: int = 0, settle: int = 0,
+                      background: bool = False) -> bool:
         """Scan the process table in a worker thread and update every stage's members.
 
         ``deadline`` is an the loop's clock value: the scan returns partial by then, and this call
@@ -475,18 +566,24 @@ class Watch:
         (:meth:`_scan_settled`): a scan that must follow a scan costs no round trip through
         the event loop (tens of ms on a loaded host, whose other processes churn all the
         time).
+        ``background`` marks a periodic scan (the monitor's): a caller that is not one and
+        needs a scan begun later than the one in flight cuts it at its next row (its partial
+        result is applied) instead of waiting for its end, and one scan thread runs at a time,
+        an abandoned one included (on a starved portable host a full psutil scan takes a
+        second: a kill's freeze waited behind the monitor's, and scans started beside
+        abandoned ones halved each other's share of the CPU).
         Returns True when a complete scan (or a shared one) updated the members by the
         deadline; a scan cut short keeps the members it did not read, and a scan whose result
         was dropped (a later one had been applied) does not count.
         """
         complete, _ = await self._refresh(deadline, max_age, started_after, incremental,
-                                          every_member, again, settle)
+                                          every_member, again, settle, background)
         return complete
 
     async def _refresh(self, deadline: float, max_age: float = 0.0,
                        started_after: float | None = None, incremental: bool = False,
                        every_member: bool = False, again: int = 0,
-                       settle: int = 0) -> tuple[bool, int | None]:
+                       settle: int = 0, background: bool = False) -> tuple[bool, int | None]:
         """:meth:`refresh`, returning ``(complete, churn)``: ``churn`` is the churn of the
         last scan this call applied itself (:meth:`_scan_settled`), of the shared scan's when
         it joined one, None when it applied none (never another thread's scan's count read
@@ -496,12 +593,21 @@ class Watch:
         complete: tuple[bool, int | None] = (False, None)
         with _loop.move_on_at(deadline):
             while self._inflight is not None:
-                event, began = self._inflight
+                event, began, job = self._inflight
+                fresh = started_after is None or began >= started_after
+                if not fresh and not background and job.background:
+                    job.cut = True
                 await event.wait()
-                if started_after is None or began >= started_after:
+                if fresh:
                     return self.last_complete, self.last_churn
+            while self._jobs:  # an abandoned scan's thread still runs: it ends at its deadline
+                if not background:
+                    for running in list(self._jobs):
+                        running.cut |= running.background
+                await _loop.sleep(0.005)
             event = _loop.Event()
-            self._inflight = (event, _loop.current_time())
+            job = _ScanJob(background)
+            self._inflight = (event, _loop.current_time(), job)
             try:
                 remaining = max(0.0, deadline - _loop.current_time())
                 limit = time.monotonic() + remaining
@@ -515,9 +621,16 @@ class Watch:
                 reread = {pid for t in focus for pid in t.members}
                 reread.update(t.leader for t in focus)
                 first = set(sessions) | {pid for t in self.stages.values() for pid in t.members}
-                complete = await _loop.run_sync_in_thread(
-                    self._scan_settled, limit, sessions, exclude, previous, reread, first,
-                    self._inflight[1], again, settle, abandon_on_cancel=True)
+                self._jobs.add(job)
+                try:
+                    complete = await _loop.run_sync_in_thread(
+                        self._scan_settled, limit, sessions, exclude, previous, reread, first,
+                        self._inflight[1], again, settle, job, abandon_on_cancel=True)
+                except _loop.Cancelled:
+                    raise  # abandoned: its thread runs on and leaves ``_jobs`` at its end
+                except BaseException:
+                    self._jobs.discard(job)  # no thread could start (or it raised)
+                    raise
             finally:
                 self._inflight = None
                 event.set()
@@ -525,7 +638,8 @@ class Watch:
 
     def _scan_settled(self, limit: float, sessions: dict[int, str], exclude: set[int],
                       previous: dict[int, Row] | None, reread: set[int], first: set[int],
-                      began: float, again: int, settle: int) -> tuple[bool, int | None]:
+                      began: float, again: int, settle: int,
+                      job: _ScanJob | None = None) -> tuple[bool, int | None]:
         """:meth:`_scan_sync`, then (worker thread) ``again`` more incremental scans and up
         to ``settle`` more while the last one saw churn, each begun after the one before it
         ended, until ``limit`` (``time.monotonic``). Returns ``(complete, churn)``: whether
@@ -533,17 +647,23 @@ class Watch:
         last one applied (None when none was). Only this thread's own scans count: a scan
         whose result was dropped (another thread, e.g. an abandoned earlier round, applied
         a later one) neither completes the round nor settles it, and the churn tested is
-        the local count, never ``last_churn``, which that other thread may have written."""
-        t0 = time.monotonic()
-        complete, churn = self._scan_sync(limit, sessions, exclude, previous, reread, first,
-                                          began)
-        for extra in range(again + settle):
-            if (extra >= again and churn == 0) or time.monotonic() >= limit:
-                break
-            done, churn = self._scan_sync(limit, sessions, exclude, self.table, reread, first,
-                                          began + (time.monotonic() - t0))
-            complete |= done
-        return complete, churn
+        the local count, never ``last_churn``, which that other thread may have written.
+        ``job`` ends the round at its next row when cut, and leaves :attr:`_jobs` at the end."""
+        try:
+            t0 = time.monotonic()
+            complete, churn = self._scan_sync(limit, sessions, exclude, previous, reread,
+                                              first, began, job)
+            for extra in range(again + settle):
+                if ((extra >= again and churn == 0) or time.monotonic() >= limit
+                        or (job is not None and job.cut)):
+                    break
+                done, churn = self._scan_sync(limit, sessions, exclude, self.table, reread,
+                                              first, began + (time.monotonic() - t0), job)
+                complete |= done
+            return complete, churn
+        finally:
+            if job is not None:
+                self._jobs.discard(job)
 
     # -- reaping ------------------------------------------------------------------------
     def reap(self) -> int:
@@ -626,7 +746,8 @@ class Watch:
                 # psutil rows cost milliseconds each on a starved host: read only new pids
                 # and the stages' members, and the whole table now and then.
                 cheap = not _proctable.PROCFS and now - self.full_at < FULL_SCAN_PERIOD
-                await self.refresh(now + 1.0, incremental=cheap, every_member=cheap)
+                await self.refresh(now + 1.0, incremental=cheap, every_member=cheap,
+                                   background=True)
                 for tree in list(self.stages.values()):
                     self._check_caps(tree)
             await _loop.sleep(min(max(0.1, 4 * self.scan_seconds), MONITOR_MAX_PERIOD))
@@ -935,7 +1056,8 @@ class Watch:
             await _loop.sleep(POLL)
             if now() - self.scanned_at > 0.1 and not self._inflight:
                 # members born during the grace get their TERM too (scan off the loop)
-                await self.refresh(min(hard_at, now() + 0.1))
+                await self.refresh(min(hard_at, now() + 0.1),
+                                   incremental=not _proctable.PROCFS)
                 new = [r for pid, r in tree.members.items() if pid not in termed]
                 self._signal(tree, signal.SIGTERM, new)
                 self._signal(tree, signal.SIGCONT, new)
@@ -947,6 +1069,10 @@ class Watch:
             _cgroup.freeze(tree.cgroup)
         kill_by = deadline - HARD_PHASE / 3
         await self._freeze(tree, kill_by, seen)
+        # From here a scan's thread kills what it finds of this stage; what the threads
+        # stopped before is in the notes (:meth:`_hold`).
+        self._killed[tree.token] = tree
+        self._take_held(tree, seen)
         # Counted before the SIGKILL, not after (by then most are gone): every process alive
         # past the grace needed it, the leader too when no scan listed it yet.
         hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
@@ -964,6 +1090,8 @@ class Watch:
             for row in adopted:
                 _kill_checked(row.pid, row.start, signal.SIGKILL)
                 seen.setdefault(row.pid, row)
+            for row in self._take_held(tree, seen):
+                _kill_checked(row.pid, row.start, signal.SIGKILL)
             if now() - self.scanned_at > 0.05:
                 await self.refresh(deadline, incremental=True)
                 late = [r for pid, r in tree.members.items() if pid not in seen]
@@ -972,6 +1100,20 @@ class Watch:
         self.reap()
         survivors = sum(1 for r in seen.values() if _live(r.pid, r.start))
         return KillReport(len(seen), hard, survivors, now() - t0)
+
+    def _take_held(self, tree: StageTree, seen: dict[int, Row]) -> list[Row]:
+        """The processes scan threads stopped for ``tree`` (:attr:`_held`) and no scan listed
+        yet, as rows (pid and start stamp; the rest unknown), added to its members and to
+        ``seen``; the notes are cleared."""
+        taken: list[Row] = []
+        for pid, start in self._held.pop(tree.token, {}).items():
+            if pid in seen:
+                continue
+            row = Row(pid, 0, -1, -1, False, start, 0, stopped=True)
+            seen[pid] = row
+            tree.members.setdefault(pid, row)
+            taken.append(row)
+        return taken
 
     async def has_leftovers(self, tree: StageTree, deadline: float) -> bool:
         """Whether a stage whose leader has exited left anything behind: its cgroup or process
