@@ -42,7 +42,8 @@ OPENERS = {
     "supervisor/state/_project.py": (2, "git's pointer files and .git/info/exclude"),
     "supervisor/state/_signing.py": (2, "the per-user signing key"),
     "supervisor/state/_statedir.py": (5, "the state dir's own door"),
-    "stages/_common.py": (1, "read_regular: git's own small files for the repo stage"),
+    "stages/_common.py": (2, "read_regular: git's own small files for the repo stage; "
+                             "/dev/null for a stage's child's stdin"),
     "stages/memory/consolidate.py": (1, "the consolidation log (appended, never read)"),
 }
 """Every module that opens a file itself (``open``, ``os.open``, ``Path.open``,

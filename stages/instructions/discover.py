@@ -45,7 +45,6 @@ existing regular file; callers de-duplicate by real path. Sources for each conve
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from pathlib import Path
@@ -225,6 +224,8 @@ def _settings_names(paths: list[Path], default: tuple[str, ...]) -> tuple[str, .
         content = examine(path)[0]
         if content is None:
             continue
+        import json  # only with a settings file: its regular expressions cost every digest
+
         try:
             data = json.loads(content.text)
         except (ValueError, RecursionError, MemoryError):

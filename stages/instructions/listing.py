@@ -9,10 +9,9 @@ Imports only what ``_common`` imports and the harness table (no ``pathlib``, no
 from __future__ import annotations
 
 import os
-import subprocess
 from collections.abc import Mapping
 
-from _common import clean_git_env
+from _common import Child, Timeout, clean_git_env
 from _idle import default_options
 from supervisor._harnesses import BY_NAME
 
@@ -41,9 +40,7 @@ class Listing:
 
     def __init__(self, cwd: str) -> None:
         try:
-            self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-                ARGV, cwd=cwd, env=clean_git_env(), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            self._proc: Child | None = Child(list(ARGV), cwd, clean_git_env(), new_session=False)
         except (OSError, ValueError):
             self._proc = None
 
@@ -54,7 +51,7 @@ class Listing:
             return None
         try:
             out, err = proc.communicate(timeout=TIMEOUT)
-        except subprocess.TimeoutExpired:
+        except Timeout:
             self.close()
             self.problem = f"git ls-files did not finish within {TIMEOUT:g} s"
             return None
@@ -74,9 +71,7 @@ class Listing:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        proc.close()
 
 
 def wanted_by_default(env: Mapping[str, str]) -> bool:

@@ -8,11 +8,10 @@ when the options are the defaults, then imports :mod:`repo.status`.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 from collections.abc import Mapping
 
-from _common import spawn
+from _common import Child, spawn
 
 DEFAULT_UNTRACKED = "normal"
 DEFAULT_COMMITS = 3
@@ -32,8 +31,8 @@ class Calls:
 
     def __init__(self, untracked: str, commits: int, timeout: float, cwd: str) -> None:
         self.deadline = time.monotonic() + timeout
-        self.log: subprocess.Popen[bytes] | None = None
-        started: list[subprocess.Popen[bytes]] = []
+        self.log: Child | None = None
+        started: list[Child] = []
         try:  # status first: it takes longest (the index refresh and the untracked walk)
             self.status = spawn(["git", "status", "--porcelain=v2", "--branch", "--show-stash",
                                  "-z", f"--untracked-files={untracked}"], cwd)
@@ -51,7 +50,7 @@ class Calls:
         _end([p for p in (self.rev, self.status, self.log) if p is not None])
 
 
-def _end(procs: list[subprocess.Popen[bytes]]) -> None:
+def _end(procs: list[Child]) -> None:
     import signal
 
     for proc in procs:
@@ -61,8 +60,6 @@ def _end(procs: list[subprocess.Popen[bytes]]) -> None:
             except (ProcessLookupError, PermissionError):
                 pass
             proc.wait()
-        for pipe in (proc.stdout, proc.stderr):
-            if pipe is not None:
-                pipe.close()
+        proc.close()
 
 
