@@ -435,9 +435,8 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
         elif delivered:  # counted as injected only once the envelope went out (issue 11),
             mark = {**in_flight(), "epoch": epoch}  # and in flight until then
             flying.update(dict.fromkeys(delivered, mark))
-            delivery.reserve(lambda: _mark_injected(base, delivered, epoch, lock_wait,
-                                                    session_id, plain),
-                             lambda: _drop_in_flight(base, delivered, lock_wait, session_id))
+            delivery.reserve(lambda: _settle(base, delivered, lock_wait, session_id, epoch, plain),
+                             lambda: _settle(base, delivered, lock_wait, session_id))
         _save(claim, ledger)
         if delivery is None:
             _index(claim, plain)
@@ -446,49 +445,13 @@ def handle_post_tool(payload: dict[str, object], context: SessionContext, *,
     return "\n\n".join(blocks) + "\n" if blocks else None
 
 
-def _mark_injected(base: str, keys: list[str], epoch: object, lock_wait: float,
-                   session_id: str = "", plain: list[str] | None = None) -> None:
-    """Record ``keys`` as injected in ``epoch`` (unless a compaction started a new one since),
-    then add ``plain`` (those of them reached through no link) to ``session_id``'s injected
-    index.
-
-    Raises:
-        OSError: the ledger stayed busy or cannot be written.
-    """
-    try:
-        claim = _Claim(base, lock_wait, session_id)
-    except StateError as err:
-        raise OSError(str(err)) from err
-    try:
-        if not claim.acquired:
-            raise OSError(f"nested-instructions ledger {base}.json stayed busy")
-        try:
-            ledger = _load(claim)
-            injected, flying = ledger["injected"], ledger["in_flight"]
-            assert isinstance(injected, dict) and isinstance(flying, dict)
-            _drop_own(flying, keys)
-            if ledger["epoch"] == epoch:
-                injected.update(dict.fromkeys(keys, epoch))
-            _save(claim, ledger)
-            if ledger["epoch"] == epoch:
-                _index(claim, plain or [])
-        except StateError as err:
-            raise OSError(str(err)) from err
-    finally:
-        claim.release()
-
-
-def _drop_own(flying: dict[object, object], keys: list[str]) -> None:
-    """Remove this process's in-flight marks of ``keys`` (a parallel hook's stay)."""
-    for key in keys:
-        mark = flying.get(key)
-        if isinstance(mark, dict) and mark.get("pid") == os.getpid():
-            del flying[key]
-
-
-def _drop_in_flight(base: str, keys: list[str], lock_wait: float, session_id: str = "") -> None:
-    """The envelope carrying ``keys`` did not go out: drop their in-flight marks, so the
-    next read injects them.
+def _settle(base: str, keys: list[str], lock_wait: float, session_id: str = "",
+            epoch: object = None, plain: list[str] | None = None) -> None:
+    """Settle the in-flight marks of ``keys`` (this process's; a parallel hook's stay) once the
+    envelope carrying them went out or did not. Delivered (``epoch`` given): record ``keys``
+    as injected in ``epoch``, unless a compaction started a new one since, then add ``plain``
+    (those of them reached through no link) to ``session_id``'s injected index. Not
+    delivered (``epoch`` None): only the marks go, so the next read injects them.
 
     Raises:
         OSError: the ledger stayed busy or cannot be written (the marks go void when this
@@ -503,10 +466,18 @@ def _drop_in_flight(base: str, keys: list[str], lock_wait: float, session_id: st
             raise OSError(f"nested-instructions ledger {base}.json stayed busy")
         try:
             ledger = _load(claim)
-            flying = ledger["in_flight"]
-            assert isinstance(flying, dict)
-            _drop_own(flying, keys)
+            injected, flying = ledger["injected"], ledger["in_flight"]
+            assert isinstance(injected, dict) and isinstance(flying, dict)
+            for key in keys:
+                mark = flying.get(key)
+                if isinstance(mark, dict) and mark.get("pid") == os.getpid():
+                    del flying[key]
+            current = epoch is not None and ledger["epoch"] == epoch
+            if current:
+                injected.update(dict.fromkeys(keys, epoch))
             _save(claim, ledger)
+            if current:
+                _index(claim, plain or [])
         except StateError as err:
             raise OSError(str(err)) from err
     finally:
