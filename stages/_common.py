@@ -31,15 +31,14 @@ user-level file (``~/.claude/CLAUDE.md``, ``~/.pi/agent``) is simply absent."""
 
 
 def home_dir() -> str:
-    """The user's home folder (absolute), or :data:`NO_HOME` when ``HOME`` is empty or no
-    absolute home is known (``HOME`` unset and no passwd entry): ``os.path.expanduser("~")``
-    then returned ``"~"`` or ``""``, and ``~/.claude/CLAUDE.md`` was read from the working
-    directory, where a cloned repository could plant it. Same rule as
-    ``supervisor._home.home_dir`` (a stage may run without watchkeeper importable)."""
-    if os.environ.get("HOME") == "":
-        return NO_HOME
-    home = os.path.expanduser("~")
-    return home if os.path.isabs(home) else NO_HOME
+    """The user's home folder (absolute; :func:`supervisor._home.home_dir`, the one rule), or
+    :data:`NO_HOME` when there is none (``HOME`` empty, or unset or relative with no passwd
+    entry): never a relative ``~``, from which ``~/.claude/CLAUDE.md`` would be read in the
+    working directory, where a cloned repository could plant it."""
+    from supervisor._home import home_dir as found
+
+    home = found()
+    return NO_HOME if home is None else home
 
 
 def expand_home(value: str) -> str:

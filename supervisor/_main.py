@@ -80,13 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     if lost:
         print(lost, file=sys.stderr)
         return EXIT_FAILURE
-    try:
-        module = importlib.import_module(f"supervisor.commands.{verb}")
-    except ModuleNotFoundError as err:
-        if err.name != f"supervisor.commands.{verb}":
-            raise
-        print(f"supervise: '{verb}' is not available in this build", file=sys.stderr)
-        return EXIT_FAILURE
+    module = importlib.import_module(f"supervisor.commands.{verb}")  # every verb of VERBS
     code: int = module.main(args[1:])
     _flush_state_notices()
     return code

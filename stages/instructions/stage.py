@@ -185,11 +185,9 @@ def record_baseline(place: Place, harness: str, injected: list[Entry],
              for e in injected]
     files += [(p, place.show(p), "harness", p in user_files, is_rule_file(Path(p)))
               for p in sorted(loaded)]
-    try:
-        from supervisor._errors import SupervisorError
-        from supervisor.session._refresh import record_baseline as record
-    except ImportError:  # a stage copied out of the package: no refresh, nothing else lost
-        return
+    from supervisor._errors import SupervisorError
+    from supervisor.session._refresh import record_baseline as record
+
     try:
         record(Path(state), session_id, harness, files, place.root)
     except (SupervisorError, OSError) as err:

@@ -173,11 +173,9 @@ def log(env: StageEnv, line: str) -> None:
     dir included: nothing is written through it)."""
     if env.state_dir is None:
         return
-    try:
-        from supervisor._errors import StateError
-        from supervisor.state._statedir import open_subpath
-    except ImportError:  # the stage runs under an interpreter without watchkeeper
-        return
+    from supervisor._errors import StateError
+    from supervisor.state._statedir import open_subpath
+
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     text = f"{stamp} [{env.stage}] {' '.join(line.split())}\n"
     try:  # through the state door: never through a planted link, FIFO or folder
@@ -302,10 +300,8 @@ def record_exposure(env: StageEnv, what: Path | str, nbytes: int) -> None:
     """Append a resident-exposure event for ``what`` (see ``supervisor.state._exposure``); best effort."""
     if env.state_dir is None or nbytes <= 0 or env.preview:
         return  # a preview reached no model
-    try:
-        from supervisor.state import _exposure
-    except ImportError:  # the stage runs under an interpreter without watchkeeper
-        return
+    from supervisor.state import _exposure
+
     try:
         _exposure.append_exposure(env.state_dir, what=str(what), nbytes=nbytes,
                                   source=env.source, session=env.session, stage=env.stage)
