@@ -41,8 +41,10 @@ handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a fold
 
 _RUN_AND_LIST = """
 import os, runpy, sys
-out, real_exit = os.environ.pop("WK_MODULES_OUT"), os._exit
+out, real_exit, me = os.environ.pop("WK_MODULES_OUT"), os._exit, os.getpid()
 def listed():
+    if os.getpid() != me:  # a child forked from it (a stage, the guardian) lists nothing
+        return
     with open(out, "w") as f:
         f.write("\\n".join(sys.modules))
 def leave(status):
