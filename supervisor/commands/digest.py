@@ -162,8 +162,8 @@ def main(argv: list[str]) -> int:
         if args.format == "json":
             import json
 
-            line = json.dumps({"off": line.strip(), "truncated": False, "reason": None,
-                               "budget": None, "seconds": 0.0, "stages": []}) + "\n"
+            line = json.dumps({"off": line.strip(), "stages": [], "truncated": False,
+                               "reason": None, "budget": None, "seconds": 0.0}) + "\n"
         sys.stdout.write(line)
         return EXIT_OK
     code = EXIT_OK
@@ -237,18 +237,22 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
     from ..engine._output import StreamSink
     from ..engine._signals import run_with_signals
 
-    # text: streamed to stdout, nothing kept; json: the stages' chunks kept once, written out
-    # from them at the end (DigestResult.write_json), never as one document in memory
-    sink = StreamSink(1) if args.format == "text" else None
-    chunks: dict[str, list[bytes]] | None = None if sink is not None else {}
-    if notice and sink is not None:
+    # text: streamed to stdout, nothing kept; json: the document streamed as the digest runs
+    # (each stage's output escaped as it is shown, never held whole: JsonStream)
+    sink = StreamSink(1)
+    document = None
+    if args.format == "json":
+        from ..engine._results import JsonStream
+
+        document = JsonStream(sink, {"config_error": notice} if notice else None)
+    elif notice:
         sink.write(notice.encode() + b"\n")
 
     async def body(aborter: Aborter) -> DigestResult:
         return await digest(config, context, sink=sink, abort=aborter.event, only=args.only,
-                                abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
-                                on_stage=live, keep_output=sink is None, prestart=started,
-                                output_chunks=chunks)
+                            abort_reason=aborter.reason, rerun_hint=_rerun_hint(args, project),
+                            on_stage=live, keep_output=False, prestart=started,
+                            frame=document)
 
     live = _live_progress if sys.stderr.isatty() else None
     from ..state._delivery import open_delivery
@@ -264,17 +268,10 @@ def _run(args: DigestArgs, config: DigestPlan, context: SessionContext, project:
                                       "here")  # else a bare timing line looks like a fault
             print(f"supervise: digest {state} in {result.seconds:.2f}s (budget "
                   f"{result.budget:g}s){empty}", file=sys.stderr)
-        if sink is not None:
-            whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
-            out = sink
-        else:
-            out = StreamSink(1)
-            # the JSON says what the text says first: the config was not used
-            result.write_json(out.write_waiting, chunks,
-                              {"config_error": notice} if notice else None)
-            out.write(b"\n")
-            whole = out.close(timeout=2.0)
-        lost = _lost_output(out)
+        if document is not None:
+            document.close(result)  # the entries and fields known only at the end
+        whole = sink.close(timeout=2.0)  # a reader that stopped reading gets 2 s
+        lost = _lost_output(sink)
         whole = whole and not lost
         if not whole and delivery.reserved:  # `| head -1` alone is not an error (rule 13)
             print("supervise digest: the output was not delivered whole (the reader left or "

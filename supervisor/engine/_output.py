@@ -17,6 +17,8 @@ from .._sanitize import StreamCleaner, removed_note
 TYPE_CHECKING = False  # not typing's: a session start runs this module
 if TYPE_CHECKING:
     from typing import Protocol, final
+
+    from ._results import StageStatus, StageSummary
 else:
     Protocol = object
 
@@ -31,6 +33,32 @@ class Sink(Protocol):
 
     def write(self, data: bytes) -> None:
         """Write ``data`` (valid UTF-8 bytes) in order; never raise."""
+
+
+class Frame(Protocol):
+    """A sink that is told which stage each byte belongs to (:class:`OrderedOutput`'s
+    ``frame``): a document written as the digest runs (``--format json``, the hook's spilled
+    digest), which holds no stage's output whole. Its calls come in the digest's order: the
+    live stages in declared order, each one's bytes then its end; its ``write`` (a
+    :class:`Sink`'s) gets the notices outside any stage."""
+
+    def begin(self, layout: list[tuple[str, StageStatus | None]]) -> None:
+        """The digest's stages in declared order, before any other call: ``(name, None)``
+        for a stage run live (the ``index`` of :meth:`stage` counts these), ``(name,
+        "skipped")`` or ``(name, "deferred")`` for the others."""
+
+    def write(self, data: bytes) -> None:
+        """A notice outside any stage (valid UTF-8); never raise."""
+
+    def stage(self, index: int, data: bytes, plain: bool) -> None:
+        """Bytes (valid UTF-8) of live stage ``index`` (its position among the live stages),
+        in order, as the digest shows them (after every cap); ``plain``: they are ASCII with
+        no control but LF and TAB (checked on their way in); never raise."""
+
+    def end(self, index: int, summary: StageSummary | None, cut: bool) -> None:
+        """Live stage ``index`` has shown all it will: ``summary`` is its outcome (None when
+        it never started), ``cut`` whether the digest-wide cap cut its output; never
+        raise."""
 
 
 @final
@@ -125,8 +153,27 @@ class StreamSink:
         self.written += len(data)
         if self.broken or self._stalled:
             return
+        if not self._pending:  # the usual case: written from ``data`` itself, no copy
+            data = self._write_some(data)
+            if not data:
+                return
         self._pending += data
         self._flush()
+
+    def _write_some(self, data: bytes) -> bytes:
+        """Write what the descriptor takes of ``data`` now; what it did not take."""
+        while True:
+            try:
+                n = os.write(self._fd, data)
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                return data
+            except OSError as err:  # EPIPE, EBADF, ENOSPC, EIO: the output is gone, the digest goes on
+                self.error = err
+                self._go_dark()
+                return b""
+            return data[n:] if n < len(data) else b""
 
     def write_waiting(self, data: bytes, stall: float = 2.0) -> None:
         """:meth:`write`, then wait (blocking: for output written after the digest, when no
@@ -231,7 +278,7 @@ class _Slot:
         default_factory=lambda: codecs.getincrementaldecoder("utf-8")("replace")
     )
     cleaner: StreamCleaner = field(default_factory=StreamCleaner)
-    pending: list[tuple[bytes, bool]] = field(default_factory=list)
+    pending: list[tuple[bytes, bool, bool]] = field(default_factory=list)  # data, forced, plain
     shown: list[bytes] = field(default_factory=list)
     kept: list[bytes] = field(default_factory=list)
     raw_bytes: int = 0
@@ -242,6 +289,7 @@ class _Slot:
     last: int = 10  # last byte kept (10 = "\n": nothing yet)
     text: str | None = None  # stage_text of a finished stage, decoded once
     text_cut: bool = False
+    summary: StageSummary | None = None  # given to finish(), handed to the frame at its end
 
 
 class OrderedOutput:
@@ -252,14 +300,16 @@ class OrderedOutput:
         slots: ``(name, cap_bytes, title)`` per stage, in declared order.
         total_cap: bytes the whole digest may print before it is cut (a loud marker names
             what was cut; cuts land on a UTF-8 boundary).
+        frame: when given, each stage's bytes go to ``frame.stage`` and its end to
+            ``frame.end`` (:class:`Frame`) instead of to ``sink``, which still gets the
+            notices.
     """
 
     def __init__(self, sink: Sink, slots: list[tuple[str, int, str | None]], total_cap: int,
-                 *, transparent: bool = False, keep: bool = True, decode: bool = True) -> None:
+                 *, transparent: bool = False, keep: bool = True,
+                 frame: Frame | None = None) -> None:
         self._sink = sink
-        # decode=False: the text is kept as chunks only (stage_chunks), never decoded whole
-        # (stage_text is then ""): `supervise digest --format json` writes it from the chunks
-        self._decode = decode
+        self._frame = frame
         self._transparent = transparent  # `supervise run`: bytes only, no notes or fix-ups
         # keep=False: the text only streams to the sink (a terminal digest); nothing is kept,
         # so a stage may print far more than memory holds (stage_text is then "").
@@ -274,28 +324,25 @@ class OrderedOutput:
         """Every notice written (cut marker, deferred results, IN PROGRESS, banner), in order."""
 
     # -- raw writes --------------------------------------------------------------------------
-    def _emit(self, data: bytes, owner: str | None, forced: bool = False) -> bytes:
-        """Write ``data`` within the total cap; return what was actually written."""
+    def _emit(self, data: bytes, index: int, forced: bool = False, plain: bool = False) -> bytes:
+        """Write ``data`` of stage ``index`` within the total cap (``plain``: ASCII with no
+        control but LF and TAB, for a frame); return what was actually written."""
         if not data:
             return b""
-        if forced:  # supervisor notes are never cut: they say what is missing
+        if not forced:  # supervisor notes are never cut: they say what is missing
+            room = self._total_cap - self.written
+            if len(data) > room:
+                owner = self._slots[index].name
+                if owner not in self._total_cut:
+                    self._total_cut.append(owner)
+                data = cut_utf8(data, room) if room > 0 else b""
+                if not data:
+                    self.written = max(self.written, self._total_cap)
+                    return b""
+        if self._frame is not None:
+            self._frame.stage(index, data, plain)
+        else:
             self._sink.write(data)
-            self.written += len(data)
-            self._last = data[-1]
-            return data
-        room = self._total_cap - self.written
-        if room <= 0:
-            if owner is not None and owner not in self._total_cut:
-                self._total_cut.append(owner)
-            return b""
-        if len(data) > room:
-            data = cut_utf8(data, room)
-            if owner is not None and owner not in self._total_cut:
-                self._total_cut.append(owner)
-            if not data:
-                self.written = self._total_cap
-                return b""
-        self._sink.write(data)
         self.written += len(data)
         self._last = data[-1]
         return data
@@ -334,7 +381,7 @@ class OrderedOutput:
             slot.dropped += len(raw)
             return
         if self._transparent or (not slot.decoder.getstate()[0] and slot.cleaner.plain(raw)):
-            self._keep(index, raw)
+            self._keep(index, raw, plain=not self._transparent)
         else:
             self._keep(index, slot.cleaner.feed(slot.decoder.decode(raw)).encode("utf-8"))
 
@@ -351,7 +398,7 @@ class OrderedOutput:
         slot.raw_bytes += count
         slot.dropped += count
 
-    def _keep(self, index: int, data: bytes) -> None:
+    def _keep(self, index: int, data: bytes, plain: bool = False) -> None:
         slot = self._slots[index]
         if not data:
             return
@@ -370,11 +417,11 @@ class OrderedOutput:
         slot.kept_bytes += len(data)
         slot.last = data[-1]
         if index == self._head:
-            shown = self._emit(data, slot.name)
+            shown = self._emit(data, index, plain=plain)
             if self._keep_text:
                 slot.shown.append(shown)
         else:
-            slot.pending.append((data, False))
+            slot.pending.append((data, False, plain))
 
     def note(self, index: int, text: str) -> None:
         """Add a one-line supervisor note to stage ``index``'s output (kept in order)."""
@@ -388,18 +435,21 @@ class OrderedOutput:
         slot.kept_bytes += len(data)
         slot.last = 10
         if index == self._head:
-            shown = self._emit(data, slot.name, forced=True)
+            shown = self._emit(data, index, forced=True)
             if self._keep_text:
                 slot.shown.append(shown)
         else:
-            slot.pending.append((data, True))
+            slot.pending.append((data, True, False))
 
-    def finish(self, index: int) -> None:
+    def finish(self, index: int, summary: StageSummary | None = None) -> None:
         """Stage ``index`` has ended: flush its decoder (a cut character becomes U+FFFD), add
-        the cap marker if it was cut, and advance the live head over finished stages."""
+        the cap marker if it was cut, and advance the live head over finished stages (a
+        frame is told each one's end, with its ``summary``: its outcome, None when it never
+        started). A second call changes nothing."""
         slot = self._slots[index]
         if slot.done:
             return
+        slot.summary = summary
         if not self._transparent:
             tail = slot.cleaner.feed(slot.decoder.decode(b"", final=True)) + slot.cleaner.finish()
             self._keep(index, tail.encode("utf-8"))
@@ -412,11 +462,14 @@ class OrderedOutput:
             self._keep(index, b"\n")  # every stage ends on a line break
         slot.done = True
         while self._head < len(self._slots) and self._slots[self._head].done:
+            if self._frame is not None:
+                ended = self._slots[self._head]
+                self._frame.end(self._head, ended.summary, ended.name in self._total_cut)
             self._head += 1
             if self._head < len(self._slots):
                 head = self._slots[self._head]
-                for chunk, forced in head.pending:
-                    shown = self._emit(chunk, head.name, forced)
+                for chunk, forced, plain in head.pending:
+                    shown = self._emit(chunk, self._head, forced, plain)
                     if self._keep_text:
                         head.shown.append(shown)
                 head.pending.clear()
@@ -424,8 +477,6 @@ class OrderedOutput:
     def stage_text(self, index: int) -> str:
         """What stage ``index`` contributed to the digest (after its cap, and after the total
         cap when that cut it), as text."""
-        if not self._decode:
-            return ""
         slot = self._slots[index]
         cut = slot.name in self._total_cut
         if slot.done and slot.text is not None and slot.text_cut == cut:
@@ -435,13 +486,6 @@ class OrderedOutput:
         if slot.done:
             slot.text, slot.text_cut = text, cut
         return text
-
-    def stage_chunks(self, index: int) -> list[bytes]:
-        """What stage ``index`` contributed to the digest (as :meth:`stage_text`), as the
-        chunks kept: valid UTF-8 each, references to the bytes the stage was given (no copy).
-        Empty when nothing is kept (``keep=False``)."""
-        slot = self._slots[index]
-        return slot.shown if slot.name in self._total_cut else slot.kept
 
     def stage_bytes(self, index: int) -> tuple[int, bool]:
         """``(raw bytes received, whether output was cut by the stage cap)``."""

@@ -22,7 +22,7 @@ from .._record import replace
 from . import _banner, _cgroup, _deferred, _loop, _reaper, _spawn, _stagelog, _tree
 from .._errors import StateError
 from ..config._context import SessionContext
-from ._output import ChunkSink, OrderedOutput, Sink
+from ._output import ChunkSink, Frame, OrderedOutput, Sink
 from ..config._plan import DigestPlan, StagePlan, as_plan, unmet
 from ..state._project import ensure_state_dir
 from ..state._statedir import link_notice, take_notices
@@ -51,7 +51,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
                      rerun_hint: str | None = None,
                      on_stage: Callable[[str, StageResult | None], None] | None = None,
                      keep_output: bool = True, prestart: Prestart | None = None,
-                     output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
+                     frame: Frame | None = None) -> DigestResult:
     """Run a digest: every stage concurrently, output in declared order, one deadline.
 
     Args:
@@ -78,11 +78,15 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
             event loop for this same digest, context and ``only`` (the CLI's built-in stages,
             forked): the engine takes them over, and the digest's clock starts at
             ``prestart.t0``. A stage there that this digest would not start first is killed.
-        output_chunks: when given (with ``keep_output``), each live stage's output is put
-            there by name as the chunks the digest showed for it (valid UTF-8 bytes each, no
-            copy), never decoded: the stages' ``output`` and the result's ``text`` stay
-            empty, and the caller writes the chunks out (``supervise digest --format json``,
-            :meth:`DigestResult.write_json`), so the output is held once.
+        frame: when given (:class:`supervisor.engine._output.Frame`), the digest is written
+            to it as it runs, told which stage each byte is of (``sink`` is then unused):
+            ``frame.begin`` gets the stages in declared order first, as ``(name, None)`` for a
+            stage run live and ``(name, "skipped")`` or ``(name, "deferred")`` for the
+            others, then ``frame.stage``/``frame.end`` each live stage's bytes and end, and
+            ``frame.write`` the notices. Nothing is kept: the stages' ``output`` and the
+            result's ``text`` are empty (``supervise digest --format json`` streams its
+            document so: :class:`supervisor.engine._results.JsonStream`). Its calls come
+            from the engine's worker thread, as ``sink``'s do.
 
     Returns:
         A :class:`DigestResult`. The call returns within ``budget + 0.25`` seconds whatever
@@ -102,7 +106,7 @@ async def run_digest(config: DigestConfig | DigestPlan, context: SessionContext,
             anyio.from_thread.run_sync(observer, name, result)  # in the caller's loop
     return await _embedded(lambda inner: _execute(
         plan, context, sink, only, inner, abort_reason, rerun_hint, on_stage=on_stage,
-        keep_output=keep_output, prestart=prestart, output_chunks=output_chunks), abort)
+        keep_output=keep_output, prestart=prestart, frame=frame), abort)
 
 
 async def digest(config: DigestPlan, context: SessionContext, *, sink: Sink | None = None,
@@ -111,14 +115,14 @@ async def digest(config: DigestPlan, context: SessionContext, *, sink: Sink | No
                  rerun_hint: str | None = None,
                  on_stage: Callable[[str, StageResult | None], None] | None = None,
                  keep_output: bool = True, prestart: Prestart | None = None,
-                 output_chunks: dict[str, list[bytes]] | None = None) -> DigestResult:
+                 frame: Frame | None = None) -> DigestResult:
     """:func:`run_digest` on the engine's own loop (:mod:`supervisor.engine._loop`, run by
     :func:`supervisor.engine._signals.run_with_signals` or :func:`supervisor.engine._loop.run`):
     the same arguments, ``abort`` an event of that loop. What the CLI and the deferred runner
     run."""
     return await _execute(config, context, sink, only, abort, abort_reason, rerun_hint,
                           on_stage=on_stage, keep_output=keep_output, prestart=prestart,
-                          output_chunks=output_chunks)
+                          frame=frame)
 
 
 class _Embedding:
@@ -209,15 +213,16 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    inherit_stdio: bool = False, keep_output: bool = True,
                    forward: Callable[[], int | None] | None = None,
                    prestart: Prestart | None = None,
-                   output_chunks: dict[str, list[bytes]] | None = None,
+                   frame: Frame | None = None,
                    on_kill: Callable[[str, _tree.KillReport], None] | None = None) -> DigestResult:
     started = _loop.current_time()
     if prestart is not None:  # the digest began when its first stages were started
         started -= max(0.0, time.monotonic() - prestart.t0)
     wall0 = time.time()
     buffer = ChunkSink()  # references, not copies: the output is held once
-    tee = _Tee(sink, None if transparent or not keep_output or output_chunks is not None
-               else buffer)
+    if frame is not None:
+        sink, keep_output = frame, False  # the frame is the digest's only record
+    tee = _Tee(sink, None if transparent or not keep_output else buffer)
     if transparent:
         # `supervise run`: like GNU timeout, the command gets its whole budget; the kill
         # sequence (grace + KILL) comes after it.
@@ -236,7 +241,10 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
     position = {s.name: i for i, s in enumerate(live)}
     out = OrderedOutput(tee, [(s.name, s.max_output or config.max_output, s.title) for s in live],
                         config.max_output, transparent=transparent, keep=keep_output,
-                        decode=output_chunks is None)
+                        frame=frame)
+    if frame is not None:
+        frame.begin([(s.name, None if s.name in position else "deferred" if s.name in chosen
+                      else "skipped") for s in config.stages])
     guarded: set[int] = set()  # the guardian's pid, once the first stage starts it
 
     def excluded() -> set[int]:
@@ -321,8 +329,6 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
             results.append(_deferred_result(spec.name, deliveries.get(spec.name)))
         else:
             found = run.results.get(spec.name, StageResult(spec.name, "not_started"))
-            if output_chunks is not None:
-                output_chunks[spec.name] = out.stage_chunks(position[spec.name])
             # Every stage has flushed by now: take its output as the digest finally showed it
             # (a later stage's text may have been cut by the total cap after it ended).
             shown = out.stage_text(position[spec.name])

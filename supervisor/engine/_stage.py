@@ -22,7 +22,7 @@ from ._launch import (FD_RESERVE, STAGE_FDS, Prestart, descriptor_limit, idle_bu
                       open_descriptors, stage_argv, stage_cwd)
 from ._output import OrderedOutput
 from ..config._plan import DigestPlan, StagePlan
-from ._results import StageResult
+from ._results import StageResult, StageSummary
 from ._stagelog import StderrCapture
 
 TYPE_CHECKING = False  # not typing's: a session start runs this module
@@ -159,7 +159,7 @@ async def run_stage(run: DigestRun, index: int, spec: StagePlan) -> None:
     try:
         await _run_stage_inner(run, index, spec)
     finally:
-        out.finish(index)
+        out.finish(index, run.results.get(spec.name))  # ended early: what it reported
         run.done[spec.name].set()
 
 
@@ -422,7 +422,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             out.note(index, f"[supervise] stage '{spec.name}': its stderr could not be logged: "
                             f"{err}")
     raw, cut = out.stage_bytes(index)
-    out.finish(index)  # flush a cut character before the text is taken
+    summary = StageSummary(spec.name, status, code, seconds, raw, cut)
+    out.finish(index, summary)  # flush a cut character before the text is taken
     run.report(spec.name, StageResult(spec.name, status, code, seconds, raw, cut,
                                       out.stage_text(index)))
 
