@@ -195,3 +195,31 @@ def test_a_new_run_stops_an_earlier_run_its_runner_left(tmp_path: Path) -> None:
         assert alive_and_ours(runs(2)[1])  # the new run is running
     finally:
         end_our_processes()
+
+
+def test_a_run_sigkilled_as_its_command_starts_takes_it_with_it(tmp_path: Path) -> None:
+    """A SIGKILL to ``run`` in its command's first moments: the command stops ``run`` (its
+    parent) before anything else, writes its pid, then forks a TERM-ignoring child and a
+    ``setsid`` escapee; the test kills the stopped ``run``. The guardian was forked once the
+    command had run 10 ms, so a kill sooner left the whole tree running; it is forked before
+    the spawn now."""
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    body = "kill -STOP $PPID; " + _hostile(pids, "f")
+    run = subprocess.Popen(supervise_cmd("run", "--budget", str(HOLD), "--", "sh", "-c", body),
+                           cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    started: list[int] = []
+    try:
+        started = _wait_for([pids / f"f-{role}" for role in ROLES])
+        with open(f"/proc/{run.pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+        assert state in (b"T", b"t"), "the premise: run is stopped by its command's first act"
+        run.kill()
+        run.wait(timeout=30)
+        assert _all_gone(started) == [], "the command outlived its SIGKILLed `supervise run`"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        _end(started)

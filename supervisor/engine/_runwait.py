@@ -20,9 +20,9 @@ there is something to kill:
   subreaper every orphan of the tree becomes our child, so this check is complete):
   :meth:`~supervisor.engine._tree.Watch.has_leftovers` then ``kill_stage``, as the engine sweeps a
   stage (systemd control-group semantics, design rule 8);
-- a SIGKILL to us: the guardian (:mod:`supervisor.engine._guardian`), forked once the command
-  has run :data:`GUARD_AFTER` seconds or before the watchdog loads, kills the command's tree
-  when it reads end of file on its pipe.
+- a SIGKILL to us: the guardian (:mod:`supervisor.engine._guardian`), forked just before the
+  command is spawned (knowing its token), kills the command's tree when it reads end of file
+  on its pipe, whenever in the command's life the SIGKILL comes.
 
 No second kill sequence lives here, and no second copy of the engine's numbers: the timing
 table, the portable switch, the subreaper, the children listing and the reaper come from
@@ -52,7 +52,6 @@ TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from ._guardian import Guardian
     from ._tree import KillReport
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
@@ -65,11 +64,6 @@ table (every 0.1 to 0.5 s, as the engine's monitor does), so that its kill seque
 the deadline knowing the tree's members: the kill has only grace + ``HARD_PHASE`` + the drain
 reserve, too short to find a ``setsid`` escapee from nothing on a starved host, where loading
 the watchdog's imports alone can take seconds."""
-GUARD_AFTER = 0.01
-"""Seconds of the command's life after which the guardian (:mod:`supervisor.engine._guardian`)
-is forked, if the watchdog has not loaded first: a SIGKILL to ``run`` after that kills the
-command's tree within a moment; one in the first :data:`GUARD_AFTER` seconds leaves it (the
-price of ``run -- true`` paying no fork: a command that ends sooner never needs one)."""
 WATCH_AFTER = 1.0
 """Seconds of the command's life after which the watchdog is loaded and scans anyway: a
 command that runs this long gets the engine's watch (a signal to us, or its exit, then finds
@@ -190,6 +184,15 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
             signal.signal(sig, on_signal)
         restore = tuple(s for s in (getattr(signal, "SIGPIPE", None),
                                     getattr(signal, "SIGXFSZ", None)) if s is not None)
+        # A SIGKILL to us (the OOM killer, a harness's timeout, `kill -9`) runs no kill: the
+        # guardian kills the command's tree when it reads end of file on its pipe, as a
+        # digest's does (supervisor.engine._guardian). Forked before the spawn, knowing the
+        # token the command will carry, so no moment of the command's life is unguarded.
+        from ._guardian import Guardian
+
+        cgroup_name = str(cgroup) if cgroup is not None else None
+        guard = Guardian.start((token, cgroup_name))
+        mine: list[int] = [guard.pid] if guard is not None else []  # never a tree member
         started = time.monotonic()
         try:
             try:
@@ -203,36 +206,21 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                 pid = os.posix_spawn(sh[0], sh, env, file_actions=actions, setsid=True,
                                      setsigdef=restore)
         except BaseException:
+            if guard is not None:
+                guard.close()  # nothing was started: nothing for it to kill
             if cgroup is not None:
                 _cgroup.remove(cgroup)
             raise
         finally:
             if out_w >= 0:
                 os.close(out_w)
-        # A SIGKILL to us (the OOM killer, a harness's timeout, `kill -9`) runs no kill: the
-        # guardian kills the command's tree when it reads end of file on its pipe, as a
-        # digest's does (supervisor.engine._guardian). Forked once the command has run
-        # GUARD_AFTER seconds, or before the watchdog loads (a kill, a sweep, a scan): a
-        # command that ends sooner (`run -- true`) never pays for the fork.
-        guard: list[Guardian | None] = []
-        mine: list[int] = []  # the guardian's pid: ours, never a member of the tree
-
-        def guarded() -> None:
-            if not guard:
-                from ._guardian import Guardian
-
-                guard.append(Guardian.start((token, str(cgroup) if cgroup is not None
-                                             else None)))
-                if guard[0] is not None:
-                    mine.append(guard[0].pid)
-                    guard[0].watch(pid, None, token, str(cgroup) if cgroup is not None
-                                   else None)
+        if guard is not None:
+            guard.watch(pid, None, token, cgroup_name)
 
         def unguarded() -> None:
-            if guard and guard[0] is not None:
-                guard[0].close()  # the tree is dead or swept: nothing for it to kill
+            if guard is not None:
+                guard.close()  # the tree is dead or swept: nothing for it to kill
 
-        guard_at = started + GUARD_AFTER
         kill_at = started + budget
         end_at = kill_at + grace + KILL_MARGIN
         raw: int | None = None
@@ -261,8 +249,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     sent = len(got)
                     continue  # its exit may be there already
                 now = time.monotonic()
-                if not guard and now >= guard_at:
-                    guarded()
                 if now >= escalate_at:
                     reason = "signal"
                     break
@@ -275,7 +261,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     watch_at = min(watch_at, escalate_at - PREFETCH)
                 if time.monotonic() >= watch_at:
                     if dog is None:  # now, so that a kill starts on time, knowing the tree
-                        guarded()
                         dog = _Watchdog(pid, token, cgroup, mine)
                     if time.monotonic() >= dog.next_scan:
                         dog.scan(min(kill_at, escalate_at))  # who the kill must reach
@@ -283,8 +268,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
                     timeout = min(left, dog.next_scan - time.monotonic())
                 else:
                     timeout = watch_at - time.monotonic()
-                if not guard:
-                    timeout = min(timeout, guard_at - time.monotonic())
                 ready = _wait_readable([wake_r] if out_r < 0 else [wake_r, out_r], timeout)
                 if wake_r in ready:
                     _drain(wake_r)
@@ -298,7 +281,6 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         except BaseException:
             # An error of ours while it runs: the whole tree still dies (bounded), then the
             # error propagates.
-            guarded()
             (dog or _Watchdog(pid, token, cgroup, mine)).kill(grace, end_at)
             unguarded()
             raise
@@ -306,12 +288,10 @@ def run(argv: list[str], *, budget: float, grace: float, capture: bool = False) 
         if reason != "exited":
             swept = True
             # after a forwarded signal the command had its grace: the kill starts hard
-            guarded()
             dog = dog or _Watchdog(pid, token, cgroup, mine)
             raw = dog.kill(0.0 if reason == "signal" else grace, end_at)
         elif _may_have_leftovers(pid, cgroup, subreaper, mine):
             swept = True
-            guarded()
             dog = dog or _Watchdog(pid, token, cgroup, mine)
             dog.sweep(grace, end_at)
         unguarded()
