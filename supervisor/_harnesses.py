@@ -120,6 +120,16 @@ class Harness:
             SessionStart re-fires with ``source`` compact needs none, unless, like Claude, it
             hands that hook's output to the summariser); for a bridge, the one its extension
             listens to (Pi, OpenCode).
+        compact_trace: the bytes the harness writes, as a line of its transcript (the payload's
+            ``transcript_path``), each time it restarts its chat on an earlier history: after
+            a compression, and when a resumed process loads the session. Set for a harness
+            that fires no event once a compaction happened (Gemini CLI 0.61.0: its
+            ``PreCompress`` fires before every turn's threshold check, carries only
+            ``trigger``, and is followed by nothing; a real compression ends in ``startChat``,
+            whose ``ChatRecordingService.initialize`` appends ``{"$set":{"sessionId":...}}``,
+            LAB). A count of these lines that grew within one harness process is a
+            compression: the prompt hook then delivers a ``compact`` start
+            (:mod:`supervisor.session._armed`, the fast path's ``trace`` records). "" = none.
         resume_event: a separate event for a resumed session (Cline's ``TaskResume``,
             registered with ``--source resume``), or None (the payload's ``source`` says it).
         loads: the rule of ``stages/instructions/discover.py`` naming the instruction files
@@ -189,6 +199,7 @@ class Harness:
     post_tool_event: str | None = None
     file_tools: tuple[str, ...] = ()
     compact_event: str | None = None
+    compact_trace: str = ""
     resume_event: str | None = None
     loads: str = ""
     imports: bool = False
@@ -299,6 +310,7 @@ ROWS: tuple[Harness, ...] = (
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
             user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
             post_tool_event="AfterTool", file_tools=("read_file", "replace", "write_file"),
+            compact_trace='{"$set":{"sessionId":',
             loads="gemini", imports=True, early_exit=True, timeout_unit="ms",
             resume_drops_context=True, floor="0.61.0", newest="0.61.0", plugin="watchkeeper",
             mcp_files=(("project", ".gemini/settings.json"), ("user", "settings.json")),

@@ -24,7 +24,10 @@
 #              reserved-*.json (a claim a killed hook may have left: Python takes it back), no
 #              wake file in <state>/fastpath/ and no file watched there (watch,
 #              watch.parents/) changed: its ctime, or a link in its place (features that
-#              need the prompt hook to run Python register there);
+#              need the prompt hook to run Python register there); and for a session with a
+#              trace record (fastpath/trace/<session_id>/<count>:<mark>: its harness marks
+#              a compaction in its transcript) the payload's transcript_path has <count>
+#              lines holding <mark> (grep -c -F);
 #   post-tool: the tool is not a file tool, or every directory strictly below the payload's
 #              cwd down to the file's own directory that holds AGENTS.override.md or AGENTS.md
 #              (the first of the two present is its file) has that file in the session's
@@ -365,6 +368,45 @@ for found in "$state"/deferred/*/result-*.json "$state"/deferred/.*/result-*.jso
              "$state"/fastpath/wake*; do
   if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
 done
+# A session whose harness traces its compactions in its transcript (fastpath/trace/<session
+# id>/<count>:<mark>, supervisor/session/_fastpath.py set_trace): Python runs when the
+# transcript's count of lines holding <mark> is not <count> (a compaction happened, or the
+# count is not known yet: "-"), or whenever this cannot tell. Only names are listed here;
+# grep reads the harness's transcript, no state file.
+trace=$state/fastpath/trace
+if [ -e "$trace" ] || [ -L "$trace" ]; then
+  if [ -L "$state" ] || [ -L "$state/fastpath" ] || [ -L "$trace" ] || [ ! -d "$trace" ]; then slow "$@"; fi
+  if json_str session_id; then
+    case $val in ""|[!A-Za-z0-9]*|*[!A-Za-z0-9_-]*) slow "$@" ;; esac
+    if [ "${#val}" -gt 128 ]; then slow "$@"; fi
+    rec=$trace/$val
+    if [ -e "$rec" ] || [ -L "$rec" ]; then
+      if [ -L "$rec" ] || [ ! -d "$rec" ]; then slow "$@"; fi
+      entry=
+      for found in "$rec"/*; do
+        if [ -n "$entry" ]; then slow "$@"; fi  # two entries: Python decides
+        entry=${found##*/}
+      done
+      want=${entry%%:*}
+      mark=${entry#*:}
+      case $want in ""|*[!0-9]*) slow "$@" ;; esac  # "-" (not known), or no entry ("*")
+      if [ "$mark" = "$entry" ] || [ -z "$mark" ]; then slow "$@"; fi
+      json_str transcript_path || slow "$@"
+      case $val in /*) ;; *) slow "$@" ;; esac
+      if [ -L "$val" ] || [ ! -f "$val" ]; then slow "$@"; fi
+      tool grep
+      if [ -z "$found" ]; then slow "$@"; fi
+      have=$("$found" -c -F -e "$mark" -- "$val" 2>/dev/null)
+      case $have in ""|*[!0-9]*) slow "$@" ;; esac
+      if [ "$have" != "$want" ]; then slow "$@"; fi
+    fi
+  else
+    # no plain session id to look up: a traced session cannot be told apart
+    for found in "$trace"/*; do
+      if [ -e "$found" ] || [ -L "$found" ]; then slow "$@"; fi
+    done
+  fi
+fi
 # The state dir is untrusted input (issue 11): with a linked state dir or fastpath folder, a
 # watch list that is a link or not a regular file (a FIFO), or a watch.parents that is a link
 # or not a folder, Python's state door decides. Nothing there is opened here (du and find

@@ -1243,3 +1243,48 @@ def test_workspace_roots_follow_the_harness(interpreter: tuple[Path, Path], proj
     # cursor: its project is workspace_roots[0]; the shim leaves that to Python, which delivers
     answer = check(interpreter, "cursor", "prompt", compact(data), project, expect_python=True)
     assert b"NETWORK-OK" in answer.stdout
+
+
+def test_prompt_runs_python_only_when_the_transcript_traces_a_compaction(
+        interpreter: tuple[Path, Path], project: Path, tmp_path: Path) -> None:
+    """Gemini's trace record (``fastpath/trace/<sid>/<count>:<mark>``): the shim counts the
+    mark's lines in the payload's transcript itself: an equal count is "nothing to do", a
+    grown one runs Python, which delivers the start once (the old shim never looked: the compression
+    went unseen); an unknown count ("-"), two entries or a linked record run Python too."""
+    from supervisor.session._fastpath import set_trace
+
+    mark = BY_NAME["gemini"].compact_trace
+    (project / "supervise.toml").write_text(
+        '[[stages]]\nname = "alpha"\nrun = ["echo", "ALPHA-NOTES"]\nreemit = true\n')
+    transcript = tmp_path / "chat dir" / "session.jsonl"
+    transcript.parent.mkdir()
+    transcript.write_text('{"sessionId":"s-1"}\n')
+    start = compact({"session_id": "s-1", "transcript_path": str(transcript), "cwd": str(project),
+                     "hook_event_name": "SessionStart", "source": "startup"})
+    assert b"ALPHA-NOTES" in python_path("gemini", "session-start", start, project)
+    payload = prompt_payload(project, transcript_path=str(transcript))
+    payload = compact({**json.loads(payload), "hook_event_name": "BeforeAgent"})
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=False)
+    with transcript.open("a") as f:
+        f.write('{"id":"2","type":"user","content":[{"text":"quoting {\\"$set\\":{\\"sessionId\\":"}]}\n')
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=False)
+    with transcript.open("a") as f:
+        f.write('{"$set":{"sessionId":"s-1"}}\n')
+    answer = check(interpreter, "gemini", "prompt", payload, project, expect_python=True)
+    assert b"ALPHA-NOTES" in answer.stdout  # (no harness process here: the full start)
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=False)
+    record = project / ".supervise" / "fastpath" / "trace" / "s-1"
+    assert [p.name for p in record.iterdir()] == [f"1:{mark}"]
+    set_trace(project / ".supervise", "s-1", None, mark)
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=True)  # takes the count
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=False)
+    (record / f"5:{mark}").write_bytes(b"")
+    check(interpreter, "gemini", "prompt", payload, project, expect_python=True)
+    for entry in record.iterdir():
+        entry.unlink()
+    record.rmdir()
+    (tmp_path / "planted").mkdir()
+    (tmp_path / "planted" / f"1:{mark}").write_bytes(b"")
+    record.symlink_to(tmp_path / "planted")
+    shimmed = shim(interpreter, "gemini", "prompt", payload, project)
+    assert shimmed.ran_python, "a linked record: Python's state door decides"

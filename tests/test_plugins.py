@@ -244,8 +244,13 @@ def test_gemini_extension_registers_its_events_through_the_shim() -> None:
     assert ('exec supervise-hook gemini --opt-in --registered-in "${extensionPath}/hooks/hooks.json";'
             in commands[gemini.session_event])
     assert "--registered-timeout" not in commands[gemini.session_event]
-    # user level (Gemini loads it in every folder): it serves only projects that opted in
-    assert "exec supervise-hook gemini --opt-in --event prompt;" in commands[gemini.prompt_event]
+    # user level (Gemini loads it in every folder): it serves only projects that opted in;
+    # the prompt hook may re-emit after a compression (the row's compact_trace): it clamps
+    # its budget to its own registered timeout, which fits the budget as the start's does
+    assert ('exec supervise-hook gemini --opt-in --event prompt --registered-in '
+            '"${extensionPath}/hooks/hooks.json";' in commands[gemini.prompt_event])
+    [prompt_handler] = data["hooks"][gemini.prompt_event][0]["hooks"]
+    assert _timeout_check(gemini, prompt_handler, DEFAULT_BUDGET).status == "ok"
     assert "exec supervise-hook gemini --opt-in --event post-tool;" in commands[gemini.post_tool_event]
     # the extension's read hook matches the tools settings registrations do
     assert data["hooks"][gemini.post_tool_event][0]["matcher"] == gemini.post_tool_matcher

@@ -226,9 +226,10 @@ class Adapter:
 
     @property
     def prompt_may_start(self) -> bool:
-        """The per-prompt hook may deliver an armed start (a whole digest), so it is
-        registered with the session start's timeout, not the short per-event one."""
-        return bool(self.prompt_event and (self.start_armed or (
+        """The per-prompt hook may deliver an armed start (a whole digest, or the re-emit after
+        a compaction its transcript traces: the row's ``compact_trace``), so it is registered
+        with the session start's timeout, not the short per-event one."""
+        return bool(self.prompt_event and (self.start_armed or self.row.compact_trace or (
             self.compact_event and not self.compact_refires)))
 
     def event_name(self, kind: str) -> str:

@@ -9,7 +9,10 @@
   result for the model as ``<hook_context>``, ``<`` and ``>`` escaped), registered for the file
   tools (``read_file``, ``replace``, ``write_file``; payload ``tool_name``, ``tool_input``
   ``file_path``, ``cwd``): nested ``AGENTS.md`` files and path-scoped rules on a read.
-- Sources startup, resume, clear; no compact source (``PreCompress`` only observes).
+- Sources startup, resume, clear; no compact source, and ``PreCompress`` fires on every turn
+  (before the threshold check; payload ``trigger`` only). A real compression appends
+  ``{"$set":{"sessionId":...}}`` to the transcript (the row's ``compact_trace``): the
+  ``BeforeAgent`` after it re-emits, once (:mod:`supervisor.session._armed`).
 - Extension: ``plugins/gemini`` (``gemini-extension.json``, ``hooks/hooks.json``), linked at user
   level with ``gemini extensions link DIR --consent`` into ``~/.gemini/extensions/watchkeeper/``
   (LAB 0.61.0: its SessionStart hook's context reaches the model).
@@ -35,7 +38,8 @@ ADAPTER = Adapter(
         "Gemini asks, or turn folder trust off (security.folderTrust.enabled = false).",
     ),
     caveats=(
-        "no compact source: after compression run `supervise digest` by hand",
+        "no compact source: a compression is seen in the transcript and re-emitted at the "
+        "next prompt (BeforeAgent)",
         "stdout must hold the JSON alone",
     ),
 )

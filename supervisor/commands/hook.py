@@ -274,8 +274,10 @@ def _run(args: HookArgs) -> int:
         notice = (f"[supervise] configuration error: {config_error}; the embedded default "
                   "digest ran instead. Fix the file, then run `supervise digest --session-start`.\n")
     if (args.registered_in and args.registered_timeout is None and adapter is not None
-            and args.event == "session-start"):
-        args.registered_timeout = timeout_in(args.registered_in, adapter)
+            and args.event in ("session-start", "prompt")):
+        args.registered_timeout = timeout_in(
+            args.registered_in, adapter,
+            adapter.prompt_event if args.event == "prompt" else None)
     if args.registered_timeout is not None and args.event in ("session-start", "prompt"):
         # a prompt hook that may deliver an armed start runs the digest too
         config, clamped = clamp_budget(config, args.registered_timeout, args.harness)
@@ -327,6 +329,8 @@ def _prompt(hook: _Hook) -> None:
     from ..engine._deferred import result_cap, take_undelivered
 
     config, context = hook.config, hook.context
+    if _traced_compaction(hook):
+        _arm(context, "compact")  # delivered by this very hook, below (_armed_start)
     # only stages the effective config marks deferred: a result for any other is refused
     caps = {s.name: result_cap(s.max_output or config.max_output) for s in config.stages
             if s.deferred}
@@ -383,6 +387,13 @@ def _session_start(hook: _Hook) -> None:
         return
     _settle_nested(context)
     transcript = getattr(hook.payload, "transcript_path", None)
+    mark = hook.adapter.row.compact_trace if hook.adapter is not None else ""
+    if mark and context.session_id:
+        from ..session._armed import trace_start
+
+        trace_start(context.state_dir, context.session_id,
+                    transcript if isinstance(transcript, str) else None, mark,
+                    context.source or "startup")
     sent: list[tuple[str, str]] = []
 
     def produce(delivery: Delivery) -> tuple[str, str]:
@@ -420,6 +431,19 @@ def _armed_start(hook: _Hook, delivery: Delivery) -> tuple[str, str] | None:
     if source is None:
         return None
     return _routed_start(hook, replace(context, source=source, delivery=delivery), None)
+
+
+def _traced_compaction(hook: _Hook) -> bool:
+    """The harness marks a compaction in its transcript (the row's ``compact_trace``) and one
+    happened since the session's baseline (:func:`supervisor.session._armed.traced_compaction`)."""
+    mark = hook.adapter.row.compact_trace if hook.adapter is not None else ""
+    if not mark or not hook.context.session_id:
+        return False
+    from ..session._armed import traced_compaction
+
+    transcript = getattr(hook.payload, "transcript_path", None)
+    return traced_compaction(hook.context.state_dir, hook.context.session_id,
+                             transcript if isinstance(transcript, str) else None, mark)
 
 
 def _arm(context: SessionContext, source: str) -> None:
@@ -487,13 +511,15 @@ PRINT_RESERVE = 5.0
 interpreter start, the payload read (at most 1 s), the banner and printing."""
 
 
-def timeout_in(path: str, adapter: Adapter) -> float | None:
-    """Seconds of the session-start timeout that the hooks file ``path`` (a harness plugin's
+def timeout_in(path: str, adapter: Adapter, event: str | None = None) -> float | None:
+    """Seconds of the timeout that the hooks file ``path`` (a harness plugin's
     ``hooks/hooks.json``: ``{"hooks": {EVENT: [{"hooks": [{"timeout": N}]}]}}``, ``N`` in the
-    harness's unit) registers for ``adapter``'s session event: the one home of the plugin's
+    harness's unit) registers for ``event`` (default: ``adapter``'s session event; a prompt
+    hook that may deliver a start names the prompt event): the one home of the plugin's
     timeout, which the plugin's command names instead of repeating the number. None (one
     line on stderr) when the file cannot be read (at most 64 KiB, never a FIFO) or names none:
     the budget is then not clamped."""
+    event = event or adapter.session_event
     from .._errors import ConfigError
     from .._jsontext import loads
     from ..state._fsutil import read_small_file
@@ -501,7 +527,7 @@ def timeout_in(path: str, adapter: Adapter) -> float | None:
     try:
         raw = read_small_file(path, 64 * 1024, what="a plugin's hooks file")
         data = loads((raw or b"").decode("utf-8", "replace"))
-        for group in data["hooks"][adapter.session_event]:
+        for group in data["hooks"][event]:
             for handler in group["hooks"]:
                 value = handler.get("timeout")
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
@@ -511,7 +537,7 @@ def timeout_in(path: str, adapter: Adapter) -> float | None:
         return None
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         pass
-    print(f"supervise hook: --registered-in: {path} registers no {adapter.session_event} "
+    print(f"supervise hook: --registered-in: {path} registers no {event} "
           "timeout; the budget is not clamped", file=sys.stderr)
     return None
 

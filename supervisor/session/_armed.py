@@ -24,6 +24,16 @@ followed by a new process to one re-emit. The key is a SHA-256 of the harness an
 id: an id is never a path part. A payload without a session id arms nothing (nothing could
 tell its next prompt apart). A start a prompt hook delivered is stored by the harness with
 that prompt: :func:`held` says so, until the next :func:`arm`.
+
+A harness that fires nothing after a compaction may still mark it in its transcript (the
+harness table's ``compact_trace``: Gemini CLI appends ``{"$set":{"sessionId":...}}`` when a
+real compression restarts its chat, and at nothing else within one process). Its session
+start records how many transcript lines hold the mark (:func:`trace_start`; unknown for a
+resume, whose process writes one before its first prompt), and each prompt hook compares
+(:func:`traced_compaction`; the fast path counts with ``grep -c`` and runs Python only when
+the count moved): a count grown within the process arms ``compact`` for that same prompt
+hook to deliver. So a compression re-emits once, at the next prompt, and a turn without one
+(Gemini's ``PreCompress`` fires on every turn) re-emits nothing.
 """
 
 from __future__ import annotations
@@ -210,6 +220,42 @@ def _settle_wake(state_dir: StrPath) -> None:
         clear_wake(state_dir, WAKE)
 
 
+
+
+def trace_start(state_dir: StrPath, session_id: str, transcript: str | None, mark: str,
+                source: str) -> None:
+    """At a session start: record the transcript's count of ``mark`` lines as the baseline
+    (:func:`supervisor.session._fastpath.set_trace`), for a ``startup`` (a new transcript);
+    for any other source the count is left unknown, the next prompt hook takes it (a resumed
+    Gemini process names another file at SessionStart and writes its own mark into the
+    resumed one before the first prompt, LAB 0.61.0). Never raises."""
+    from ._fastpath import set_trace
+    from ._transcript import count_lines_with
+
+    count = count_lines_with(transcript, mark) if source == "startup" and transcript else None
+    if source == "startup" and count is None:
+        count = 0  # no transcript written yet: none of its lines holds the mark
+    set_trace(state_dir, session_id, count, mark)
+
+
+def traced_compaction(state_dir: StrPath, session_id: str, transcript: str | None,
+                      mark: str) -> bool:
+    """At a prompt hook: whether the transcript holds more ``mark`` lines than the baseline
+    (a compaction since), updating the baseline to the count now. False without a baseline
+    count (the first prompt of a resumed process: this count becomes it), without a
+    transcript that can be read (the baseline is kept), or for a session id that cannot be
+    recorded. Never raises."""
+    from ._fastpath import read_trace, set_trace
+    from ._transcript import count_lines_with
+
+    record = read_trace(state_dir, session_id)
+    have = count_lines_with(transcript, mark)
+    if have is None:
+        return False
+    if record is None or record[0] != have or record[1] != mark:
+        set_trace(state_dir, session_id, have, mark)
+    return record is not None and record[1] == mark and record[0] is not None \
+        and have > record[0]
 
 
 def process_key(session_id: str) -> str:

@@ -40,6 +40,15 @@ overgrown ledger), so the shim never finds an entry the ledger no longer has. On
 whose real path is their path (no link on the way) are indexed, and only for a session id that
 is a plain name (:func:`index_name`): the shim uses the id as a path part and checks for links
 itself.
+
+A prompt hook of a harness with a transcript trace of its compactions (the harness table's
+``compact_trace``: Gemini CLI) also reads the session's **trace record**: the folder
+``<state>/fastpath/trace/<session id>/`` holding one empty file ``<count>:<mark>``
+(:func:`set_trace`): how many lines of the transcript (the payload's ``transcript_path``)
+held ``mark`` when Python last looked, ``-`` when that is not known yet (a resumed process
+writes its mark before the first prompt). The shim counts them itself (one ``grep -c -F``)
+and runs Python when the count differs, or when it cannot tell; only names are listed, no
+record is opened.
 """
 
 from __future__ import annotations
@@ -69,6 +78,9 @@ MTIME_SLACK = 2.0
 
 NESTED_INDEX = "nested"
 """The folder (in ``fastpath/``) of the per-session injected indexes (:func:`mark_injected`)."""
+
+TRACE_DIR = "trace"
+"""The folder (in ``fastpath/``) of the per-session trace records (:func:`set_trace`)."""
 
 INDEX_KEEP_DAYS = 7.0
 """Days after which a session's injected index that nothing touched is removed."""
@@ -211,6 +223,64 @@ def mark_injected(state_dir: StrPath, session_id: str, paths: Iterable[str]) -> 
                 folder.write(parts[-1], b"")
         except (OSError, StateError):
             continue
+
+
+def set_trace(state_dir: StrPath, session_id: str, count: int | None, mark: str) -> None:
+    """Record that ``count`` lines of ``session_id``'s transcript hold ``mark`` (None: not
+    known yet, so the next prompt hook runs Python): the one entry ``<count>:<mark>`` of
+    ``fastpath/trace/<session id>/`` (written before the old one is removed: the shim, seeing
+    two, runs Python). Nothing is recorded for a session id that is no plain name
+    (:func:`index_name`) or a ``mark`` holding ``/``, a newline or NUL. Best effort (a state
+    dir that refuses the write costs the next prompt a Python start at worst). Never raises."""
+    from .._errors import StateError
+    from ..state._statedir import open_subpath
+
+    name = index_name(session_id)
+    if name is None or not mark or any(c in mark for c in "/\n\0"):
+        return
+    entry = f"{'-' if count is None else int(count)}:{mark}"
+    try:
+        top = open_subpath(state_dir, (FASTPATH_DIR, TRACE_DIR), create=True)
+        assert top is not None
+        with top:
+            if top.lstat(name) is None:
+                _prune(top)  # a new session: drop the records of sessions long gone
+            folder = top.sub(name, create=True)
+            assert folder is not None
+            with folder:
+                folder.write(entry, b"")
+                for old in folder.names():
+                    if old != entry:
+                        folder.remove(old)
+    except (OSError, StateError):
+        return
+
+
+def read_trace(state_dir: StrPath, session_id: str) -> tuple[int | None, str] | None:
+    """``(count, mark)`` of ``session_id``'s trace record (:func:`set_trace`; count None: not
+    known), or None when there is none, or it is not one well-formed entry. Never raises."""
+    from .._errors import StateError
+    from ..state._statedir import open_subpath
+
+    name = index_name(session_id)
+    if name is None:
+        return None
+    try:
+        folder = open_subpath(state_dir, (FASTPATH_DIR, TRACE_DIR, name))
+        if folder is None:
+            return None
+        with folder:
+            entries = folder.names()
+    except StateError:
+        return None
+    if len(entries) != 1 or ":" not in entries[0]:
+        return None
+    count, _, mark = entries[0].partition(":")
+    if count == "-":
+        return None, mark
+    if not count.isdigit() or not count.isascii() or not mark:
+        return None
+    return int(count), mark
 
 
 def forget_injected(state_dir: StrPath, session_id: str) -> None:

@@ -170,3 +170,39 @@ def _scan(lines: Iterator[bytes], harness: str,
     if not whole:
         return None
     return TranscriptView(tuple(reversed(contexts)), False)
+
+
+def count_lines_with(path: str | os.PathLike[str] | None, mark: str) -> int | None:
+    """How many lines of the transcript at ``path`` hold ``mark`` (its UTF-8 bytes), as
+    ``grep -c -F`` counts them (the fast path compares the two counts), or None when the file
+    is no regular file, is unreadable, or ``mark`` is empty or spans a line. Read whole, in
+    chunks (memory bounded by the chunk, whatever the file's size). Never raises; blocks on
+    nothing (opened ``O_NONBLOCK``)."""
+    needle = mark.encode("utf-8", "replace")
+    if not path or not needle or b"\n" in needle:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (ValueError, OSError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        count, line_has, carry = 0, False, b""
+        keep = len(needle) - 1  # a mark cut by a chunk's end is found with the next chunk
+        while chunk := os.read(fd, 1 << 20):
+            data, start = carry + chunk, 0
+            while (nl := data.find(b"\n", start)) >= 0:
+                if line_has or needle in data[start:nl]:
+                    count += 1
+                line_has, start = False, nl + 1
+            rest = data[start:]
+            line_has = line_has or needle in rest
+            carry = b"" if line_has or not keep else rest[-keep:]
+        if line_has:  # a last line without its newline, as grep counts it
+            count += 1
+        return count
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

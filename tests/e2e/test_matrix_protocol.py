@@ -32,8 +32,9 @@ from conftest import (RUN_TIMEOUT, FakeModel, Project, clean_env, harness_bin, m
 pytestmark = pytest.mark.e2e
 
 NOT_REACHABLE = {
-    ("gemini", "compact"): "Gemini CLI has no compact source and a compression cannot be driven "
-                           "headlessly (docs/harnesses/gemini.md)",
+    ("gemini", "compact"): "`gemini -p` is one prompt per process: a compression in the same "
+                           "process needs the TUI, proven by test_gemini.py::test_a_compression_"
+                           "in_the_tui_reemits_once_at_the_next_prompt (docs/harnesses/gemini.md)",
     ("droid", "resume"): "droid exec -s needs Factory's servers (docs/harnesses/droid.md)",
     ("droid", "compact"): "needs a second prompt of the session: Factory's servers",
     ("droid", "deferred"): "the per-prompt hook needs a second prompt: Factory's servers",
