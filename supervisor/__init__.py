@@ -18,8 +18,6 @@ Example::
 
 from __future__ import annotations
 
-import importlib
-
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: every `supervise` run imports this module
 # first, and `typing` (with `re` and `enum`) is most of its cost: a Ctrl-C during those
 # milliseconds comes before the CLI's quiet signal handlers (supervisor._interrupts)
@@ -81,7 +79,9 @@ def __getattr__(name: str) -> Any:
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'supervisor' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where, __name__), name)
+    # `from <where> import <name>`, without importlib (and the `warnings` it imports: every
+    # `supervise` run imports this module first)
+    value = getattr(__import__(where.lstrip("."), globals(), None, [name], 1), name)
     globals()[name] = value
     return value
 

@@ -6,7 +6,6 @@ the chosen verb's module is imported, so the hook's hot path pays for nothing el
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -80,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     if lost:
         print(lost, file=sys.stderr)
         return EXIT_FAILURE
-    module = importlib.import_module(f"supervisor.commands.{verb}")  # every verb of VERBS
+    __import__(f"supervisor.commands.{verb}")  # every verb of VERBS; not importlib's (warnings)
+    module = sys.modules[f"supervisor.commands.{verb}"]
     code: int = module.main(args[1:])
     _flush_state_notices()
     return code

@@ -40,7 +40,7 @@ handlers use `_signal`); shutil (with bz2 and lzma) is imported only when a fold
 
 
 _RUN_AND_LIST = """
-import os, runpy, sys
+import os, sys
 out, real_exit, me = os.environ.pop("WK_MODULES_OUT"), os._exit, os.getpid()
 def listed():
     if os.getpid() != me:  # a child forked from it (a stage, the guardian) lists nothing
@@ -53,6 +53,8 @@ def leave(status):
 os._exit = leave
 try:
     if sys.argv[1:2] == ["-m"]:  # as `python -m MODULE ARGS`: sys.argv = [file, *ARGS]
+        import runpy
+
         module = sys.argv[2]
         del sys.argv[1:3]
         runpy.run_module(module, run_name="__main__", alter_sys=True)
@@ -64,7 +66,9 @@ finally:
     listed()
 """
 """Runs ``-m MODULE ARGS``, ``--script FILE ARGS`` (or nothing) and writes the names in ``sys.modules`` when it ends,
-by any way out: a return, ``sys.exit``, or the hook's ``os._exit``. ``-X importtime`` missed
+by any way out: a return, ``sys.exit``, or the hook's ``os._exit`` (in this process only: a
+forked stage or the guardian inherits the patched ``os._exit``, and the guardian ends after
+the hook). ``-X importtime`` missed
 what a hook imported late: its lines go through ``sys.stderr``, which the hook wraps in a
 buffer that ``os._exit`` never flushes."""
 
@@ -166,7 +170,9 @@ LAUNCHER = Path(__file__).resolve().parent.parent / "bin" / "supervise"
 def test_the_supervise_launcher_imports_no_re(tmp_path: Path, verb: list[str]) -> None:
     """The installed ``supervise`` is our own launcher (``bin/supervise``), not an installer's
     generated console-script wrapper, which imports ``re`` before any of our code; neither the
-    launcher nor the lean verbs behind it import ``re`` (or ``runpy``: no ``-m``)."""
+    launcher nor the lean verbs behind it import ``re``, ``runpy`` (no ``-m``), ``enum`` (the
+    lean ``run`` uses ``_signal``: ``signal`` builds three IntEnums at import) or ``warnings``
+    (the verb dispatch and the public door's lazy names use ``__import__``, not importlib)."""
     import tomllib
 
     project = tomllib.loads((LAUNCHER.parent.parent / "pyproject.toml").read_text())
@@ -178,7 +184,8 @@ def test_the_supervise_launcher_imports_no_re(tmp_path: Path, verb: list[str]) -
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert b"supervise" in proc.stdout or verb[0] == "run", proc.stdout
     assert "supervisor._main" in loaded
-    extra = (loaded - _interpreter_start(tmp_path)) & {"re", "runpy", "importlib.util"}
+    extra = (loaded - _interpreter_start(tmp_path)) & {"re", "runpy", "importlib.util", "enum",
+                                                       "warnings"}
     assert not extra, sorted(extra)
 
 

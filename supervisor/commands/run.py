@@ -65,7 +65,8 @@ def _check_program(program: str) -> int | None:
             return EXIT_NOT_FOUND
     if not program or "\0" in program:
         return EXIT_NOT_FOUND
-    for folder in os.get_exec_path():
+    # os.get_exec_path()'s list, without the `warnings` it imports for a bytes PATH
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
         path = os.path.join(folder, program)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return None

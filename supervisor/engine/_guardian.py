@@ -30,16 +30,32 @@ shared copy-on-write) and no CPU while it waits; the child runs only this module
 from __future__ import annotations
 
 import os
-import signal
 import sys
 
 from ._reaper import TOKEN_VAR
+
+TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: `supervise run` imports this module
+if TYPE_CHECKING:
+    import signal
+else:
+    try:  # CPython's `_signal`: `signal`'s functions and numbers without its three IntEnums
+        import _signal as signal  # (and enum, functools, collections), built at every import
+    except ImportError:
+        import signal
 
 UNKNOWN = -1.0
 """The start stamp of a leader registered without one (:meth:`Guardian.watch` with
 ``start=None``): its token tells it from a process that took its pid since."""
 ROUNDS = 6
 """Most scan rounds of the kill (each stops what it finds; done when one finds nothing new)."""
+
+
+def _one_thread() -> bool:
+    """Whether this process runs one thread (``/proc/self/task``; False when unknown)."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
 
 
 class Guardian:
@@ -72,11 +88,14 @@ class Guardian:
         except OSError:
             return None
         try:
-            import warnings
+            if sys.version_info < (3, 12) or _one_thread():  # no fork warning to silence
+                pid = os.fork()  # (nor `warnings` to import: `supervise run` forks us first)
+            else:
+                import warnings
 
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12)
-                pid = os.fork()
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads
+                    pid = os.fork()
         except OSError:
             os.close(r)
             os.close(w)

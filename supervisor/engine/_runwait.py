@@ -39,7 +39,6 @@ from __future__ import annotations
 import errno
 import os
 import select
-import signal
 import sys
 import time
 
@@ -50,9 +49,15 @@ from ._reaper import (DRAIN, DRAIN_RESERVE, KILL_MARGIN, KILL_WAIT, MONITOR_MAX_
 
 TYPE_CHECKING = False  # not `typing.TYPE_CHECKING`: importing typing costs the hot path
 if TYPE_CHECKING:
+    import signal
     from pathlib import Path
 
     from ._tree import KillReport
+else:
+    try:  # CPython's `_signal`: `signal`'s functions and numbers without its three IntEnums
+        import _signal as signal  # (and enum, functools, collections), built at every import
+    except ImportError:
+        import signal
 
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGALRM)
 """Signals to us that we forward to the command's process group, as GNU ``timeout`` does
