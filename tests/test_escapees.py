@@ -2,8 +2,9 @@
 ``sh -c 'env -i setsid -f sleep ...; echo done'`` leaves a daemon with no token, a session of its
 own and no parent but our child subreaper. Under ``supervise run`` (one command: every orphan
 adopted is its) it is swept when the command ends, and our caller's pipe is released; in a
-digest (several stages: nothing tells which one it left) it dies at the digest's end. Before,
-it outlived both, and under ``run`` it held the caller's pipe for its whole life."""
+digest it dies with its stage when it still holds the stage's output pipe (inherited: the
+one mark it kept), else at the digest's end. Before, it outlived both, and under ``run`` it
+held the caller's pipe for its whole life."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ HOLD = 300
 """Seconds the escapee would live: far past the test's timeout, so a held pipe fails it."""
 
 
-def _escapee_command(pidfile: Path) -> list[str]:
+def _escapee_command(pidfile: Path, detached_stdio: bool = False) -> list[str]:
     """A leader that starts, with an empty environment, a daemon in a new session (``setsid
     -f`` forks it first), which writes its own pid and becomes ``sleep``; the leader waits for
-    the pid, prints and exits."""
+    the pid, prints and exits. ``detached_stdio``: the daemon first points its stdin, stdout
+    and stderr at ``/dev/null`` (no pipe of its stage left)."""
     daemon = pidfile.with_suffix(".sh")
-    daemon.write_text(f"echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
+    redirect = "exec </dev/null >/dev/null 2>&1\n" if detached_stdio else ""
+    daemon.write_text(f"{redirect}echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
                       f"exec sleep {HOLD}\n")
     return ["sh", "-c", f"env -i setsid -f /bin/sh '{daemon}'; "
             f"while [ ! -s '{pidfile}' ]; do sleep 0.01; done; echo done"]
@@ -107,14 +110,44 @@ def test_run_sweeps_an_escapee_that_cleared_its_environment(tmp_path: Path) -> N
         _check_gone(pidfile)
 
 
+def test_an_escapee_holding_its_stages_pipe_dies_with_the_stage(tmp_path: Path) -> None:
+    """The daemon keeps the stage's stdout (inherited): that pipe tells it is the stage's,
+    so the stage's own sweep kills it, before the stage that needs it starts, and its log
+    names it. Before, nothing told its stage: it lived until the digest's end, beside every
+    later stage."""
+    pidfile = tmp_path / "daemon.pid"
+    import json
+
+    check = (f"pid=$(cat '{pidfile}'); i=0; while [ $i -lt 100 ]; do "
+             f"s=$(cut -d' ' -f3 /proc/$pid/stat 2>/dev/null); "
+             f"if [ -z \"$s\" ] || [ \"$s\" = Z ]; then echo GONE; exit 0; fi; "
+             f"sleep 0.05; i=$((i+1)); done; echo ALIVE")
+    (tmp_path / "supervise.toml").write_text(
+        f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile))}\n"
+        f"[[stages]]\nname = \"later\"\nrun = {json.dumps(['sh', '-c', check])}\n"
+        "needs = [\"esc\"]\n")
+    try:
+        proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=40)
+        assert proc.returncode == 0, proc.stderr
+        assert b"done\n" in proc.stdout, proc.stdout
+        assert b"GONE" in proc.stdout, proc.stdout  # killed by esc's sweep, before `later`
+        pid = pidfile.read_text().strip()
+        esc = (tmp_path / ".supervise" / "logs" / "esc.log").read_text()
+        assert f"pid {pid} (sleep)" in esc and "held its output pipe" in esc, esc
+    finally:
+        _check_gone(pidfile)
+
+
 def test_a_digest_kills_an_escapee_that_cleared_its_environment(tmp_path: Path) -> None:
-    """The same leader as a digest stage, beside another stage: the daemon dies by the
+    """The same leader as a digest stage, beside another stage, its daemon holding no pipe
+    of the stage either (stdio on ``/dev/null``): nothing tells its stage, so it dies by the
     digest's end, and the digest returns."""
     pidfile = tmp_path / "daemon.pid"
     import json
 
     (tmp_path / "supervise.toml").write_text(
-        f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile))}\n"
+        f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile, True))}\n"
         "[[stages]]\nname = \"other\"\nrun = [\"sleep\", \"0.3\"]\nneeds = [\"esc\"]\n")
     try:
         proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,

@@ -153,6 +153,25 @@ STAMP_SLACK = 2.0 if _LINUX else 0.05
 instant (two clock ticks; psutil's rounding)."""
 
 
+def stdio_pipes(pid: int) -> tuple[int, ...]:
+    """The inode numbers of the pipes ``pid`` holds as its stdin, stdout or stderr (Linux:
+    the ``/proc/<pid>/fd/0``-``2`` links ``pipe:[N]``, readable for this user's processes);
+    ``()`` on the portable path, which lists no other process's descriptors. A process that
+    holds a stage's output pipe there inherited it from the stage: an orphan that cleared
+    its environment and left its session is still told by it. Never raises."""
+    if not _LINUX:
+        return ()
+    found: list[int] = []
+    for fd in (0, 1, 2):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if link.startswith("pipe:[") and link.endswith("]") and link[6:-1].isdigit():
+            found.append(int(link[6:-1]))
+    return tuple(found)
+
+
 def name_of(pid: int) -> str:
     """The process's name (``comm``; psutil's name elsewhere), or ``"?"``. Never raises."""
     if _LINUX:

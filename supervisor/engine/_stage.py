@@ -196,6 +196,23 @@ async def _run_stage_inner(run: DigestRun, index: int, spec: StagePlan) -> None:
         run.limiter.release_on_behalf_of(spec.name)
 
 
+def _pipe_inodes(*fds: int | None) -> frozenset[int]:
+    """The inode numbers of the pipes among ``fds`` (our read ends of a stage's stdout and
+    stderr; None: not piped): a process holding one inherited it from the stage
+    (:attr:`supervisor.engine._tree.StageTree.pipes`). One ``fstat`` each; never raises."""
+    found: set[int] = set()
+    for fd in fds:
+        if fd is None:
+            continue
+        try:
+            info = os.fstat(fd)
+        except OSError:
+            continue
+        if info.st_mode & 0o170000 == 0o010000:  # S_IFIFO, without importing `stat`
+            found.add(info.st_ino)
+    return frozenset(found)
+
+
 async def _next_chunk(fd: int, size: int) -> bytes:
     """The next bytes (at most ``size``) of the non-blocking pipe ``fd``; ``b""`` at its end or
     on a read error. Reads first (a quick stage's output, or end, is there already) and waits
@@ -237,7 +254,8 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
     waiting = run.interruptible(spec.name, deadline)  # ended by an abort or a cap too
     tree = _tree.StageTree(proc.pid, lambda: proc.returncode is None, token, cgroup,
                            spec.max_tasks, spec.max_memory, on_cap=waiting.cancel,
-                           detach_mark=spec.name if spec.builtin is not None else None)
+                           detach_mark=spec.name if spec.builtin is not None else None,
+                           pipes=_pipe_inodes(proc.stdout, proc.stderr))
     run.watch.add(tree)
     run.watch.spawning -= 1
     stamp = _proctable.start_stamp(proc.pid)
@@ -410,6 +428,11 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
             run.abort_reason = "budget" if outcome == "deadline" else "signal"
     if kill is not None and run.on_kill is not None:
         run.on_kill(spec.name, kill)
+    for pid, (row, name) in sorted(run.watch.by_pipe.pop(tree.token, {}).items()):
+        if kill is not None and not run.transparent:
+            capture.feed(f"[supervise] pid {pid} ({name}), a process that had left the stage's "
+                         f"session and environment but held its output pipe, was killed with "
+                         f"the stage\n".encode())
     if kill is not None and kill.notable and not run.transparent:
         # SIGKILL was needed, or something survived it: the stage log says so (`status`
         # shows it), never the model's context.

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from .._record import field, mutable_record, record
 from . import _cgroup, _loop, _proctable
-from ._proctable import Gone, Row, environ_of, environ_value, name_of, scan, start_stamp, stat
+from ._proctable import (Gone, Row, environ_of, environ_value, name_of, scan, start_stamp, stat,
+                         stdio_pipes)
 from ._reaper import (HARD_PHASE, KILL_WAIT, MONITOR_MAX_PERIOD, POLL, REAP_BATCH, TOKEN_VAR,
                       our_children, subreaper_enabled)
 
@@ -122,6 +123,11 @@ class StageTree:
     """For a built-in stage, its name: a child that left the stage's session and carries
     ``SUPERVISE_DETACHED_FROM=<name>`` (:data:`DETACH_VAR`) is not a member, nor are its
     descendants. None (configured commands): nothing detaches."""
+    pipes: frozenset[int] = frozenset()
+    """Inode numbers of the pipes the stage's leader writes its stdout and stderr to: a
+    process holding one as its own stdin, stdout or stderr inherited it from this stage, so
+    an adopted orphan that left every other mark (``env -i setsid -f``) is still told to be
+    this stage's (:meth:`Watch._pipe_owner`)."""
     adopts_all: bool = False
     """``supervise run``'s one command (and a digest's end-of-run orphan sweep): every child
     the subreaper adopted that is no other stage's leader, no excluded pid and no built-in's
@@ -244,6 +250,12 @@ class Watch:
         self._killed: dict[str, StageTree] = {}
         """Stages whose kill has reached its SIGKILL: a scan's thread that finds a process of
         one of them later kills it on sight (a scan still running when the kill returned)."""
+        self._pipes: dict[int, str] = {}
+        """Inode of every watched stage's output pipe -> its token (kept after the stage's end:
+        a pipe's inode is not reused while a process still holds it)."""
+        self.by_pipe: dict[str, dict[int, tuple[Row, str]]] = {}
+        """Adopted orphans told to be a stage's by its output pipe alone (token -> pid ->
+        (row, name)): the stage's log names them when the stage's sweep kills them."""
         self._me = os.getpid()
         self.swept_orphans: list[tuple[Row, str]] = []
         """What :meth:`sweep_orphans` killed: each orphan's row and name."""
@@ -254,6 +266,8 @@ class Watch:
         self.stages[tree.token] = tree
         self.protected.add(tree.leader)
         self._leaders.add(tree.leader)
+        for inode in tree.pipes:
+            self._pipes[inode] = tree.token
 
     def discard(self, tree: StageTree) -> None:
         """Stop watching a stage (its leader is reaped, its tree swept)."""
@@ -308,6 +322,14 @@ class Watch:
                 if (pid not in owner and pid not in exclude and pid not in self.protected
                         and not rows[pid].zombie):
                     owner[pid] = sole
+        # An adopted child that left every mark but holds a stage's output pipe is its.
+        if subreaper_enabled() and self._pipes:
+            for pid in children.get(self._me, ()):
+                if (pid not in owner and pid not in exclude and pid not in self.protected
+                        and not rows[pid].zombie):
+                    token = self._pipe_owner(pid, rows[pid])
+                    if token is not None and token in known:
+                        owner[pid] = token
         # Descendants of a member are members (a child that cleared its environment).
         stack = list(owner)
         while stack:
@@ -333,6 +355,17 @@ class Watch:
             self._tokens.clear()
             self._detach.clear()
         return found
+
+    def _pipe_owner(self, pid: int, row: Row) -> str | None:
+        """The token of the stage whose output pipe ``pid`` (an adopted child, its ``row``)
+        holds as its stdin, stdout or stderr (:func:`~._proctable.stdio_pipes`), noted in
+        :attr:`by_pipe`; None for none. Three ``readlink`` calls; never raises."""
+        for inode in stdio_pipes(pid):
+            token = self._pipes.get(inode)
+            if token is not None:
+                self.by_pipe.setdefault(token, {}).setdefault(pid, (row, name_of(pid)))
+                return token
+        return None
 
     def _release_detached(self, owner: dict[int, str], rows: dict[int, Row],
                           children: dict[int, list[int]]) -> None:
@@ -879,6 +912,8 @@ class Watch:
                 if key not in self._tokens:
                     self._tokens[key] = environ_value(pid, TOKEN_VAR)
                 token = self._tokens[key]
+            if token is None and self._pipes:
+                token = self._pipe_owner(pid, row)
             if self._detached(row, token):
                 continue
             found.append((row, token))
