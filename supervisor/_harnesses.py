@@ -143,7 +143,7 @@ class Harness:
         timeout_unit: the unit of a registered hook timeout, ``s`` or ``ms``.
         plugin: our harness plugin as the harness names it, or None: Claude Code's
             ``plugin@marketplace`` key of ``enabledPlugins`` (``plugins/claude``), Gemini CLI's
-            extension folder name (``plugins/gemini``); :mod:`supervisor.commands._plugins`.
+            extension name (the repository's root is the extension); :mod:`supervisor.commands._plugins`.
         resume_drops_context: a resumed session holds none of the earlier turns' hook
             context (Gemini ``-r``: the resumed request carries no earlier user turn; Copilot
             CLI ``--resume``: its SessionStart context is held by the process, never stored in

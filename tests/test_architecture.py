@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("base", ("supervisor._errors", "supervisor._exitcodes", "supervisor._version",
               "supervisor._sanitize", "supervisor._interrupts", "supervisor._record",
               "supervisor._hashing", "supervisor._jsontext", "supervisor._home",
-              "supervisor._git", "supervisor._harnesses", "supervisor._manifests")),
+              "supervisor._git", "supervisor._harnesses")),
     ("state", ("supervisor.state",)),
     ("adapters", ("supervisor.adapters",)),
     ("config", ("supervisor.config",)),

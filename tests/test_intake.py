@@ -20,8 +20,8 @@ OPENERS = {
     "supervisor/_main.py": (2, "fd 0-2 pointed at /dev/null when the hook starts with them closed"),
     "supervisor/bridges/_install.py": (2, "our own packaged bridge files and the installed copy "
                                           "(compared, never context)"),
-    "supervisor/_manifests.py": (1, "the Gemini manifest we generate, in this install's own "
-                                    "plugins/gemini (compared with what we write, never context)"),
+    "supervisor/_version.py": (1, "the package's own gemini-extension.json, the version's one home "
+                                  "(its version field, never context)"),
     "supervisor/commands/mcp.py": (2, "the MCP server's own stdout; /dev/null put on fd 0 "
                                       "while the server reads the client's messages itself"),
     "supervisor/config/_plan.py": (1, "pyproject.toml's [tool.supervise] probe (the config is code)"),
@@ -97,8 +97,8 @@ PLAIN_OPENS = {
         "cgroupfs: cgroup.kill of our own stage tree",
     ("supervisor/engine/_spawn.py", "os.path.join(cgroup, 'cgroup.procs')"):
         "cgroupfs: cgroup.procs of our own stage",
-    ("supervisor/_manifests.py", "path"): "the Gemini manifest we generate in this install's own "
-                                          "plugins/gemini (checked as a regular file first)",
+    ("supervisor/_version.py", "path"): "the package's own gemini-extension.json (the wheel's "
+                                        "copy or the checkout's root; its version field only)",
     ("supervisor/engine/_spawn.py", "program"): "a built-in stage program of our own package "
                                                 "(only built-ins are run in a forked child)",
     ("supervisor/session/_nudge.py", "NUDGE_FILE"): "the package's own nudge.txt (the nudge "

@@ -40,8 +40,15 @@ def test_wheel_ships_stages_default_and_bridges(wheel: Path) -> None:
     # the plugins' entry, installed beside `supervise` (pipx and uv tool link it onto PATH too)
     for needed in ("supervisor/_plugins/.claude-plugin/marketplace.json",
                    "supervisor/_plugins/plugins/claude/.claude-plugin/plugin.json",
-                   "supervisor/_plugins/plugins/claude/hooks/hooks.json"):
+                   "supervisor/_plugins/plugins/claude/hooks/hooks.json",
+                   # the Gemini CLI extension (the repository's root), the version's one home
+                   "supervisor/_plugins/gemini-extension.json", "supervisor/_plugins/hooks/hooks.json"):
         assert needed in names, needed
+    import json
+
+    manifest = json.loads((ROOT / "gemini-extension.json").read_text("utf-8"))
+    assert wheel.name.startswith(f"watchkeeper-{manifest['version']}-")
+    assert json.loads(zipfile.ZipFile(wheel).read("supervisor/_plugins/gemini-extension.json")) == manifest
     [script] = [n for n in names if n.endswith(".data/scripts/supervise-hook")]
     assert zipfile.ZipFile(wheel).getinfo(script).external_attr >> 16 & 0o111
     # `supervise` is our launcher (bin/supervise), a /bin/sh prelude the installer leaves as it

@@ -227,7 +227,7 @@ def test_install_plugin_without_the_cli_enables_it_and_says_how_to_finish(tmp_pa
     assert "claude is not on PATH" in line and "claude plugin install watchkeeper@watchkeeper" in line
 
 
-GEMINI_EXTENSION = ROOT / "plugins" / "gemini"
+GEMINI_EXTENSION = ROOT  # the repository is the extension: its manifest and hooks/ at the root
 
 
 def test_gemini_extension_registers_its_events_through_the_shim() -> None:
@@ -285,21 +285,25 @@ def test_the_gemini_extension_hook_clamps_the_budget_to_its_own_file(tmp_path: P
     assert b"--registered-in:" in proc.stderr and b"not clamped" in proc.stderr
 
 
-def test_the_gemini_manifest_is_generated_from_the_version(tmp_path: Path) -> None:
-    """Gemini CLI requires ``version`` in gemini-extension.json: it is written from the one
-    home of the version, never committed (the checkout holds no copy to keep equal)."""
+def test_the_gemini_extension_is_the_repository_root_and_holds_the_version() -> None:
+    """``gemini extensions install <repository URL>`` clones the repository and loads the
+    ``gemini-extension.json`` at its root (Gemini's registry wants it there, with a required
+    ``version``): both it and ``hooks/hooks.json`` are committed at the root. Its version is
+    the package's one: the build reads it (the installed metadata) and so does
+    ``supervisor._version`` (no second copy)."""
+    import importlib.metadata
     import subprocess as sp
 
-    from supervisor._manifests import GEMINI_EXTENSION, gemini_extension, write_gemini_extension
-    from supervisor._version import VERSION
+    from supervisor._version import MANIFEST, VERSION, read_version
 
-    tracked = sp.run(["git", "-C", str(ROOT), "ls-files", f"plugins/gemini/{GEMINI_EXTENSION}"],
-                     capture_output=True, text=True, timeout=30).stdout
-    assert tracked == ""
-    manifest = json.loads(gemini_extension())
-    assert manifest["name"] == "watchkeeper" and manifest["version"] == VERSION
-    assert write_gemini_extension(tmp_path) and not write_gemini_extension(tmp_path)
-    assert json.loads((tmp_path / GEMINI_EXTENSION).read_text()) == manifest
+    tracked = sp.run(["git", "-C", str(ROOT), "ls-files", MANIFEST, "hooks/hooks.json"],
+                     capture_output=True, text=True, timeout=30).stdout.split()
+    assert tracked == [MANIFEST, "hooks/hooks.json"]
+    manifest = json.loads((ROOT / MANIFEST).read_text("utf-8"))
+    assert manifest["name"] == "watchkeeper" and manifest["version"]
+    assert VERSION == read_version() == manifest["version"]
+    assert importlib.metadata.version("watchkeeper") == manifest["version"]
+    assert manifest["version"] not in (ROOT / "supervisor" / "_version.py").read_text()
 
 
 def test_gemini_extension_hook_runs_the_installed_package(installed: tuple[Path, Path],

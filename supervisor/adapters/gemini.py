@@ -13,7 +13,7 @@
   (before the threshold check; payload ``trigger`` only). A real compression appends
   ``{"$set":{"sessionId":...}}`` to the transcript (the row's ``compact_trace``): the
   ``BeforeAgent`` after it re-emits, once (:mod:`supervisor.session._armed`).
-- Extension: ``plugins/gemini`` (``gemini-extension.json``, ``hooks/hooks.json``), linked at user
+- Extension: the repository's root (``gemini-extension.json``, ``hooks/hooks.json``), linked at user
   level with ``gemini extensions link DIR --consent`` into ``~/.gemini/extensions/watchkeeper/``
   (LAB 0.61.0: its SessionStart hook's context reaches the model).
 """

@@ -3,7 +3,7 @@
 A harness whose adapter names a ``plugin`` (Claude Code: ``watchkeeper@watchkeeper``, the
 plugin ``watchkeeper`` of the marketplace ``watchkeeper``, DOC
 https://code.claude.com/docs/en/plugins-reference; Gemini CLI: the extension ``watchkeeper``
-of ``plugins/gemini``, DOC google-gemini/gemini-cli ``docs/extensions/``) loads our hooks from
+of the repository's root, DOC google-gemini/gemini-cli ``docs/extensions/``) loads our hooks from
 the plugin's own ``hooks/hooks.json`` instead of its settings file. Gemini's extension is
 user level (``gemini extensions link``): it is enabled by being there, not by a settings key,
 and its hooks carry ``--opt-in`` (it serves only projects that opted in, as a user-scope
@@ -42,15 +42,31 @@ CLI_TIMEOUT = 120.0
 """Seconds one call of the harness's plugin CLI may take (a local marketplace: about 2 s)."""
 
 
-def marketplace_root() -> Path | None:
-    """The folder holding ``.claude-plugin/marketplace.json`` and ``plugins/``: inside the
-    installed package (``supervisor/_plugins/``, shipped in the wheel), else the checkout
-    this package runs from; None when neither has it."""
+def _plugins_root(marker: str) -> Path | None:
+    """The first of the installed package's ``supervisor/_plugins/`` (shipped in the wheel)
+    and the checkout this package runs from that holds the file ``marker``, or None."""
     package = Path(__file__).resolve().parent.parent
     for root in (package / "_plugins", package.parent):
-        if (root / ".claude-plugin" / "marketplace.json").is_file():
+        if (root / marker).is_file():
             return root
     return None
+
+
+def marketplace_root() -> Path | None:
+    """The folder holding ``.claude-plugin/marketplace.json`` and ``plugins/`` (the Claude
+    Code marketplace, the Pi and OpenCode packages); None when this install has none."""
+    return _plugins_root(".claude-plugin/marketplace.json")
+
+
+def gemini_extension_root() -> Path | None:
+    """The folder that is our Gemini CLI extension: ``gemini-extension.json`` (the version's
+    one home, :mod:`supervisor._version`) and ``hooks/hooks.json``. The repository's root is
+    the extension, as ``gemini extensions install <repository URL>`` and the extension
+    gallery expect (the manifest at the root); the wheel carries both files in
+    ``supervisor/_plugins/``. None when this install has neither."""
+    from .._version import MANIFEST
+
+    return _plugins_root(MANIFEST)
 
 
 def extension_dir(adapter: Adapter, home: Path) -> Path | None:
@@ -188,11 +204,13 @@ def cached(adapter: Adapter, home: Path, project: Path, scope: str) -> bool:
 def setup_commands(adapter: Adapter, scope: str) -> list[list[str]]:
     """The harness CLI calls that put the plugin in its cache for ``scope`` (empty when the
     marketplace is not found)."""
+    if adapter.name == "gemini":  # user level; linked, so it follows upgrades
+        extension = gemini_extension_root()
+        return [] if extension is None or not adapter.plugin else [
+            ["gemini", "extensions", "link", str(extension), "--consent"]]
     root = marketplace_root()
     if root is None or not adapter.plugin:
         return []
-    if adapter.name == "gemini":  # user level; linked, so it follows upgrades
-        return [["gemini", "extensions", "link", str(root / "plugins" / "gemini"), "--consent"]]
     return [["claude", "plugin", "marketplace", "add", str(root)],
             ["claude", "plugin", "install", adapter.plugin, "--scope", scope]]
 
@@ -209,21 +227,14 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
     from .._home import home_dir
 
     home = home_dir()
-    root = marketplace_root()
-    if adapter.name == "gemini" and root is not None:
-        from .._manifests import GEMINI_EXTENSION, write_gemini_extension
-
-        try:  # generated from the version (required by Gemini), never committed
-            write_gemini_extension(root / "plugins" / "gemini")
-        except OSError as err:
-            return (f"cannot write {root / 'plugins' / 'gemini' / GEMINI_EXTENSION} "
-                    f"({err.strerror or err})")
     if home is not None and extension_dir(adapter, Path(home)) is not None:
         return ""  # linked already (a second link is refused)
     commands = setup_commands(adapter, scope)
     shown = " && ".join(shlex.join(c) for c in commands)
     if not commands:
-        return "the plugin marketplace (.claude-plugin/marketplace.json) is not in this install"
+        return ("the Gemini CLI extension (gemini-extension.json) is not in this install"
+                if adapter.name == "gemini" else
+                "the plugin marketplace (.claude-plugin/marketplace.json) is not in this install")
     cli = shutil.which(commands[0][0])
     if cli is None:
         return f"{commands[0][0]} is not on PATH; on this machine run: {shown}"

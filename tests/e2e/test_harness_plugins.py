@@ -83,14 +83,14 @@ def test_install_plugin_moves_a_settings_install_to_the_plugin(project: Project,
     assert sum(body.count(f"{project.mark}-startup-full") for body in bodies[-1:]) == 1
 
 
-GEMINI_EXTENSION = ROOT / "plugins" / "gemini"
+GEMINI_EXTENSION = ROOT  # the repository is the extension (gemini-extension.json at the root)
 
 
 def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: Project,
                                                                       fake_model: FakeModel) -> None:
-    """``supervise install gemini --plugin`` runs ``gemini extensions link plugins/gemini``
-    (0.61.0), having generated its gemini-extension.json (Gemini requires a version), and
-    drops the project's settings hooks: the extension's SessionStart hook runs supervise-hook
+    """``supervise install gemini --plugin`` runs ``gemini extensions link <checkout>`` (0.61.0:
+    the repository's root is the extension, its gemini-extension.json and hooks/hooks.json),
+    and drops the project's settings hooks: the extension's SessionStart hook runs supervise-hook
     from PATH, the digest reaches the model, and the budget is clamped to the timeout of the
     extension's own hooks file, found through ``${extensionPath}``."""
     import json
@@ -125,6 +125,56 @@ def test_gemini_extension_linked_from_a_local_path_delivers_the_digest(project: 
     assert fake_model.seen(f"{project.mark}-startup-full")
     assert fake_model.seen("budget clamped to 174.5s: the configured budget (400s) does not fit "
                            "the 180s hook timeout registered with gemini")
+
+
+def test_gemini_extension_installs_straight_from_the_git_repository(project: Project,
+                                                                   fake_model: FakeModel,
+                                                                   tmp_path: Path) -> None:
+    """``gemini extensions install <repository URL>`` (0.61.0) clones the repository (``git
+    clone --depth 1``) and loads the ``gemini-extension.json`` at its root, as it installs a
+    public extension: this repository's committed HEAD, served by git's smart HTTP on
+    127.0.0.1 (tests/e2e/git_http_server.py), installs, and its SessionStart hook delivers the
+    digest in a project that opted in. Before, the manifest was generated, never committed,
+    and not at the root: the install failed ("Configuration file not found")."""
+    import json
+    import subprocess
+
+    from conftest import clean_env
+
+    gemini = harness_bin("gemini")
+    home = os.environ["HOME"]  # isolated per test by the root conftest
+    os.makedirs(f"{home}/.gemini", exist_ok=True)
+    with open(f"{home}/.gemini/settings.json", "w") as f:
+        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"}, "folderTrust": {"enabled": False}},
+                   "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
+                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+    env = on_path(clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url))
+    served = tmp_path / "served"
+    served.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(ROOT), str(served / "watchkeeper.git")],
+                   check=True, capture_output=True, timeout=120, env=clean_env())
+    server = subprocess.Popen([sys.executable, str(Path(__file__).with_name("git_http_server.py")),
+                               str(served)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert line.startswith("git http server on "), line
+        url = line.split(" on ", 1)[1].strip() + "watchkeeper.git"
+        added = run_harness([gemini, "extensions", "install", url, "--consent"], project.path, env)
+        assert added.returncode == 0, added.stdout + added.stderr
+    finally:
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+    installed = Path(home) / ".gemini" / "extensions" / "watchkeeper"
+    manifest = json.loads((installed / "gemini-extension.json").read_text())
+    assert manifest == json.loads((ROOT / "gemini-extension.json").read_text())
+    assert (installed / "hooks" / "hooks.json").is_file()
+    proc = run_harness([gemini, "-m", "fake-model", "-p", "turn 1"], project.path, env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert fake_model.seen(f"{project.mark}-startup-full")
 
 
 def test_pi_package_installed_from_a_local_path_delivers_the_digest(project: Project,
