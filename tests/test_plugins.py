@@ -306,6 +306,47 @@ def test_the_gemini_extension_is_the_repository_root_and_holds_the_version() -> 
     assert manifest["version"] not in (ROOT / "supervisor" / "_version.py").read_text()
 
 
+def test_a_link_to_the_old_extension_folder_is_named_and_relinked(tmp_path: Path) -> None:
+    """A link made before the repository's root became the extension points at
+    ``plugins/gemini``, gone now: Gemini loads nothing from it. Doctor fails on it with the
+    fix, and ``install gemini --plugin`` unlinks and links again (the old code saw an
+    extension installed and did nothing)."""
+    folder = tmp_path / "cli bin"
+    folder.mkdir()
+    log = tmp_path / "gemini-calls"
+    script = folder / "gemini"
+    script.write_text(f"""#!{sys.executable}
+import json, os, shutil, sys
+open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
+folder = os.path.join(os.environ["HOME"], ".gemini", "extensions", "watchkeeper")
+if sys.argv[2] == "uninstall":
+    shutil.rmtree(folder)
+else:
+    os.makedirs(folder, exist_ok=True)
+    json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, ".gemini-extension-install.json"), "w"))
+""")
+    script.chmod(0o755)
+    path = f"{folder}:{Path(sys.executable).parent}:/usr/bin:/bin"
+    home = tmp_path / "home"
+    linked = home / ".gemini" / "extensions" / "watchkeeper"
+    linked.mkdir(parents=True)
+    old = tmp_path / "checkout" / "plugins" / "gemini"  # moved away since
+    (linked / ".gemini-extension-install.json").write_text(json.dumps({"source": str(old), "type": "link"}))
+    project = _git_project(tmp_path)
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    assert doctor.returncode != 0
+    assert f"is linked to {old}, which holds no gemini-extension.json" in doctor.stdout, doctor.stdout
+    assert "supervise install gemini --plugin" in doctor.stdout
+    moved = _supervise(["install", "gemini", "--plugin"], project, home, path)
+    assert moved.returncode == 0, moved.stderr
+    uninstall, link = log.read_text().splitlines()
+    assert uninstall == "extensions uninstall watchkeeper"
+    assert link.startswith("extensions link ") and Path(link.split(" ")[2], "gemini-extension.json").is_file()
+    doctor = _supervise(["doctor", "gemini"], project, home, path)
+    assert "holds no gemini-extension.json" not in doctor.stdout
+    assert "extension watchkeeper installed in" in doctor.stdout, doctor.stdout
+
+
 def test_gemini_extension_hook_runs_the_installed_package(installed: tuple[Path, Path],
                                                           tmp_path: Path) -> None:
     on_path, record = installed

@@ -82,6 +82,24 @@ def extension_dir(adapter: Adapter, home: Path) -> Path | None:
     return None
 
 
+def stale_link(folder: Path) -> str:
+    """The source a Gemini extension in ``folder`` (:func:`extension_dir`) is linked to when
+    that source holds no ``gemini-extension.json`` (moved or removed: a link made to
+    ``plugins/gemini`` before the repository's root became the extension), else ``""``.
+    Gemini loads nothing from such a link. Never raises."""
+    from ..adapters import _settings
+    from .._version import MANIFEST
+
+    try:
+        record = _settings.read_settings(folder / ".gemini-extension-install.json") or {}
+    except Exception:  # noqa: BLE001 - ConfigError: unreadable, not judged here
+        return ""
+    source = record.get("source") if record.get("type") == "link" else None
+    if not isinstance(source, str) or not os.path.isabs(source):
+        return ""
+    return "" if (Path(source) / MANIFEST).is_file() else source
+
+
 def extension_session_command(adapter: Adapter, folder: Path) -> str:
     """The session-start command of the Gemini extension installed in ``folder``
     (:func:`extension_dir`): its ``hooks/hooks.json``, in the folder ``gemini extensions link``
@@ -227,9 +245,12 @@ def run_setup(adapter: Adapter, scope: str, project: Path) -> str:
     from .._home import home_dir
 
     home = home_dir()
-    if home is not None and extension_dir(adapter, Path(home)) is not None:
-        return ""  # linked already (a second link is refused)
     commands = setup_commands(adapter, scope)
+    installed = extension_dir(adapter, Path(home)) if home is not None else None
+    if installed is not None:
+        if not stale_link(installed) or not commands:
+            return ""  # linked already (a second link is refused)
+        commands = [["gemini", "extensions", "uninstall", plugin_name(adapter)], *commands]
     shown = " && ".join(shlex.join(c) for c in commands)
     if not commands:
         return ("the Gemini CLI extension (gemini-extension.json) is not in this install"

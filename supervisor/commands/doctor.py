@@ -733,7 +733,13 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
             scope_of[path] = scope
         plugins += [(path, scope, key) for key in _plugins.enabled(data, adapter)]
     extension = _plugins.extension_dir(adapter, Path(home)) if home else None
-    if extension is not None:  # Gemini: user level, loaded in every folder
+    gone = _plugins.stale_link(extension) if extension is not None else ""
+    if gone:  # linked to a folder that is no extension now: Gemini loads nothing from it
+        checks.append(Check("FAIL", adapter.name, f"the extension {_plugins.plugin_name(adapter)}"
+                            f" in {extension} is linked to {gone}, which holds no "
+                            "gemini-extension.json (moved or removed): Gemini loads nothing "
+                            "from it", f"supervise install {adapter.name} --plugin"))
+    elif extension is not None:  # Gemini: user level, loaded in every folder
         plugins.append((extension, "user", f"extension {_plugins.plugin_name(adapter)}"))
     checks += _plugin_checks(adapter, plugins, project, Path(home or project), start)
     if plugins and not found:
