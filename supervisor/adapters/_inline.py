@@ -107,6 +107,8 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notic
         header naming the saved file, the notices, the stages that fit whole, and one line per
         cut stage naming its size and the file. Never raises: if the file cannot be written the
         lines say so and name ``supervise digest`` instead.
+        (:class:`supervisor.adapters._spill.Spill` does the same for a digest as it streams,
+        holding none of it whole.)
     """
     parts = [(name, text) for name, text in parts if text]
     full = "".join(_ensure_nl(t) for t in (notices, *(t for _, t in parts)) if t)
@@ -116,15 +118,30 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notic
         where = str(save_full(full, state_dir))
         saved = f"the whole digest is in {where}"
     except OSError as err:
-        where = "the output of `supervise digest`"
-        saved = f"it could not be saved ({err.strerror or err}); run `supervise digest` to see it all"
-    header = (f"[supervise] This digest is {len(full):,} characters, over the {cap:,}-character "
+        where, saved = _unsaved(err.strerror or str(err))
+    return _fitted(len(full), [(name, len(_ensure_nl(text)), _ensure_nl(text))
+                               for name, text in parts], cap, notices, where, saved)
+
+
+def _unsaved(why: str) -> tuple[str, str]:
+    """``(where, saved)`` of :func:`_fitted` for a digest that could not be saved."""
+    return ("the output of `supervise digest`",
+            f"it could not be saved ({why}); run `supervise digest` to see it all")
+
+
+def _fitted(size: int, parts: list[tuple[str, int, str | None]], cap: int, notices: str,
+            where: str, saved: str) -> str:
+    """The inline text of a digest of ``size`` characters over ``cap``: ``parts`` are ``(stage
+    name, characters of its text with its final line break, that text or None when it is
+    over ``cap``)`` of each stage that printed something; ``where`` names the saved digest
+    (or how to see it) and ``saved`` says so in the header."""
+    header = (f"[supervise] This digest is {size:,} characters, over the {cap:,}-character "
               f"inline limit; {saved}. Stages cut below name their size.\n")
-    cuts = [_cut_line(name, len(_ensure_nl(text)), where) for name, text in parts]
+    cuts = [_cut_line(name, length, where) for name, length, _text in parts]
     fixed = len(header) + sum(len(c) for c in cuts)
     if fixed > cap:
         # Too many stages to name one per line: one line for all of them.
-        names = ", ".join(name for name, _ in parts)
+        names = ", ".join(name for name, _length, _text in parts)
         line = f"[supervise] stages cut from this inline digest ({names}): read {where}\n"
         room = cap - len(header) - len(line)
         return _keep_pointer(header, _ensure_nl(notices)[: max(room, 0)] + line, cap, where)
@@ -135,11 +152,10 @@ def fit_inline(parts: list[tuple[str, str]], cap: int, state_dir: StrPath, notic
         notes = notes[:room] + tail if room else ""
     out = [header, notes]
     used = fixed + len(notes)  # every cut line is reserved up front
-    for (name, text), cut in zip(parts, cuts):
-        text = _ensure_nl(text)
-        if used - len(cut) + len(text) <= cap:
+    for (name, length, text), cut in zip(parts, cuts):
+        if text is not None and used - len(cut) + length <= cap:
             out.append(text)
-            used += len(text) - len(cut)
+            used += length - len(cut)
         else:
             out.append(cut)
     return "".join(out)

@@ -355,18 +355,25 @@ def _routed_start(hook: _Hook, context: SessionContext, transcript: str | None) 
     """Route ``context.source`` and run it (:func:`supervisor.session._routing.run_session`)
     with the caller's open delivery (``context.delivery``): ``(text fitted to the adapter's inline cap, kind)``,
     ``kind`` one of ``digest``, ``reemit``, ``nudge``."""
+    from ..adapters import inline_cap
+    from ..adapters._spill import Spill
     from ..session._routing import run_session
 
     config, notice = hook.config, hook.notice
-    outcome = run_session(config, context, take_lock=hook.args.take_lock, transcript=transcript)
+    cap = inline_cap(hook.adapter, config.inline_cap)
+    # a digest streams into the spill, fitted to the cap as it comes (a stage may print far
+    # more than memory holds): its text is the one to print, the notice first
+    spill = Spill(context.state_dir, cap, notice)
+    outcome = run_session(config, context, take_lock=hook.args.take_lock, transcript=transcript,
+                          spill=spill)
+    if spill.text is not None:
+        return outcome.text, outcome.kind
     text = notice + outcome.text
-    if outcome.parts is not None and text:
-        from ..adapters import fit_inline, inline_cap
+    if outcome.parts is not None and len(text) > cap:
+        from ..adapters import fit_inline
 
-        cap = inline_cap(hook.adapter, config.inline_cap)
-        if len(text) > cap:  # cut at stage boundaries, notices first (nothing silently lost)
-            text = fit_inline(list(outcome.parts), cap, context.state_dir,
-                              notice + outcome.notices)
+        # cut at stage boundaries, notices first (nothing silently lost)
+        text = fit_inline(list(outcome.parts), cap, context.state_dir, notice + outcome.notices)
     return text, outcome.kind
 
 

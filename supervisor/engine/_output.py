@@ -18,6 +18,8 @@ TYPE_CHECKING = False  # not typing's: a session start runs this module
 if TYPE_CHECKING:
     from typing import Protocol, final
 
+    from collections.abc import Sequence
+
     from ._results import StageStatus, StageSummary
 else:
     Protocol = object
@@ -42,7 +44,7 @@ class Frame(Protocol):
     live stages in declared order, each one's bytes then its end; its ``write`` (a
     :class:`Sink`'s) gets the notices outside any stage."""
 
-    def begin(self, layout: list[tuple[str, StageStatus | None]]) -> None:
+    def begin(self, layout: Sequence[tuple[str, StageStatus | None]]) -> None:
         """The digest's stages in declared order, before any other call: ``(name, None)``
         for a stage run live (the ``index`` of :meth:`stage` counts these), ``(name,
         "skipped")`` or ``(name, "deferred")`` for the others."""

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 
     from ..config._plan import DigestPlan
     from ..engine._launch import Prestart
+    from ..adapters._spill import Spill
     from ..engine._results import DigestResult
     from ..state._delivery import Delivery
 
@@ -75,9 +76,13 @@ class LastDigest:
 
 
 def _structured(text: str, result: DigestResult, front: str, tail: str = "",
-                **kw: str | None) -> SessionOutcome:
-    parts = tuple((s.name, s.output) for s in result.stages if s.output)
+                spill: Spill | None = None, **kw: str | None) -> SessionOutcome:
     notices = front + "".join(result.notices) + tail
+    if spill is not None:  # the digest streamed into it: its fitted text, nothing to cut
+        if tail:
+            spill.note(tail)
+        return SessionOutcome(spill.close(), "digest", notices=notices, **kw)  # type: ignore[arg-type]
+    parts = tuple((s.name, s.output) for s in result.stages if s.output)
     return SessionOutcome(text, "digest", parts=parts, notices=notices, **kw)  # type: ignore[arg-type]
 
 
@@ -109,14 +114,19 @@ def read_only_notice(why: str, exclusive: list[str]) -> str:
 
 
 def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
-                only: list[str] | None) -> tuple[DigestResult, str]:
+                only: list[str] | None, spill: Spill | None = None) -> tuple[DigestResult, str]:
     """Run the engine's digest into a buffer; return ``(result, text as printed)``.
 
     ``notice`` goes first, before the text the engine printed (its own record of it).
+    With a ``spill`` the digest streams into it instead (notice first) and the text returned
+    is only the notice: nothing of the stages' output is held whole.
     SIGTERM/SIGINT/SIGHUP (a harness giving up on us) end the digest with its banner instead
     of killing us mid-write. With no stage to run, the engine is not loaded.
     """
     from ..config._plan import unmet
+
+    if spill is not None and notice:
+        spill.note(notice)
 
     selected = [s for s in config.stages  # `only`, then each stage's `when` condition
                 if (only is None or s.name in only)
@@ -138,14 +148,15 @@ def _run_engine(config: DigestPlan, context: SessionContext, notice: str,
 
     started = prestart(config, context, only)  # they work while the engine loads
     try:
-        return _run_started(config, context, notice, only, started)
+        return _run_started(config, context, notice, only, started, spill)
     finally:
         started.close()  # what the engine did not take (it never ran): killed whole
         _reaper.reap_zombie_children()
 
 
 def _run_started(config: DigestPlan, context: SessionContext, notice: str,
-                 only: list[str] | None, started: Prestart) -> tuple[DigestResult, str]:
+                 only: list[str] | None, started: Prestart,
+                 spill: Spill | None = None) -> tuple[DigestResult, str]:
     """:func:`_run_engine`'s digest, its first stages ``started``."""
     from ..engine._run import digest
     from ..engine._signals import Aborter, run_with_signals
@@ -156,7 +167,8 @@ def _run_started(config: DigestPlan, context: SessionContext, notice: str,
 
     async def body(aborter: Aborter) -> DigestResult:
         return await digest(config, context, only=only, abort=aborter.event,
-                            abort_reason=aborter.reason, rerun_hint=hint, prestart=started)
+                            abort_reason=aborter.reason, rerun_hint=hint, prestart=started,
+                            frame=spill)
 
     result, _ = run_with_signals(body)
     # the text as printed is the engine's own record of it (its chunks, decoded once), not a
@@ -276,7 +288,8 @@ def compose_reemit(config: DigestPlan, result: DigestResult, context: SessionCon
 
 
 def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool = False,
-                transcript: str | None = None, repeat_checked: bool = False) -> SessionOutcome:
+                transcript: str | None = None, repeat_checked: bool = False,
+                spill: Spill | None = None) -> SessionOutcome:
     """Route ``context.source`` and run it; ``context.mode`` is ignored and decided here.
 
     A full start or re-emit repeated for the same (harness process, session id, source)
@@ -287,6 +300,11 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     ``transcript`` is the payload's ``transcript_path``: a resume whose transcript already
     holds this project's digest (or the nudge) since its last compaction stays silent
     (:func:`supervisor.session._nudge.restored_in_transcript`).
+
+    ``spill`` (:class:`supervisor.adapters._spill.Spill`): a full or read-only digest
+    streams into it, and the outcome's ``text`` is what it fitted to its inline cap (its
+    notice first), with no ``parts`` (nothing left to cut); a re-emit or a nudge leaves it
+    unused (``spill.text`` stays None).
 
     Never raises for state problems (they make the session read-only with the reason). Engine
     or config errors propagate to the command, which states them and exits 0.
@@ -338,7 +356,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
         return once(context.state_dir, start_key(harness_proc.ident, session_id, context.source),
                     config.budget + config.grace + 5.0,
                     lambda: run_session(config, context, take_lock=take_lock, transcript=transcript,
-                                        repeat_checked=True), context.delivery)
+                                        repeat_checked=True, spill=spill), context.delivery)
     if action == "reemit":
         view = _lock.read_state(context.state_dir)
         if _lock.proven_start(view, ancestors, session_id) or _started_elsewhere(
@@ -360,26 +378,27 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
     if owner is None:
         why = ("No harness process was found among this process's ancestors (a terminal?), so no "
                "lock was taken. Use `--take-lock` to take it from a terminal.")
-        return _read_only(config, _with(context, harness=harness), why if exclusive else "", exclusive)
+        return _read_only(config, _with(context, harness=harness), why if exclusive else "",
+                          exclusive, spill)
     outcome = _lock.acquire_for_full_start(context.state_dir, owner, harness or "terminal",
                                            session_id, ancestors, take_unseen=take_lock,
                                            exact=harness_proc is not None)
     if outcome.status == "foreign" and outcome.record is not None:
         why = f"Another live session holds the lock: {owner_line(outcome.record)}."
-        return _read_only(config, _with(context, harness=harness), why, exclusive)
+        return _read_only(config, _with(context, harness=harness), why, exclusive, spill)
     if outcome.status == "unseen" and outcome.record is not None:
         why = (f"The lock is held by {owner_line(outcome.record)}, but {outcome.reason}; it is "
                "not taken over silently. If that session is gone, take it from here with "
                "`supervise hook --take-lock`.")
-        return _read_only(config, _with(context, harness=harness), why, exclusive)
+        return _read_only(config, _with(context, harness=harness), why, exclusive, spill)
     if outcome.status == "unusable" or outcome.record is None:
         from ..state._statedir import mark_named
 
         mark_named(context.state_dir)  # the READ-ONLY notice names a symlinked state dir
         why = f"The state dir cannot be used, so no lock was taken: {outcome.reason}."
-        return _read_only(config, _with(context, harness=harness), why, exclusive)
+        return _read_only(config, _with(context, harness=harness), why, exclusive, spill)
     ctx = _with(context, mode="full", harness=harness)
-    result, text = _run_engine(config, ctx, "", None)
+    result, text = _run_engine(config, ctx, "", None, spill)
     if result.complete:
         reason = _complete(context.state_dir, outcome.record.nonce, session_id, harness,
                            context.delivery)
@@ -394,7 +413,7 @@ def run_session(config: DigestPlan, context: SessionContext, *, take_lock: bool 
                 "will run a full start.\n")
         text += f"{'' if text.endswith(chr(10)) or not text else chr(10)}{tail}"
     record_digest(context.state_dir, result, ctx)
-    return _structured(text, result, "", tail, mode="full", truncation=result.reason)
+    return _structured(text, result, "", tail, spill, mode="full", truncation=result.reason)
 
 
 def _drops_context(harness: str) -> bool:
@@ -475,9 +494,10 @@ def _with(context: SessionContext, **changes: object) -> SessionContext:
 
 
 def _read_only(config: DigestPlan, context: SessionContext, why: str,
-               exclusive: list[str]) -> SessionOutcome:
+               exclusive: list[str], spill: Spill | None = None) -> SessionOutcome:
     ctx = _with(context, mode="read-only")
     notice = read_only_notice(why, exclusive) if why else ""
     only = [s.name for s in config.stages if not s.exclusive] if exclusive else None
-    result, text = _run_engine(config, ctx, notice, only)
-    return _structured(text, result, notice, mode="read-only", truncation=result.reason)
+    result, text = _run_engine(config, ctx, notice, only, spill)
+    return _structured(text, result, notice, "", spill, mode="read-only",
+                       truncation=result.reason)

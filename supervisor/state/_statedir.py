@@ -473,6 +473,29 @@ class StateDir:
                 return
             raise
 
+    def temp_file(self, name: str, mode: int = 0o644) -> tuple[int, str]:
+        """A new, empty temp file for a file ``name`` written by pieces (what :meth:`write`
+        does for one whole ``data``): its descriptor (the caller closes it) and its name, to
+        :meth:`rename` into place, or :meth:`remove`, once written. Stale temps of ``name``
+        (a writer killed mid-way) are removed first.
+
+        Raises:
+            StateError: the folder is not writable.
+        """
+        _check_name(name)
+        self._clean_temps(name)
+        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=self._fd)
+        except OSError as err:
+            raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
+        try:
+            os.fchmod(fd, mode)
+        except OSError:
+            pass  # the umask's bits, as a plain open would give
+        return fd, tmp
+
     def remove(self, name: str) -> None:
         """Delete ``name`` if present (a link is removed, not followed; a folder in its place
         is set aside). Raises StateError when it cannot be removed."""
