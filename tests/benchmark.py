@@ -841,6 +841,63 @@ def bench_run_vs_python(runs: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+MCP_OPENING = b"".join(json.dumps(m).encode() + b"\n" for m in (
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "1"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+    {"jsonrpc": "2.0", "id": 3, "method": "resources/list"}))
+"""What a client sends first (Claude Code 2.1.332 counts a server ready once all is answered)."""
+
+
+def _mcp_ready(project: Path, env: dict[str, str]) -> float:
+    """Seconds from starting ``supervise mcp`` in ``project`` until it has answered
+    :data:`MCP_OPENING` (the third answer read); the server then ends at end of input."""
+    start = time.perf_counter()
+    proc = subprocess.Popen([*SUPERVISE, "mcp"], cwd=project, env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(MCP_OPENING)
+    proc.stdin.flush()
+    for _ in range(3):
+        proc.stdout.readline()
+    ready = time.perf_counter() - start
+    proc.stdin.close()
+    proc.stdout.read()
+    proc.stdout.close()
+    proc.wait()
+    return ready
+
+
+def bench_mcp_ready(tmp: Path, runs: int) -> list[tuple[str, str, str]]:
+    """Issue 25: ``supervise mcp`` on a small repository (the embedded default digest) until a
+    client counts it ready (``initialize`` with the digest, ``tools/list``, ``resources/list``
+    answered), against ``python -c pass`` and against importing the MCP SDK alone (what the
+    server waited for before answering, when it imported the SDK first)."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        return [("`supervise mcp` ready", "skipped: the MCP SDK is not installed", "")]
+    project = small_repo(tmp, "mcp repo")
+    env = {**NO_BYTECODE_ENV}
+    cases: dict[str, Callable[[], float]] = {
+        "python": lambda: timed([sys.executable, "-c", "pass"], env=env),
+        "sdk": lambda: timed([sys.executable, "-c", "import mcp.server.stdio"], env=env),
+        "ready": lambda: _mcp_ready(project, env),
+    }
+    got, cpu = interleaved_cpu(cases, runs)
+    return [("`supervise mcp` ready (initialize with the default digest, both listings) vs "
+             "`python -c pass`",
+             f"{got['ready'] * 1000:.0f} ms vs {got['python'] * 1000:.1f} ms (CPU "
+             f"{cpu['ready'] * 1000:.0f} vs {cpu['python'] * 1000:.1f} ms)",
+             f"{got['ready'] / got['python']:.1f}x (CPU {cpu['ready'] / cpu['python']:.1f}x)"),
+            ("`supervise mcp` ready vs importing the MCP SDK alone",
+             f"{got['ready'] * 1000:.0f} ms vs {got['sdk'] * 1000:.0f} ms (CPU "
+             f"{cpu['ready'] * 1000:.0f} vs {cpu['sdk'] * 1000:.0f} ms)",
+             f"{got['ready'] / got['sdk']:.2f}x (CPU {cpu['ready'] / cpu['sdk']:.2f}x)")]
+
+
 def bench_sanitize(runs: int) -> list[tuple[str, str, str]]:
     """Hidden-text removal (issue 11 item 8) against the decode every stage chunk already pays."""
     import timeit
@@ -918,14 +975,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
     parser.add_argument("--only", choices=("start", "stream", "cost", "hooks", "digest", "engine",
-                                           "run", "cache", "stress", "state"),
+                                           "run", "cache", "stress", "state", "mcp"),
                         help="only the rows of issue 13 (cost; hooks: its per-event and "
                         "session-start hook rows alone; digest: its large-repository digest row "
                         "alone; engine: its 1 GiB and many-stage rows alone; run: its "
                         "`supervise run` rows; cache: its config-cache row), issue 26 (start: "
                         "session starts, the large-repository digest, `supervise run` and the "
                         "per-stage CPU; stream: the large outputs through --format json and the "
-                        "hook), issue 10 (stress) or issue 11 (state)")
+                        "hook), issue 25 (mcp: the MCP server's start until a client counts it "
+                        "ready), issue 10 (stress) or issue 11 (state)")
     parser.add_argument("--gib", type=int, default=1024, help="MiB for the large-output rows")
     args = parser.parse_args()
     runs = 5 if args.quick else 15
@@ -948,6 +1006,9 @@ def main() -> int:
             return 0
         if args.only == "run":
             _print(bench_run_vs_python(runs), runs, load)
+            return 0
+        if args.only == "mcp":
+            _print(bench_mcp_ready(tmp, runs), runs, load)
             return 0
         if args.only == "cache":
             _print(bench_config_cache(tmp, runs), runs, load)
@@ -985,6 +1046,7 @@ def main() -> int:
         rows.append(bench_hook(tmp, runs))
         rows += bench_sanitize(runs)
         rows += bench_transcript(tmp, runs)
+        rows += bench_mcp_ready(tmp, runs)
         rows += bench_stress(tmp, max(3, runs // 3))
         rows += bench_planted_state(tmp, runs)
     _print(rows, runs, load)
