@@ -67,12 +67,17 @@ def _parse_stat(pid: int, raw: bytes) -> Row | None:
 
 def stat(pid: int) -> Row | None:
     """The row of ``pid`` now, or None when it is gone or unreadable. Never raises."""
-    if _LINUX:
+    if _LINUX:  # a descriptor, not a file object: a scan reads this for every process
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                return _parse_stat(pid, f.read())
+            fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            return _parse_stat(pid, os.read(fd, 4096))  # one line, far below a page
         except (OSError, ValueError, IndexError):
             return None
+        finally:
+            os.close(fd)
     return _psutil_row(pid)
 
 

@@ -45,11 +45,13 @@ FULL_SCAN_PERIOD = 5.0
 pids, plus every stage's members for the caps) and read the whole table again at most
 this often, in seconds (a pid reused in between keeps its old row until then)."""
 MONITOR_FIRST = 0.1
-"""Seconds from the watchdog's start to its first scan (the shortest period between two):
-the stages of most session starts end sooner, and their leftover checks need no scan with
-the subreaper (:meth:`Watch.only_known_children`), so such a digest reads the process table
-not once (a few milliseconds per hundred processes); a cap is still checked no later than
-between two periodic scans."""
+"""Seconds from the watchdog's start to its first scan (the shortest period between two),
+with the subreaper: the stages of most session starts end sooner, and their leftover checks
+then need no scan (:meth:`Watch._listed`), so such a digest reads the process table not once
+(a few milliseconds per hundred processes); a cap is still checked no later than between two
+periodic scans. Without the subreaper the first scan comes at once: the leftover checks scan
+anyway, and a first full scan inside one (psutil rows on the portable path, slow on a loaded
+host) could outlast its deadline."""
 LEFTOVER_SCANS = 6
 """Most rounds of scans that look for leftovers of a stage whose leader exited. Each round is
 two fresh scans in one worker thread, repeated there up to ``LEFTOVER_SCANS - 2`` more times
@@ -758,7 +760,8 @@ class Watch:
     async def monitor(self) -> None:
         """Scan periodically (off the loop) and enforce ``max_tasks`` / ``max_memory``.
 
-        The first scan comes :data:`MONITOR_FIRST` seconds in; then the period adapts to the
+        With the subreaper the first scan comes :data:`MONITOR_FIRST` seconds in (at once
+        without it); then the period adapts to the
         scan's cost (four times its duration, at least 0.1 s, at most
         :data:`MONITOR_MAX_PERIOD`), so on an idle host the watchdog takes at most about a
         fifth of a core. A stage over a cap gets
@@ -772,7 +775,8 @@ class Watch:
                 self._tg = None
 
     async def _monitor(self) -> None:
-        await _loop.sleep(MONITOR_FIRST)
+        if subreaper_enabled():  # else the leftover checks scan: the first full scan goes first
+            await _loop.sleep(MONITOR_FIRST)
         while True:
             if self.stages:
                 now = _loop.current_time()
