@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     Kind = Literal["hook", "nudge", "bridge", "mcp"]
     Unit = Literal["s", "ms"]
-    EnvForm = Literal["folder", "tilde", "absolute"]
+    EnvForm = Literal["folder", "tilde", "absolute", "home"]
 
 KINDS: tuple[str, ...] = ("hook", "nudge", "bridge", "mcp")
 """How a harness reaches us. ``hook``: it runs a registered hook command and passes its output
@@ -93,7 +93,7 @@ class Harness:
         user_dir: the harness's user folder relative to the home folder (``.codex``).
         user_dir_env: an environment variable that names the user folder instead
             (``CODEX_HOME``, ``PI_CODING_AGENT_DIR``), or None. Empty counts as unset (every
-            harness of the table: Codex, Copilot CLI 1.0.102, Pi, OpenCode, goose).
+            harness of the table: Codex, Copilot CLI 1.0.102, Pi, OpenCode, goose, Gemini).
         user_dir_env_form: how the harness reads that variable (:meth:`user_folder`):
             ``folder``, as written, a relative one from its working directory (Codex
             0.171.0's ``find_codex_home``: ``CODEX_HOME=~/c`` is ``./~/c``; Copilot CLI
@@ -101,7 +101,8 @@ class Harness:
             leading ``~`` or ``~/`` replaced by the home folder first (Pi 0.73.1's
             ``expandTildePath``; ``~user`` stays as written); ``absolute``, a relative value
             ignored, as the XDG Base Directory specification says (goose: the ``etcetera``
-            crate).
+            crate); ``home``, the variable names the home folder the user folder is in, as
+            written (Gemini CLI 0.61.0's ``homedir()``: ``$GEMINI_CLI_HOME/.gemini``).
         local: a per-user, uncommitted file relative to the project root (Claude's
             ``.claude/settings.local.json``), or None.
         project_upward: it loads :attr:`project` from every folder from its working
@@ -248,6 +249,8 @@ class Harness:
                 if home is None:
                     return None
                 folder = home + folder[1:]
+            if folder and form == "home":
+                return f"{folder}/{self.user_dir}" if self.user_dir else folder
             if folder and (form != "absolute" or folder.startswith("/")):
                 return folder
         if home is None:
@@ -308,7 +311,8 @@ ROWS: tuple[Harness, ...] = (
             mcp_files=(("project", ".cursor/mcp.json"), ("user", "mcp.json")), mcp_format="json"),
     Harness("gemini", "Gemini CLI", "hook", processes=("gemini",),
             packages=("@google/gemini-cli",), project=".gemini/settings.json",
-            user="settings.json", user_dir=".gemini", prompt_event="BeforeAgent",
+            user="settings.json", user_dir=".gemini", user_dir_env="GEMINI_CLI_HOME",
+            user_dir_env_form="home", prompt_event="BeforeAgent",
             post_tool_event="AfterTool", file_tools=("read_file", "replace", "write_file"),
             compact_trace='{"$set":{"sessionId":',
             loads="gemini", imports=True, early_exit=True, timeout_unit="ms",

@@ -28,6 +28,7 @@ CASES = [
     ("pi", "rel", "rel"), ("pi", "", "/h/.pi/agent"), ("opencode", "rel", "rel"),
     ("opencode", "", "/h/.config"), ("goose", "rel", "/h/.config"), ("goose", "/x", "/x"),
     ("claude", "", "/h/.claude"), ("grok", "", "/h/.grok"),
+    ("gemini", "/g", "/g/.gemini"), ("gemini", "rel", "rel/.gemini"), ("gemini", "", "/h/.gemini"),
 ]
 
 
@@ -110,3 +111,22 @@ def test_codex_user_hooks_follow_codex_home_in_every_verb(git_repo: Path, tmp_pa
     assert _supervise(["uninstall", "codex", "--scope", "user"], git_repo, env).returncode == 0
     hooks = codex / "hooks.json"
     assert not hooks.exists() or "hook codex" not in hooks.read_text()
+
+
+def test_gemini_user_settings_follow_gemini_cli_home(git_repo: Path, tmp_path: Path) -> None:
+    """Gemini CLI reads ``$GEMINI_CLI_HOME/.gemini/settings.json`` when that is set; ``install
+    gemini --scope user`` wrote ``~/.gemini/settings.json``, which that Gemini never read, and
+    doctor's trust check read the other folder than install wrote."""
+    home, gemini_home = tmp_path / "home", tmp_path / "gemini-home"
+    home.mkdir()
+    gemini_home.mkdir()
+    env = {**os.environ, "HOME": str(home), "GEMINI_CLI_HOME": str(gemini_home)}
+    proc = _supervise(["install", "gemini", "--scope", "user"], git_repo, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "hook gemini" in (gemini_home / ".gemini" / "settings.json").read_text()
+    assert not (home / ".gemini").exists()
+    from supervisor.commands._gemini_trust import gemini_trust
+
+    trust = gemini_home / ".gemini" / "trustedFolders.json"
+    trust.write_text('{"%s": "TRUST_FOLDER"}' % os.path.realpath(git_repo))
+    assert gemini_trust(git_repo, env={"GEMINI_CLI_HOME": str(gemini_home)})[0] == "ok"

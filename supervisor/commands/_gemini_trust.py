@@ -8,7 +8,9 @@ longest rule of ``~/.gemini/trustedFolders.json`` (``GEMINI_CLI_TRUSTED_FOLDERS_
 ``{"/abs/path": "TRUST_FOLDER" | "TRUST_PARENT" | "DO_NOT_TRUST"}``, ``TRUST_PARENT`` covering
 the rule's parent) whose folder holds the project. With no rule, a headless ``gemini -p`` refuses
 to start (exit status 55) and ``--skip-trust`` starts without the project's settings: no hook runs.
-``~`` is ``GEMINI_CLI_HOME`` when set. An IDE's trust is not visible from here.
+``~/.gemini`` is Gemini's user folder (``$GEMINI_CLI_HOME/.gemini`` when that is set: the
+harness table's :meth:`~supervisor._harnesses.Harness.user_folder`). An IDE's trust is not
+visible from here.
 """
 
 from __future__ import annotations
@@ -51,26 +53,27 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     Args:
         project: the project root (absolute).
         env: the environment to judge (default ``os.environ``).
-        home: the home folder (default ``GEMINI_CLI_HOME`` when absolute, else
-            :func:`supervisor._home.home_dir`; with neither, a ``warn`` and nothing read).
+        home: the home folder (default: the one Gemini's user folder is in, ``GEMINI_CLI_HOME``
+            of ``env`` when set, else :func:`supervisor._home.home_dir`; with neither, a
+            ``warn`` and nothing read).
 
     Returns:
         ``(status, text, fix)`` for one doctor line: ``ok`` with how it is trusted, ``FAIL``
         with the reason and the fix, or ``warn`` when a Gemini file cannot be read.
     """
     env = dict(os.environ) if env is None else env
-    if home is None:
-        from .._home import home_dir
+    from .._harnesses import BY_NAME
+    from .._home import home_dir
 
-        override = env.get("GEMINI_CLI_HOME", "")
-        found = override if os.path.isabs(override) else home_dir()
-        if found is None:  # never ./~/.gemini in the working directory
-            return ("warn", "Gemini's folder trust not checked: no home directory (HOME unset, "
-                    "empty or relative)", "set HOME")
-        home = Path(found)
+    found = BY_NAME["gemini"].user_folder(home_dir() if home is None else str(home),
+                                          env if home is None else {})
+    if found is None:  # never ./~/.gemini in the working directory
+        return ("warn", "Gemini's folder trust not checked: no home directory (HOME unset, "
+                "empty or relative)", "set HOME")
+    user = Path(found)
     fix = (f"trust the folder when `gemini` asks in {project}, or turn folder trust off "
            f"(\"security\": {{\"folderTrust\": {{\"enabled\": false}}}} in "
-           f"{home / '.gemini' / 'settings.json'}); a headless run can set "
+           f"{user / 'settings.json'}); a headless run can set "
            "GEMINI_CLI_TRUST_WORKSPACE=true")
     if env.get("GEMINI_RESTRICTED_MODE") == "true" or env.get("GEMINI_CLI_TRUST_WORKSPACE") == "false":
         return ("FAIL", "this environment makes Gemini distrust every folder (GEMINI_RESTRICTED_MODE"
@@ -79,7 +82,7 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     if env.get("GEMINI_CLI_TRUST_WORKSPACE") == "true":
         return ("ok", "the folder is trusted by GEMINI_CLI_TRUST_WORKSPACE=true in this "
                 "environment (a session started without it is not)", "")
-    settings_path = home / ".gemini" / "settings.json"
+    settings_path = user / "settings.json"
     try:
         settings = _load(settings_path)
     except ValueError as err:
@@ -88,7 +91,7 @@ def gemini_trust(project: Path, env: dict[str, str] | None = None,
     folder_trust = security.get("folderTrust") if isinstance(security, dict) else None
     if isinstance(folder_trust, dict) and folder_trust.get("enabled") is False:
         return ("ok", f"folder trust is off in {settings_path}: project settings load", "")
-    rules_path = Path(env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or home / ".gemini" / "trustedFolders.json")
+    rules_path = Path(env.get("GEMINI_CLI_TRUSTED_FOLDERS_PATH") or user / "trustedFolders.json")
     try:
         rules = _load(rules_path)
     except ValueError as err:

@@ -75,7 +75,7 @@ def extension_dir(adapter: Adapter, home: Path) -> Path | None:
     ``.gemini-extension-install.json``; 0.61.0), else None; None for other harnesses."""
     if adapter.name != "gemini" or not adapter.plugin:
         return None
-    folder = home / ".gemini" / "extensions" / plugin_name(adapter)
+    folder = Path(adapter.row.user_folder(str(home)), "extensions", plugin_name(adapter))
     for name in (".gemini-extension-install.json", "gemini-extension.json"):
         if (folder / name).is_file():
             return folder
