@@ -106,12 +106,16 @@ def _fill_level(fd: int) -> int:
     return int.from_bytes(buf, sys.byteorder)
 
 
-def test_hook_killed_while_writing_records_nothing(project: Path) -> None:
-    """A hook killed mid-envelope (the reader stalled) leaves no completion record."""
+def test_hook_killed_while_writing_records_nothing(project: Path, tmp_path: Path) -> None:
+    """A hook killed mid-envelope (the reader stalled) leaves no completion record. The
+    premise (the hook fills the pipe and blocks) failed once under a loaded full run with
+    312 bytes in the pipe and the hook gone: what it wrote and said is in the message."""
     r, w = os.pipe()
     size = fcntl.fcntl(w, 1031, 4096)  # F_SETPIPE_SZ: a 4 KiB pipe, as for users over the limit
-    proc = subprocess.Popen(supervise_cmd("hook", "claude", "--take-lock"), cwd=project,
-                            stdin=subprocess.PIPE, stdout=w, stderr=subprocess.DEVNULL)
+    err_path = tmp_path / "hook.stderr"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen(supervise_cmd("hook", "claude", "--take-lock"), cwd=project,
+                                stdin=subprocess.PIPE, stdout=w, stderr=err)
     os.close(w)
     try:
         assert proc.stdin is not None
@@ -119,8 +123,17 @@ def test_hook_killed_while_writing_records_nothing(project: Path) -> None:
         proc.stdin.close()
         deadline = time.monotonic() + 30
         while _fill_level(r) < size and time.monotonic() < deadline:  # the hook is now writing
+            if proc.poll() is not None:
+                break  # it ended without filling the pipe: the premise failed
             time.sleep(0.02)
-        assert _fill_level(r) == size
+        if _fill_level(r) != size:
+            os.set_blocking(r, False)
+            wrote = os.read(r, 1 << 16)
+            crash = _state(project) / "crash.log"
+            raise AssertionError(
+                f"the hook did not fill the pipe: exit {proc.poll()}, wrote {wrote!r}, "
+                f"stderr {err_path.read_bytes()[-2000:]!r}, crash log "
+                f"{crash.read_text()[-2000:] if crash.exists() else None!r}")
         time.sleep(0.2)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
