@@ -413,10 +413,11 @@ def _opt_in(adapter: Adapter, project_dir: Path) -> bool:
 
     if opted_in(adapter.name, project_dir):
         return True
-    target = project_dir / CONFIG_FILE
+    from ..state._fsutil import atomic_write
+
+    target = project_dir / CONFIG_FILE  # absent, no link either (find_config: lexists)
     try:
-        with open(target, "x", encoding="utf-8") as f:  # never through a link planted there
-            f.write(OPT_IN_TOML)
+        atomic_write(target, OPT_IN_TOML.encode("utf-8"))
     except OSError as err:
         print(f"supervise install: {adapter.name}: cannot write {target} ({err.strerror or err}): "
               "the extension stays silent in this project until it opts in", file=sys.stderr)
