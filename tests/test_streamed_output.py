@@ -137,3 +137,17 @@ def test_json_reaches_the_reader_while_the_stage_runs(tmp_path: Path) -> None:
     assert [(s["name"], s["status"], s["output"]) for s in doc["stages"]] == [
         ("skipped", "skipped", ""), ("slow", "ok", "first\nsecond\n"), ("after", "ok", "third\n")]
     assert doc["truncated"] is False
+
+
+def test_the_digest_seconds_count_from_its_first_stage(tmp_path: Path) -> None:
+    """The document's `seconds` is the whole digest's wall time, from when its first stages
+    were started before the engine loaded: never less than a stage's own `seconds` (the code
+    before counted from the engine's start and reported less than the stages took)."""
+    (tmp_path / "supervise.toml").write_text(
+        "budget = 30\n[[stages]]\nname = \"a\"\nrun = [\"sleep\", \"0.3\"]\n"
+        "[[stages]]\nname = \"b\"\nrun = [\"true\"]\n")
+    env = {**os.environ, "SUPERVISE_STATE_DIR": str(tmp_path / "state")}
+    proc = subprocess.run(supervise_cmd("digest", "--format", "json"), cwd=tmp_path, env=env,
+                          capture_output=True, timeout=50, check=True)
+    doc = json.loads(proc.stdout)
+    assert doc["seconds"] >= max(s["seconds"] for s in doc["stages"]) >= 0.3, doc

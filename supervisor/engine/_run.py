@@ -216,9 +216,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                    frame: Frame | None = None,
                    on_kill: Callable[[str, _tree.KillReport], None] | None = None) -> DigestResult:
     started = _loop.current_time()
-    if prestart is not None:  # the digest began when its first stages were started
-        started -= max(0.0, time.monotonic() - prestart.t0)
     wall0 = time.time()
+    if prestart is not None:  # the digest began when its first stages were started
+        early = max(0.0, time.monotonic() - prestart.t0)
+        started -= early
+        wall0 -= early  # its `seconds` too: never less than a stage's own
     buffer = ChunkSink()  # references, not copies: the output is held once
     if frame is not None:
         sink, keep_output = frame, False  # the frame is the digest's only record
