@@ -36,10 +36,13 @@ class Spill:
         state_dir: the state dir (created when the digest must be saved).
         cap: the inline cap in characters.
         notice: text printed first (the hook's own notice), a notice of the fit.
+        cut_note: a line put first when the digest is cut, within ``cap`` (the MCP server
+            names its ``digest`` tool).
     """
 
-    def __init__(self, state_dir: StrPath, cap: int, notice: str = "") -> None:
-        self._state_dir, self._cap = state_dir, cap
+    def __init__(self, state_dir: StrPath, cap: int, notice: str = "",
+                 cut_note: str = "") -> None:
+        self._state_dir, self._cap, self._cut_note = state_dir, cap, cut_note
         self._buffer: list[bytes] = []  # the digest as printed, until the file is opened
         self._chars = 0  # characters of the digest so far
         self._notices: list[str] = []
@@ -192,5 +195,6 @@ class Spill:
                   else _ensure_nl(b"".join(kept).decode("utf-8", "replace")))
                  for name, size, ends, kept in zip(self._names, self._sizes, self._ends_line,
                                                    self._texts) if size]
-        self.text = _fitted(self._chars, parts, self._cap, "".join(self._notices), where, saved)
+        self.text = self._cut_note + _fitted(self._chars, parts, self._cap - len(self._cut_note),
+                                             "".join(self._notices), where, saved)
         return self.text

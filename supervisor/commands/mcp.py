@@ -7,7 +7,8 @@ goose, Gemini CLI). Built on the official ``mcp`` SDK, the optional extra
 
 - ``initialize`` answers with the digest as ``instructions``: the session protocol, engine,
   sanitising and inline cutting of the hook (:func:`supervisor.session._routing.run_session`,
-  :func:`supervisor.adapters.fit_inline`), for the project of the working directory, under a
+  :class:`supervisor.adapters._spill.Spill`: fitted as it streams, nothing held whole), for
+  the project of the working directory, under a
   budget of its own (:data:`STARTUP_BUDGET`: a client gives a server about 10 s to start, Codex's
   ``startup_timeout_sec`` default) and a cap of its own (:data:`INSTRUCTIONS_CAP`: Claude Code
   cuts instructions at 2,048 characters). A cut digest says so and names the ``digest`` tool.
@@ -191,15 +192,20 @@ def digest_text(project: Path, client: str, source: str, budget: float, cap: int
     says why)."""
     from .._record import replace
     from ..adapters import fit_inline
+    from ..adapters._spill import Spill
     from ..session._routing import run_session
 
     plan, notice = _plan(project, budget)
     context = replace(_context(project, client, source), delivery=delivery)
-    outcome = run_session(plan, context, take_lock=True, repeat_checked=asked)
+    note = (f"[watchkeeper] This digest was cut to {cap:,} characters; call the `digest` "
+            f"tool of the {SERVER_NAME} MCP server for the whole digest.\n")
+    # a digest streams into the spill, fitted as it comes (as the hook's): nothing held whole
+    spill = Spill(context.state_dir, cap, notice, cut_note=note)
+    outcome = run_session(plan, context, take_lock=True, repeat_checked=asked, spill=spill)
+    if spill.text is not None:
+        return outcome.text, outcome.kind
     text = notice + outcome.text
     if outcome.parts is not None and len(text) > cap:
-        note = (f"[watchkeeper] This digest was cut to {cap:,} characters; call the `digest` "
-                f"tool of the {SERVER_NAME} MCP server for the whole digest.\n")
         text = note + fit_inline(list(outcome.parts), cap - len(note), context.state_dir,
                                  notice + outcome.notices)
     elif len(text) > cap:
