@@ -212,3 +212,25 @@ def test_cline_task_start_arms_and_the_first_tool_hook_delivers(project: Path,
     second = h.run(["hook", "cline", "--event", "prompt"], cwd=project,
                    stdin=json.dumps(tool).encode())
     assert second.stdout == b"", "the digest is delivered once per task"
+
+
+def test_cline_resumed_task_starts_as_a_resume_not_a_second_digest(project: Path,
+                                                                    harnesses: Harnesses) -> None:
+    """``cline --id SESSION`` (LAB 3.0.65) fires TaskStart, not TaskResume, for a new task id
+    under the same ``sessionContext.rootSessionId``, with the earlier turns (and the digest
+    the first PreToolUse gave them) restored: that start is a resume (the nudge), not a
+    second full digest (the old code keyed the session by the task id and ran it again)."""
+    first, daemon = harnesses("cline"), harnesses("cline")  # LAB: the resume's hooks ran in
+    # the hub daemon, the first task's in the `cline` command
+    base = {"workspaceRoots": [str(project)], "sessionContext": {"rootSessionId": "1796_q2"}}
+    for h, task, expect in ((first, "conv_1", "CONTEXT-FULL-ONLY"),
+                            (daemon, "conv_2", "SUPERVISE_OP: v1")):
+        start = {**base, "taskId": task, "hookName": "agent_start"}
+        assert h.run(["hook", "cline"], cwd=project,
+                     stdin=json.dumps(start).encode()).stdout == b""
+        tool = {**base, "taskId": task, "hookName": "tool_call"}
+        text = context(h.run(["hook", "cline", "--event", "prompt"], cwd=project,
+                             stdin=json.dumps(tool).encode()), "cline")
+        assert expect in text, (task, text)
+        if task == "conv_2":
+            assert "CONTEXT-FULL-ONLY" not in text and "ALPHA" not in text, text

@@ -157,6 +157,9 @@ def test_cline_install_writes_one_executable_per_event(git_repo: Path) -> None:
     out = run_cli("doctor", "cline", cwd=git_repo).stdout.decode()
     assert "FAIL" not in out and "cline: TaskStart only arms the start" in out, out
     assert "cline: resumed-session hook TaskResume registered" in out, out
+    # what Cline's events cannot deliver, said where the user checks the setup
+    assert "warn  cline: cannot: a task in which the model calls no tool gets no digest" in out
+    assert "warn  cline: cannot: compaction: Cline 3.0.65 runs no PreCompact" in out, out
     assert run_cli("uninstall", "cline", cwd=git_repo).returncode == 0
     assert not hooks.exists()
 
@@ -182,6 +185,10 @@ def test_cline_payload_gives_the_task_and_its_workspace(git_repo: Path) -> None:
     payload = _payload.parse_payload(data, "cline")
     assert _payload.payload_session_id(payload) == "conv_9"
     assert _payload.session_place(payload, env={})[0] == str(git_repo)
+    # the session a resumed task (`cline --id`) shares with the first: rootSessionId
+    rooted = {**data, "sessionContext": {"rootSessionId": "1796180478123_q26bz"}}
+    assert _payload.payload_session_id(_payload.parse_payload(rooted, "cline")) == \
+        "1796180478123_q26bz"
 
 
 def _supplied(repo: Path, harness: str, cwd: Path, home: Path) -> str:

@@ -100,6 +100,9 @@ class Adapter:
             whose output reaches the model) delivers it (:mod:`supervisor.session._armed`).
         unproven: what of this adapter was not run with the real CLI, one line each
             (``doctor`` says each as a ``warn`` line; the harness's page says why).
+        limits: what the harness's events cannot deliver at all (read in its source, proven
+            with the real CLI where it runs offline), one line each with what to do instead
+            (``doctor`` says each as a ``warn`` line; the harness's page says why).
     """
 
     row: Harness
@@ -118,6 +121,7 @@ class Adapter:
     precompact_to_summary: bool = False
     start_armed: bool = False
     unproven: tuple[str, ...] = ()
+    limits: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:

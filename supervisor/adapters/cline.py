@@ -10,10 +10,15 @@ provider, ``cline auth -p openai -b URL``).
   ``TaskResume`` run fire-and-forget with their output ignored (the host never sets
   ``blockingRunStartHooks``), ``UserPromptSubmit`` too, and ``PreCompact`` is mapped to no
   event at all (it never runs). So ``TaskStart``/``TaskResume`` arm the start and the first
-  ``PreToolUse`` of the task delivers it (a task without a tool call gets no digest).
-- Payload: ``taskId`` (our session id), ``workspaceRoots`` (no ``cwd``), ``hookName``
-  (``agent_start``, ``tool_call``, ...). Hooks run in Cline's hub daemon (``cline
-  --cline-hub-daemon``), the process that owns the session lock.
+  ``PreToolUse`` of the task delivers it (a task without a tool call gets no digest: the
+  adapter's ``limits``).
+- Payload: ``taskId``, ``sessionContext.rootSessionId`` (our session id: ``cline --id``
+  resumes a session with a new task id under it), ``workspaceRoots`` (no ``cwd``),
+  ``hookName`` (``agent_start``, ``tool_call``, ...). Hooks run in the ``cline`` process, or
+  in Cline's hub daemon (``cline --cline-hub-daemon``) once one is up (LAB 3.0.65).
+- ``cline --id SESSION`` (interactive) fires ``TaskStart``, not ``TaskResume``: the CLI sets
+  ``CLINE_HOOK_AGENT_RESUME=1`` in its own environment, which the hub daemon running the
+  hooks never sees. A TaskStart of a session whose start completed is armed as a resume.
 - Tool hooks time out after 120 s (``toolCallTimeoutMs``; a file registers none).
 - Cline loads ``AGENTS.md`` of the workspace folder, ``.clinerules/`` and ``.cline/rules/``
   itself (LAB: not the AGENTS.md of folders above it).
@@ -36,7 +41,12 @@ ADAPTER = Adapter(
         "and the TUI. The digest arrives with the first tool call of a task (Cline drops "
         "TaskStart's output).",
     ),
-    unproven=(
-        "a resumed task (`cline --id`, TaskResume): armed as resume like TaskStart, not run",
+    limits=(
+        "a task in which the model calls no tool gets no digest: Cline 3.0.65 uses the "
+        "output of PreToolUse and PostToolUse only (TaskStart, TaskResume and "
+        "UserPromptSubmit run without their output being read); ask the model to run "
+        "`supervise digest --session-start`, or to call a tool first",
+        "compaction: Cline 3.0.65 runs no PreCompact (the file maps to no event) and fires "
+        "nothing after a compaction; run `supervise digest --session-start` after one",
     ),
 )

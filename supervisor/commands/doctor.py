@@ -802,6 +802,7 @@ def _harness_checks(adapter: Adapter, project: Path, budget: float, named: bool,
         # what the real CLI never ran is a risk of this setup: the harness's page says why
         checks += [Check("warn", adapter.name, f"not proven with the real CLI: {line}")
                    for line in adapter.unproven]
+        checks += [Check("warn", adapter.name, f"cannot: {line}") for line in adapter.limits]
         if adapter.name == "codex":
             checks += _codex_trust(path, project, data, scope_of[path] != "user")
         if adapter.name == "gemini" and scope_of[path] != "user":

@@ -390,7 +390,16 @@ def _session_start(hook: _Hook) -> None:
     if hook.adapter is not None and hook.adapter.start_armed:
         # the harness drops this event's output (Cline's TaskStart): the next hook whose
         # output reaches the model delivers the start (supervisor.session._armed)
-        _arm(context, context.source or "startup")
+        source = context.source or "startup"
+        if source == "startup" and context.session_id:
+            from ..session._ledger import started
+
+            if started(context.state_dir, context.harness, context.session_id):
+                # a session whose start completed starts again: `cline --id` resumes a task
+                # with TaskStart (its TaskResume needs an environment variable the hub daemon
+                # running the hooks never sees, LAB 3.0.65), the earlier turns restored
+                source = "resume"
+        _arm(context, source)
         return
     _settle_nested(context)
     transcript = getattr(hook.payload, "transcript_path", None)

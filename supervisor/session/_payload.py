@@ -276,14 +276,20 @@ def parse_payload(data: dict[str, Any] | None, harness: str = "") -> Payload | N
     does an object with ``workspace_roots`` and no ``source`` count as Cursor's. Another
     harness's payload that happens to carry ``workspace_roots`` keeps its ``cwd`` (the
     per-event shim reads ``cwd`` too: both look at the same project). Returns ``None`` for
-    ``None``. Cline's (``taskId``, ``workspaceRoots``, ``hookName``) is read as Cursor's: the
-    task is the session, its first workspace root the project.
+    ``None``. Cline's (``taskId``, ``sessionContext.rootSessionId``, ``workspaceRoots``,
+    ``hookName``) is read as Cursor's: the session is ``rootSessionId`` (else the task), its
+    first workspace root the project. A task resumed with ``cline --id SESSION`` gets a new
+    ``taskId`` under the same ``rootSessionId`` (LAB 3.0.65), so the resume is the same
+    session of ours.
     """
     if data is None:
         return None
     if harness == "cline":  # Cline CLI 3.0.65: taskId, workspaceRoots (camelCase), no cwd
         roots = data.get("workspaceRoots")
-        data = {"conversation_id": data.get("taskId"), "hook_event_name": data.get("hookName"),
+        ctx = data.get("sessionContext")
+        root = ctx.get("rootSessionId") if isinstance(ctx, dict) else None
+        session = root if isinstance(root, str) and root.strip() else data.get("taskId")
+        data = {"conversation_id": session, "hook_event_name": data.get("hookName"),
                 "workspace_roots": [r for r in roots if isinstance(r, str)]
                 if isinstance(roots, list) else []}
         return load_record(CursorPayload, data, tolerant=True, extra="extra")

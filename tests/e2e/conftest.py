@@ -18,8 +18,9 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -234,6 +235,90 @@ def run_harness(argv: list[str | os.PathLike[str]], cwd: Path, env: dict[str, st
     """Run one harness CLI invocation to its end (stdin closed), output captured as text."""
     return subprocess.run([str(a) for a in argv], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def tui_session(argv: list[str | os.PathLike[str]], cwd: Path, env: dict[str, str],
+                fake_model: FakeModel, prompts: list[str | int], *, ready: bytes,
+                startup: Callable[[], None] = lambda: None) -> None:
+    """One interactive harness process on a pseudo-terminal (40 x 120): ``startup()`` once
+    the process runs, then each prompt typed and sent (Enter) once ``ready`` (the empty
+    input box's text) is on the screen again, the next one once the fake model got a
+    request holding that prompt and the log has been quiet for 3 s; an int instead of a
+    prompt makes the next reply report that many input tokens. The process group (the
+    child leads its own session) is killed by its pid when the prompts are done."""
+    import fcntl
+    import pty
+    import re
+    import select
+    import signal
+    import struct
+    import termios
+    import threading
+
+    pid, fd = pty.fork()
+    if pid == 0:  # pragma: no cover - the child
+        os.chdir(cwd)
+        os.execve(str(argv[0]), [str(a) for a in argv], {**env, "TERM": "xterm-256color"})
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+    done, shown = threading.Event(), threading.Event()
+    screen: list[bytes] = []
+
+    def drain() -> None:  # the TUI blocks once the terminal's buffer is full: keep reading
+        while not done.is_set():
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(fd, 65536)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                screen.append(chunk)
+                del screen[:-64]
+                if ready in b"".join(screen[-2:]):
+                    shown.set()
+
+    def tail() -> bytes:
+        return re.sub(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b[()][A-Z0-9]", b"", b"".join(screen))[-1500:]
+
+    def settle(before: int, text: str) -> None:
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while not any(text in b for b in fake_model.bodies(before)):
+            if time.monotonic() > deadline:
+                pytest.fail(f"{argv[0]} (TUI): the prompt {text!r} never reached the model; "
+                            f"the screen's end: {tail()!r}")
+            time.sleep(0.3)
+        count, quiet = fake_model.count(), time.monotonic()
+        while time.monotonic() - quiet < 3.0 and time.monotonic() < deadline:
+            time.sleep(0.3)
+            if fake_model.count() != count:
+                count, quiet = fake_model.count(), time.monotonic()
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    try:
+        startup()
+        for prompt in prompts:
+            if isinstance(prompt, int):
+                fake_model.report_tokens_once(prompt)
+                continue
+            if not shown.wait(RUN_TIMEOUT):  # keys typed before the box is up are lost
+                pytest.fail(f"{argv[0]} (TUI): no input box; the screen's end: {tail()!r}")
+            time.sleep(1.0)
+            shown.clear()
+            before = fake_model.count()
+            os.write(fd, prompt.encode())
+            time.sleep(0.5)
+            os.write(fd, b"\r")
+            settle(before, prompt)
+    finally:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
+        done.set()
+        reader.join(timeout=5)
+        os.close(fd)
 
 
 NUDGE = "SUPERVISE_OP: v1 session-start"

@@ -63,3 +63,47 @@ def test_the_digest_arrives_with_the_first_tool_call_once(project: Project, fake
     assert counts["full"] == 1 and counts["nudge"] == 0, counts
     assert "PreToolUse" in after_tool
     assert not os.path.exists(project.path / ".supervise" / "fastpath" / "wake-armed")
+
+
+def test_a_resumed_task_gets_no_second_digest(project: Project,
+                                                           fake_model: FakeModel,
+                                                           no_leaked_processes: str) -> None:
+    """``cline --id SESSION`` (interactive, on a pseudo-terminal; LAB 3.0.65) restores the
+    earlier turns, the digest the first PreToolUse gave them included, and fires TaskStart
+    (not TaskResume) for a new task of the same ``rootSessionId`` in the hub daemon. The
+    request after the resumed task's first tool call holds the digest once (the restored
+    one); the old code keyed the session by the task and ran a second full digest there."""
+    from conftest import tui_session
+
+    cline = harness_bin("cline")
+    project.configure(matrix_toml(project.mark))
+    project.install("cline")
+    env = clean_env()
+    try:
+        auth = run_harness([cline, "auth", "-p", "openai", "-k", "dummy", "-m", "fake-model",
+                            "-b", f"{fake_model.url}/v1"], project.path, env)
+        assert auth.returncode == 0, auth.stderr[-2000:]
+        # a first task leaves Cline's hub daemon running: the next task's hooks, and the
+        # resumed one's, run in that one process (LAB: where the old code gave the resumed
+        # task a second full digest)
+        for prompt in ("warm up", "turn 1 FAKE_BASH echo hi"):
+            proc = run_harness([cline, prompt], project.path, env)
+            assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-2000:]
+        listed = run_harness([cline, "history", "--json"], project.path, env)
+        assert listed.returncode == 0, listed.stderr[-2000:]
+        [session] = [s["sessionId"] for s in json.loads(listed.stdout)  # (its prompt is
+                     if s["metadata"]["title"] == "turn 1 FAKE_BASH echo hi"]  # wrapped there)
+        since = fake_model.count()
+        tui_session([cline, "--id", session], project.path, env, fake_model,
+                    ["turn 2 FAKE_BASH echo again"], ready=b"Ask anything")
+    finally:
+        stop_hub(no_leaked_processes)
+    resumed = [json.dumps(r["body"]) for r in fake_model.requests()[since:]
+               if r["path"].endswith("/chat/completions")]
+    assert len(resumed) >= 2, "the resumed task's tool call did not run"
+    assert "turn 1" in resumed[0], "the premise: the earlier turns are restored"
+    assert tally(resumed[0], project.mark)["full"] == 1, "the restored digest"
+    counts = tally(resumed[1], project.mark)
+    # the restored digest alone: a resume, silent since that daemon ran the digest itself
+    # (another process would add the one-line nudge); the old code ran it again (full 2)
+    assert counts == {"full": 1, "reemit": 0, "reemit_mark": 0, "nudge": 0}, counts

@@ -40,7 +40,8 @@ NOT_REACHABLE = {
     ("droid", "deferred"): "the per-prompt hook needs a second prompt: Factory's servers",
     ("cline", "compact"): "Cline 3.0.65 runs no PreCompact and fires nothing after a compaction "
                           "(docs/harnesses/cline.md)",
-    ("cline", "resume"): "`cline --id` (TaskResume) was not driven (docs/harnesses/cline.md)",
+    ("cline", "resume"): "`cline --id` is interactive: proven on a pseudo-terminal by "
+                         "test_cline.py::test_a_resumed_task_gets_no_second_digest",
     ("cline", "deferred"): "needs a second tool call after the gate opens; one `cline` prompt "
                            "makes one",
 }
