@@ -16,24 +16,13 @@ from pathlib import Path
 import pytest
 
 from fake_harness import FakeHarness, Harnesses, HookRun
+from test_compaction_armed import CONFIG  # a re-emitted stage and a full-only one
 from supervisor._harnesses import BY_NAME
 from supervisor.session._fastpath import read_trace, set_trace
 from supervisor.session._transcript import count_lines_with
 
 MARK = BY_NAME["gemini"].compact_trace
 
-CONFIG = """\
-budget = 30
-grace = 0.2
-[[stages]]
-name = "alpha"
-title = "Alpha notes"
-run = ["sh", "-c", "echo ALPHA mode=$SUPERVISE_MODE source=[$SUPERVISE_SOURCE]"]
-reemit = true
-[[stages]]
-name = "context"
-run = ["sh", "-c", "echo CONTEXT-FULL-ONLY"]
-"""
 
 SID = "6308bcd8-03b0-4ac9-bb9c-70c01dc568bc"
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -38,19 +39,26 @@ def stop_hub(token: str) -> None:
             continue
 
 
+def installed(project: Project, fake_model: FakeModel) -> tuple[Path, dict[str, str]]:
+    """The matrix digest installed for Cline, its provider pointed at the fake model: the
+    CLI and the environment to run it in."""
+    cline = harness_bin("cline")
+    project.configure(matrix_toml(project.mark))
+    project.install("cline")
+    env = clean_env()
+    auth = run_harness([cline, "auth", "-p", "openai", "-k", "dummy", "-m", "fake-model",
+                        "-b", f"{fake_model.url}/v1"], project.path, env)
+    assert auth.returncode == 0, auth.stderr[-2000:]
+    return cline, env
+
+
 def test_the_digest_arrives_with_the_first_tool_call_once(project: Project, fake_model: FakeModel,
                                                           no_leaked_processes: str) -> None:
     """TaskStart's output never reaches the model (the old code printed the digest there):
     the first request holds nothing of ours, the request after the first tool call holds
     the digest once (in PreToolUse's ``hook_context``), and no arm is left."""
-    cline = harness_bin("cline")
-    project.configure(matrix_toml(project.mark))
-    project.install("cline")
-    env = clean_env()
+    cline, env = installed(project, fake_model)
     try:
-        auth = run_harness([cline, "auth", "-p", "openai", "-k", "dummy", "-m", "fake-model",
-                            "-b", f"{fake_model.url}/v1"], project.path, env)
-        assert auth.returncode == 0, auth.stderr[-2000:]
         proc = run_harness([cline, "turn 1 FAKE_BASH echo hi"], project.path, env)
         assert proc.returncode == 0, proc.stdout[-1000:] + proc.stderr[-2000:]
     finally:
@@ -75,14 +83,8 @@ def test_a_resumed_task_gets_no_second_digest(project: Project,
     one); the old code keyed the session by the task and ran a second full digest there."""
     from conftest import tui_session
 
-    cline = harness_bin("cline")
-    project.configure(matrix_toml(project.mark))
-    project.install("cline")
-    env = clean_env()
+    cline, env = installed(project, fake_model)
     try:
-        auth = run_harness([cline, "auth", "-p", "openai", "-k", "dummy", "-m", "fake-model",
-                            "-b", f"{fake_model.url}/v1"], project.path, env)
-        assert auth.returncode == 0, auth.stderr[-2000:]
         # a first task leaves Cline's hub daemon running: the next task's hooks, and the
         # resumed one's, run in that one process (LAB: where the old code gave the resumed
         # task a second full digest)
