@@ -325,6 +325,34 @@ def test_caller_cancellation_kills_the_stages(tmp_path: Path, piddir: Path, cpu_
     assert pid_dead(members[0]) and pid_dead(members[1])
 
 
+def test_a_cancelled_stage_that_needed_sigkill_says_so_in_its_log(tmp_path: Path,
+                                                                  piddir: Path) -> None:
+    """Cancelling run_digest kills a stage whose leader ignores TERM with SIGKILL: the kill's
+    report is in the stage log (``supervise status``), as at a timeout. On this path it was
+    computed and dropped."""
+    config = DigestConfig(grace=0.1, stages=(StageSpec(**hostile("t", "ignore-term")),))
+    ctx = SessionContext(project_dir=tmp_path, state_dir=tmp_path / ".s")
+    leader = piddir / "leader.pid"
+
+    async def main() -> bool:
+        with anyio.CancelScope() as scope:
+            async with anyio.create_task_group() as tg:
+                async def cancel_once_up() -> None:
+                    with anyio.fail_after(30):  # the premise, bounded
+                        while not leader.exists():
+                            await anyio.sleep(0.01)
+                    scope.cancel()
+
+                tg.start_soon(cancel_once_up)
+                await run_digest(config, ctx)
+        return scope.cancelled_caught
+
+    assert anyio.run(main)
+    assert pid_dead(leader)
+    log = (tmp_path / ".s" / "logs" / "t.log").read_text()
+    assert "cancelled" in log and "1 needed SIGKILL" in log, log
+
+
 def test_fork_and_exit_chain_is_frozen_then_killed(tmp_path: Path, piddir: Path, cpu_load: str) -> None:
     """Adversarial report: a chain where each generation forks, setsids and exits outran two
     snapshots and survived. The hard phase freezes (SIGSTOP) every member found until a fresh

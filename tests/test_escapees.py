@@ -26,14 +26,17 @@ HOLD = 300
 """Seconds the escapee would live: far past the test's timeout, so a held pipe fails it."""
 
 
-def _escapee_command(pidfile: Path, detached_stdio: bool = False) -> list[str]:
+def _escapee_command(pidfile: Path, detached_stdio: bool = False,
+                     ignore_term: bool = False) -> list[str]:
     """A leader that starts, with an empty environment, a daemon in a new session (``setsid
-    -f`` forks it first), which writes its own pid and becomes ``sleep``; the leader waits for
-    the pid, prints and exits. ``detached_stdio``: the daemon first points its stdin, stdout
-    and stderr at ``/dev/null`` (no pipe of its stage left)."""
+    -f`` forks it first), which writes its own pid and becomes ``sleep`` (ignoring SIGTERM
+    when ``ignore_term``); the leader waits for the pid, prints and exits. ``detached_stdio``:
+    the daemon first points its stdin, stdout and stderr at ``/dev/null`` (no pipe of its
+    stage left)."""
     daemon = pidfile.with_suffix(".sh")
     redirect = "exec </dev/null >/dev/null 2>&1\n" if detached_stdio else ""
-    daemon.write_text(f"{redirect}echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
+    trap = "trap '' TERM\n" if ignore_term else ""
+    daemon.write_text(f"{redirect}{trap}echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
                       f"exec sleep {HOLD}\n")
     return ["sh", "-c", f"env -i setsid -f /bin/sh '{daemon}'; "
             f"while [ ! -s '{pidfile}' ]; do sleep 0.01; done; echo done"]
@@ -161,5 +164,27 @@ def test_a_digest_kills_an_escapee_that_cleared_its_environment(tmp_path: Path) 
         esc = (logs / "esc.log").read_text()
         assert f"pid {pid} (sleep)" in esc and "this stage alone ran" in esc, esc
         assert not (logs / "other.log").exists() or pid not in (logs / "other.log").read_text()
+    finally:
+        _check_gone(pidfile)
+
+
+def test_an_escapee_that_needed_sigkill_is_reported_in_its_stage_log(tmp_path: Path) -> None:
+    """The digest's end kills a TERM-ignoring escapee with SIGKILL: the kill's report (how
+    many needed SIGKILL, whether any survived) follows the line naming it in its stage's log.
+    The sweep's report was computed and dropped."""
+    pidfile = tmp_path / "daemon.pid"
+    import json
+
+    (tmp_path / "supervise.toml").write_text(
+        "grace = 0.2\n[[stages]]\nname = \"esc\"\n"
+        f"run = {json.dumps(_escapee_command(pidfile, detached_stdio=True, ignore_term=True))}\n")
+    try:
+        proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=40)
+        assert proc.returncode == 0, proc.stderr
+        assert b"SIGKILL" not in proc.stdout  # the log's, never the model's
+        esc = (tmp_path / ".supervise" / "logs" / "esc.log").read_text()
+        pid = pidfile.read_text().strip()
+        assert f"pid {pid} (sleep)" in esc and "1 needed SIGKILL" in esc, esc
     finally:
         _check_gone(pidfile)

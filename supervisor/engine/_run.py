@@ -299,11 +299,11 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                 # What left every mark of its stage (env -i, setsid) dies with the digest
                 with _loop.CancelScope(shield=True):
                     now = _loop.current_time()
-                    await run.watch.sweep_orphans(
+                    swept = await run.watch.sweep_orphans(
                         run.grace, min(now + run.grace + KILL_WAIT, run.end_at - DRAIN_RESERVE),
                         spare=[s.builtin for s in live if s.builtin])
                 if run.watch.swept_orphans:
-                    note_orphans(run)
+                    note_orphans(run, swept)
             tg.cancel_scope.cancel()
     finally:
         if run.guardian is not None:
@@ -346,13 +346,18 @@ async def _execute(config: DigestPlan, context: SessionContext, sink: Sink | Non
                         buffer.text(), tuple(out.notices), cut=notice is not None)
 
 
-def note_orphans(run: DigestRun) -> None:
+def note_orphans(run: DigestRun, kill: _tree.KillReport | None = None) -> None:
     """Name in the stage logs each orphan the digest's end killed (``Watch.swept_orphans``:
     it left every mark, so no scan could tell its stage): one line in the log of every stage
     that was running when it started (its start stamp within the stage's life), which is
-    its stage when only one was; ``supervise status`` shows the logs. Never raises."""
+    its stage when only one was, followed by the kill's report (:class:`KillReport
+    <supervisor.engine._tree.KillReport>`) when SIGKILL was needed or something survived it;
+    ``supervise status`` shows the logs. Never raises."""
     from ._proctable import STAMP_SLACK
 
+    report = (f"[supervise] {kill.describe()}\n"
+              if kill is not None and kill.notable and not run.transparent else "")
+    lines: dict[str, list[str]] = {}
     for row, name in run.watch.swept_orphans:
         during = [stage for stage, (began, ended) in run.lives.items()
                   if began - STAMP_SLACK <= row.start <= ended + STAMP_SLACK]
@@ -362,13 +367,15 @@ def note_orphans(run: DigestRun) -> None:
                 f"left every mark of its stage (no token, a session of its own, its parent "
                 f"gone), was killed; {which}\n")
         for stage in during:
-            capture = _stagelog.StderrCapture()
-            capture.feed(line.encode("utf-8", "replace"))
-            try:
-                _stagelog.write_entry(Path(run.context.state_dir), stage,
-                                      _stagelog.header(run.context, "orphan killed"), capture)
-            except (StateError, OSError):
-                pass
+            lines.setdefault(stage, []).append(line)
+    for stage, said in lines.items():
+        capture = _stagelog.StderrCapture()
+        capture.feed(("".join(said) + report).encode("utf-8", "replace"))
+        try:
+            _stagelog.write_entry(Path(run.context.state_dir), stage,
+                                  _stagelog.header(run.context, "orphan killed"), capture)
+        except (StateError, OSError):
+            pass
 
 
 def _adopt(run: DigestRun, prestart: Prestart, first: set[str]) -> None:

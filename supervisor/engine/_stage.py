@@ -364,8 +364,17 @@ async def _spawn_and_watch(run: DigestRun, index: int, spec: StagePlan) -> None:
         # Cancelled by the caller (a bridge's newer generation): the same whole-tree kill,
         # shielded and bounded, then the cancellation propagates (the loop's level-triggered cancellation).
         with _loop.CancelScope(shield=True):
-            await run.watch.kill_stage(tree, run.grace,
-                                       now() + run.grace + HARD_PHASE + DRAIN_RESERVE)
+            cancelled = await run.watch.kill_stage(tree, run.grace,
+                                                   now() + run.grace + HARD_PHASE + DRAIN_RESERVE)
+        if run.on_kill is not None:
+            run.on_kill(spec.name, cancelled)
+        if cancelled.notable and not run.transparent:  # as at the end below: the stage log
+            capture.feed(f"[supervise] {cancelled.describe()}\n".encode())
+            try:
+                _stagelog.write_entry(Path(run.context.state_dir), spec.name,
+                                      _stagelog.header(run.context, "cancelled"), capture)
+            except (StateError, OSError):
+                pass
         raise
     finally:
         if run.scopes.get(spec.name) is waiting:
