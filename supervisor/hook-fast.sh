@@ -281,10 +281,10 @@ case $cwd in /*) ;; *) slow "$@" ;; esac
 if [ "$event" = post-tool ]; then
   json_str tool_name || slow "$@"
   # the harness table's file_tools of every row (supervisor/_harnesses.py FILE_TOOLS: Claude
-  # Code's, Gemini CLI's); tests/test_fastpath.py runs each of them through this gate
+  # Code's, Gemini CLI's, Qwen Code's); tests/test_fastpath.py runs each of them through this gate
   case $val in
     Read|Edit|MultiEdit|Write|NotebookRead|NotebookEdit) ;;
-    read_file|replace|write_file) ;;
+    read_file|replace|write_file|edit) ;;
     *) nothing ;;  # not a file tool: the Python path injects nothing
   esac
   # the file: tool_input's first member, file_path or notebook_path

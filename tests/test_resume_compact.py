@@ -384,3 +384,16 @@ def test_the_backward_reader_joins_lines_across_chunks(chunk: int, tmp_path: Pat
                     + "\n" + json.dumps(claude_context("last")))
     view = _transcript.session_contexts(path, "claude")
     assert view is not None and view.contexts == ("first é", "last") and not view.compacted
+
+
+@pytest.mark.parametrize("name", ["gemini", "qwen"])
+def test_a_resume_that_drops_the_context_gets_the_reemit(name: str, project: Path,
+                                                         harnesses: Harnesses) -> None:
+    """Gemini ``-r`` and Qwen Code ``-c`` (0.24.4) resend the earlier turns without their hook
+    context (the harness table's ``resume_drops_context``): the resume is served as a re-emit
+    of the digest, never the nudge. Qwen's resume got the nudge before (its row did not say
+    so), and the resumed session had no digest at all."""
+    started_session(project, harnesses, name)
+    text = context_of(hook(harnesses(name), project, "resume", name))
+    assert is_reemit(text), text
+    assert NUDGE_TEXT not in text

@@ -61,7 +61,7 @@ def read(project: Path, harness: str, rel: str, *, fast: bool = True, tool: str 
     assert proc.returncode == 0, proc.stderr
     if not proc.stdout.strip():
         return ""
-    if harness not in ("claude", "gemini"):  # the bridges' hook prints the text itself
+    if harness not in ("claude", "gemini", "qwen"):  # the bridges' hook prints the text itself
         return proc.stdout.decode()
     out = json.loads(proc.stdout)["hookSpecificOutput"]
     assert out["hookEventName"] == ("AfterTool" if harness == "gemini" else "PostToolUse")
@@ -106,6 +106,26 @@ def test_gemini_gets_both_conventions_on_its_file_tools(project: Path) -> None:
     assert read(project, "gemini", "src/web/app.ts", tool="run_shell_command") == ""
     start(project, "gemini", "clear")
     assert "CLAUDE-PY-RULE" in read(project, "gemini", "src/a.py", tool="write_file")
+
+
+def test_qwen_gets_both_conventions_on_its_file_tools(project: Path) -> None:
+    """Qwen Code's PostToolUse (0.24.4: registered for read_file, edit, write_file; its context
+    is appended to the tool's result) gets each matching rule once per context, through the
+    registered sh fast path; before, Qwen registered no PostToolUse and got the listing only
+    (and the fast path answered "not a file tool" for its ``edit``)."""
+    from supervisor.adapters import ADAPTERS
+    from supervisor.commands.install import entries
+
+    qwen = ADAPTERS["qwen"]
+    [post] = [e for e in entries(qwen, 120.0) if e.event == "PostToolUse"]
+    assert post.matcher == "^(read_file|edit|write_file)$"
+    start(project, "qwen")
+    assert (project / ".supervise" / "rules" / "qwen.json").exists()
+    got = read(project, "qwen", "src/a.py", tool="read_file")
+    assert "CLAUDE-PY-RULE" in got and "paths:" not in got
+    assert read(project, "qwen", "src/a.py", tool="read_file") == ""  # once per context
+    assert "CURSOR-TS-RULE" in read(project, "qwen", "src/web/app.ts", tool="edit")
+    assert read(project, "qwen", "src/web/app.ts", tool="run_shell_command") == ""
 
 
 def test_the_fast_path_lets_every_file_tool_through(project: Path, tmp_path: Path) -> None:

@@ -35,6 +35,9 @@ NOT_REACHABLE = {
     ("gemini", "compact"): "`gemini -p` is one prompt per process: a compression in the same "
                            "process needs the TUI, proven by test_gemini.py::test_a_compression_"
                            "in_the_tui_reemits_once_at_the_next_prompt (docs/harnesses/gemini.md)",
+    ("qwen", "compact"): "Qwen Code 0.24.4 compresses only a history it judges big enough "
+                         "(`/compress` in a short session: \"not beneficial\"); not driven "
+                         "(docs/harnesses/qwen.md)",
     ("droid", "resume"): "droid exec -s needs Factory's servers (docs/harnesses/droid.md)",
     ("droid", "compact"): "needs a second prompt of the session: Factory's servers",
     ("droid", "deferred"): "the per-prompt hook needs a second prompt: Factory's servers",
@@ -273,6 +276,42 @@ def _gemini(session: Session) -> None:
     assert second.exists(), "the premise: the second registration fired"
 
 
+# -- Qwen Code -----------------------------------------------------------------------------------
+
+MEMORY = "Managed memory has TWO directories"
+"""Qwen Code 0.24.4's request that extracts managed memory after a turn (not the turn's own)."""
+
+
+def _qwen(session: Session) -> None:
+    from test_qwen import qwen_env
+
+    project, fake = session.project, session.fake
+    qwen = harness_bin("qwen")
+    env = qwen_env(fake)
+    project.install("qwen")
+    second = _register_twice(project, ".qwen/settings.json",
+                             Path(os.environ["HOME"], ".qwen", "settings.json"))
+    run = run_harness([qwen, "-p", "turn 1"], project.path, env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    first = [i for i, b in enumerate(fake.bodies()) if "turn 1" in b and MEMORY not in b][0]
+    _assert_start(session.tallies()[first], fake.bodies()[first])
+    session.release()
+    since = fake.count()
+    run = run_harness([qwen, "-c", "-p", "turn 2"], project.path, env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    # `-c` sends the earlier turns without their hook context: the digest comes again as a
+    # re-emit, and the deferred result with the prompt. After each turn Qwen asks the model,
+    # in a request of its own, what to write to its managed memory: that one carries the
+    # conversation without any hook context (the startup digest neither), so the turn's own
+    # request is the one counted.
+    turn = [t for t in session.tallies(since, keep=lambda b: "turn 2" in b and MEMORY not in b)]
+    assert len(turn) == 1, turn
+    resumed = turn[0]
+    assert (resumed["full"], resumed["reemit"], resumed["nudge"], resumed["deferred"]) == (0, 1, 0, 1), resumed
+    _assert_once(session.tallies())
+    assert second.exists(), "the premise: the second registration fired"
+
+
 # -- Pi ------------------------------------------------------------------------------------------
 
 def _pi(session: Session, tmp_path: Path) -> None:
@@ -437,6 +476,8 @@ def test_the_session_protocol_holds_in_one_session(harness: str, floor: bool, se
         _codex(session, tmp_path)
     elif harness == "gemini":
         _gemini(session)
+    elif harness == "qwen":
+        _qwen(session)
     elif harness == "pi":
         _pi(session, tmp_path)
     elif harness == "opencode":

@@ -98,16 +98,9 @@ def _gemini_settings() -> None:
                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
 
 
-def test_gemini_gets_a_path_scoped_rule_once_on_a_matching_read(
-        project: Project, fake_model: FakeModel) -> None:
-    """Gemini CLI's AfterTool context reaches the model with the read_file result (0.61.0:
-    appended to the tool's result as ``<hook_context>``): a Cursor rule (globs) and a Claude
-    rule (paths) covering the file read arrive once each, without their frontmatter."""
-    from conftest import clean_env, harness_bin, run_harness
-
-    gemini = harness_bin("gemini")
-    _gemini_settings()
-    project.install("gemini")
+def _ts_rules(project: Project) -> Path:
+    """A Cursor rule (``globs``) and a Claude rule (``paths``) covering ``src/app.ts``, the
+    instructions stage alone configured; returns that file (``fromTheFile`` inside)."""
     cursor, claude = project.path / ".cursor" / "rules", project.path / ".claude" / "rules"
     cursor.mkdir(parents=True)
     claude.mkdir(parents=True)
@@ -118,6 +111,20 @@ def test_gemini_gets_a_path_scoped_rule_once_on_a_matching_read(
     target = project.path / "src" / "app.ts"
     target.write_text("let fromTheFile = 1\n")
     project.configure('[[stages]]\nname = "instructions"\nbuiltin = "instructions"\n')
+    return target
+
+
+def test_gemini_gets_a_path_scoped_rule_once_on_a_matching_read(
+        project: Project, fake_model: FakeModel) -> None:
+    """Gemini CLI's AfterTool context reaches the model with the read_file result (0.61.0:
+    appended to the tool's result as ``<hook_context>``): a Cursor rule (globs) and a Claude
+    rule (paths) covering the file read arrive once each, without their frontmatter."""
+    from conftest import clean_env, harness_bin, run_harness
+
+    gemini = harness_bin("gemini")
+    _gemini_settings()
+    project.install("gemini")
+    target = _ts_rules(project)
     env = clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url)
     proc = run_harness([gemini, "-m", "fake-model", "-p", f"FAKE_READ {target}"], project.path, env)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -138,3 +145,25 @@ def test_gemini_gets_a_path_scoped_rule_once_on_a_matching_read(
                for part in content.get("parts") or [] if "functionResponse" in part]
     assert len(results) >= 2 and f"CURSORTS-{project.mark}" in results[0]  # kept by Gemini
     assert "fromTheFile" in results[-1] and f"CURSORTS-{project.mark}" not in results[-1]
+
+
+def test_qwen_gets_a_path_scoped_rule_once_on_a_matching_read(
+        project: Project, fake_model: FakeModel) -> None:
+    """Qwen Code's PostToolUse context reaches the model with the read_file result (0.24.4:
+    appended to the tool's result): a Cursor rule (globs) and a Claude rule (paths) covering
+    the file read arrive once each, without their frontmatter. Before, Qwen got only the
+    listing of path-scoped rules (no PostToolUse was registered)."""
+    from conftest import harness_bin
+    from test_qwen import qwen, qwen_env
+
+    harness_bin("qwen")
+    project.install("qwen")
+    target = _ts_rules(project)
+    qwen(project, qwen_env(fake_model), "-p", f"FAKE_READ {target}", "--yolo")
+    assert fake_model.seen("fromTheFile"), "the fake model never saw the read_file result"
+    after = [json.loads(b) for b in fake_model.bodies() if "fromTheFile" in b]
+    results = [json.dumps(m["content"]) for m in after[-1]["messages"] if m.get("role") == "tool"]
+    assert len(results) == 1 and "fromTheFile" in results[0], results
+    assert results[0].count(f"CURSORTS-{project.mark}: prefer types.") == 1, results[0]
+    assert results[0].count(f"CLAUDETS-{project.mark}") == 1, results[0]
+    assert not fake_model.seen(f"{project.mark}-META")  # the frontmatter is not context

@@ -82,18 +82,24 @@ def _served_and_silent(project: Project, fake_model: FakeModel, widget: Path, ot
     assert "supervise" not in (other / ".git" / "info" / "exclude").read_text()
 
 
+def _pi_agent(tmp_path: Path, fake: FakeModel) -> tuple[Path, dict[str, str]]:
+    """Pi's agent folder naming the fake model (``models.json``) and the environment that
+    points Pi at it, offline."""
+    agent = tmp_path / "pi-agent"
+    agent.mkdir()
+    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
+        "baseUrl": f"{fake.url}/v1", "api": "openai-completions", "apiKey": "dummy",
+        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
+    return agent, clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1",
+                            PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0")
+
+
 def test_a_user_scope_pi_extension_serves_only_opted_in_projects(
         project: Project, fake_model: FakeModel, tmp_path: Path) -> None:
     pi = harness_bin("pi")
     widget, other = _monorepo(project, tmp_path)
-    agent = tmp_path / "pi-agent"
-    agent.mkdir()
-    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
-        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
-    env = clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1", PI_SKIP_VERSION_CHECK="1",
-                    PI_TELEMETRY="0")
+    agent, env = _pi_agent(tmp_path, fake_model)
     _install_user("pi", project, env)
     assert json.loads((agent / "extensions" / "watchkeeper" / "watchkeeper.json").read_text())["opt_in"]
 
@@ -145,16 +151,12 @@ def test_the_gemini_extension_serves_only_opted_in_projects(
     import os
 
     from test_harness_plugins import on_path
+    from test_rules_harnesses import _gemini_settings
 
     gemini = harness_bin("gemini")
     widget, other = _monorepo(project, tmp_path)
     home = os.environ["HOME"]  # isolated per test by the root conftest
-    os.makedirs(f"{home}/.gemini", exist_ok=True)
-    with open(f"{home}/.gemini/settings.json", "w") as f:
-        json.dump({"security": {"auth": {"selectedType": "gemini-api-key"},
-                                "folderTrust": {"enabled": False}},
-                   "privacy": {"usageStatisticsEnabled": False}, "telemetry": {"enabled": False},
-                   "general": {"disableAutoUpdate": True, "disableUpdateNag": True}}, f)
+    _gemini_settings()
     env = on_path(clean_env(GEMINI_API_KEY="dummy", GOOGLE_GEMINI_BASE_URL=fake_model.url))
     env["PATH"] = f"{gemini.parent}{os.pathsep}{env['PATH']}"
     proc = subprocess.run([sys.executable, "-m", "supervisor", "install", "gemini", "--plugin",
@@ -183,14 +185,7 @@ def test_a_project_pi_package_beside_the_user_bridge_delivers_the_digest_once(
 
     pi = harness_bin("pi")
     (project.path / "supervise.toml").unlink()  # the default digest: only the package opts in
-    agent = tmp_path / "pi-agent"
-    agent.mkdir()
-    (agent / "models.json").write_text(json.dumps({"providers": {"fake": {
-        "baseUrl": f"{fake_model.url}/v1", "api": "openai-completions", "apiKey": "dummy",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "fake-model", "contextWindow": 32000, "maxTokens": 4096}]}}}))
-    env = on_path(clean_env(PI_CODING_AGENT_DIR=str(agent), PI_OFFLINE="1",
-                            PI_SKIP_VERSION_CHECK="1", PI_TELEMETRY="0"))
+    env = on_path(_pi_agent(tmp_path, fake_model)[1])
     env["PATH"] = f"{pi.parent}:{env['PATH']}"
     _install_user("pi", project, env)
     added = subprocess.run([sys.executable, "-m", "supervisor", "install", "pi", "--plugin"],
