@@ -34,7 +34,8 @@ OPENERS = {
     "supervisor/session/_fastpath.py": (4, "the fast path's index entries in the state dir"),
     "supervisor/session/_nudge.py": (1, "the packaged nudge.txt, the nudge line's one home"),
     "supervisor/session/_procinfo.py": (8, "/proc entries for the ancestry walk"),
-    "supervisor/session/_transcript.py": (1, "the harness's transcript, scanned for the nudge "
+    "supervisor/session/_transcript.py": (2, "the harness's transcript, scanned for the nudge "
+                                             "and counted for Gemini's compression trace "
                                              "(never context)"),
     "supervisor/state/_fsutil.py": (5, "atomic writes, flock, the guarded read of a small user "
                                        "file (config, settings)"),
