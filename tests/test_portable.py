@@ -270,3 +270,47 @@ def test_a_full_scan_cut_short_still_makes_the_next_ones_incremental() -> None:
     complete, _ = watch._scan_sync(time.monotonic() - 1.0, {}, set(), None, set(), set(), 5.0)
     assert not complete
     assert watch.full_at == 5.0
+
+
+def test_a_kill_begun_past_its_deadline_kills_what_a_scan_had_read(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a starved host the kill can begin after its deadline (the event loop got no CPU),
+    with no time to scan, while the one scan that had read a ``setsid`` daemon's token was
+    still running (its result applied, or dropped, only after the kill returned): the kill
+    signalled nothing of the daemon, which outlived the digest (1 of 10 portable kills at
+    load 36). What a scan's thread read of the stage is killed at the SIGKILL."""
+    import math
+    import uuid
+
+    from supervisor.engine import _loop, _proctable, _tree
+    from supervisor.engine._reaper import TOKEN_VAR
+
+    monkeypatch.setattr(_proctable, "_LINUX", False)  # psutil rows, as on macOS
+    monkeypatch.setattr(_tree, "subreaper_enabled", lambda: False)  # the token sweep
+    token = uuid.uuid4().hex
+    env = {**os.environ, TOKEN_VAR: token}
+    leader = _sleeper(env, new_session=True)
+    daemon = _sleeper(env, new_session=True)  # out of the leader's group and session
+    try:
+        watch = _tree.Watch()
+        tree = _tree.StageTree(leader.pid, lambda: leader.poll() is None, token)
+        watch.add(tree)
+        watch.scanned_at = 1.0  # a later scan was applied: this one's result is dropped
+        deadline = time.monotonic() + 30
+        while not any(key[0] == daemon.pid for key in watch._tokens):  # the handshake
+            assert time.monotonic() < deadline, "no scan read the daemon's token"
+            watch._scan_sync(time.monotonic() + 5.0, {leader.pid: token}, set(), None, set(),
+                             set(), 0.0)
+        assert daemon.pid not in tree.members  # the premise: no applied scan listed it
+        watch.scanned_at = -math.inf
+
+        async def kill() -> None:
+            await watch.kill_stage(tree, 0.0, _loop.current_time() - 1.0)
+
+        _loop.run(kill)
+        assert daemon.wait(timeout=10) == -9
+    finally:
+        for p in (leader, daemon):  # processes this test started: end them by pid
+            if p.poll() is None:
+                p.kill()
+                p.wait()

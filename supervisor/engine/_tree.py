@@ -52,6 +52,9 @@ then need no scan (:meth:`Watch._listed`), so such a digest reads the process ta
 periodic scans. Without the subreaper the first scan comes at once: the leftover checks scan
 anyway, and a first full scan inside one (psutil rows on the portable path, slow on a loaded
 host) could outlast its deadline."""
+READ_TAKEN = 64
+"""Most processes the kill takes from the token cache at its SIGKILL (:meth:`Watch._take_read`),
+newest first: what a scan still running had found of the stage."""
 LEFTOVER_SCANS = 6
 """Most rounds of scans that look for leftovers of a stage whose leader exited. Each round is
 two fresh scans in one worker thread, repeated there up to ``LEFTOVER_SCANS - 2`` more times
@@ -468,6 +471,12 @@ class Watch:
             for row in found.get(token, {}).values():
                 if not row.stopped:
                     self._hold(row.pid, row.start, token)
+        for token in list(self._killed):
+            # A scan begun before that stage's kill sent SIGKILL, applied (or dropped) after
+            # it: what it found of the stage dies now, not never (the stage is discarded).
+            for row in found.get(token, {}).values():
+                if not self._detach.get((row.pid, row.start)):
+                    _kill_checked(row.pid, row.start, signal.SIGKILL)
         if began < self.scanned_at:
             return False, None
         self.table = rows
@@ -1112,6 +1121,7 @@ class Watch:
         # stopped before is in the notes (:meth:`_hold`).
         self._killed[tree.token] = tree
         self._take_held(tree, seen)
+        self._take_read(tree, seen)
         # Counted before the SIGKILL, not after (by then most are gone): every process alive
         # past the grace needed it, the leader too when no scan listed it yet.
         hard = sum(1 for r in seen.values() if _live(r.pid, r.start))
@@ -1139,6 +1149,28 @@ class Watch:
         self.reap()
         survivors = sum(1 for r in seen.values() if _live(r.pid, r.start))
         return KillReport(len(seen), hard, survivors, now() - t0)
+
+    def _take_read(self, tree: StageTree, seen: dict[int, Row]) -> None:
+        """Add to ``seen`` and the members every process whose token a scan's thread read as
+        ``tree``'s (:attr:`_tokens`) and no applied scan listed yet: on a starved host the
+        scan that read it can still be running when the kill reaches its SIGKILL (its
+        deadline passed before the kill began: the kill had no time to scan), and the kill
+        then killed nothing of a ``setsid`` daemon it had found (1 of 10 portable kills at
+        load 36). Only the newest :data:`READ_TAKEN` of them that are alive now (a fork-and-
+        exit chain leaves hundreds of dead generations there; its live one is the newest); a
+        built-in stage's deliberate detach is left out (judged on a fresh row). Never
+        raises."""
+        read = sorted(((start, pid) for (pid, start), token in list(self._tokens.items())
+                       if token == tree.token and pid not in seen
+                       and not self._detach.get((pid, start))), reverse=True)
+        for start, pid in read[:READ_TAKEN]:
+            fresh = stat(pid)
+            if (fresh is None or fresh.zombie or fresh.start != start
+                    or (tree.detach_mark is not None and self._detached(fresh, tree.token))):
+                continue
+            row = Row(pid, 0, -1, -1, False, start, 0)
+            seen[pid] = row
+            tree.members.setdefault(pid, row)
 
     def _take_held(self, tree: StageTree, seen: dict[int, Row]) -> list[Row]:
         """The processes scan threads stopped for ``tree`` (:attr:`_held`) and no scan listed
