@@ -75,6 +75,21 @@ def end_our_processes(settle: float = 1.0, bound: float = 15.0) -> None:
         time.sleep(0.05)
 
 
+def python_script(path: Path, body: str) -> Path:
+    """Make ``path`` an executable that runs the Python source ``body`` (``sys.argv[1:]`` its
+    arguments) with this interpreter: ``body`` goes to ``path`` + ``.py`` and ``path`` is a
+    ``/bin/sh`` line that execs the interpreter on it. A ``#!`` line holding the interpreter's
+    path does not work where that path has a space (a clone under ``~/My projects``): the
+    kernel cuts the line there and the command cannot start."""
+    import shlex
+
+    source = path.with_name(path.name + ".py")
+    source.write_text(body)
+    path.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(source))} \"$@\"\n")
+    path.chmod(0o755)
+    return path
+
+
 def supervise_cmd(*args: str) -> list[str]:
     """argv that runs the CLI from this checkout with the test interpreter."""
     return [sys.executable, "-m", "supervisor", *args]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +23,7 @@ def test_a_real_16_deep_chain_finds_the_harness(tmp_path: Path) -> None:
     """A harness 16 processes above the hook is found; every hop is a real process (`; :`
     keeps each `sh -c` from exec-ing its command)."""
     codex = harness_binary(tmp_path / "bin", "codex")
-    command = f"{sys.executable} -c {json.dumps(PROBE)}"
+    command = f"{shlex.quote(sys.executable)} -c {json.dumps(PROBE)}"  # a path may hold a space
     for _ in range(14):
         command = f"sh -c {json.dumps(command + '; :')}"
     proc = subprocess.Popen([str(codex), "-c", command + "; :"], stdout=subprocess.PIPE,

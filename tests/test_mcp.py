@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -503,7 +504,7 @@ def test_the_digest_tool_under_a_harness_process_gives_the_digest_after_the_inst
         "                                  again.content[0].text, again2.content[0].text]))\n"
         "anyio.run(main)\n")
     codex = harness_binary(tmp_path / "bin", "codex")
-    proc = subprocess.run([str(codex), "-c", f"{sys.executable} {client}; :"], cwd=project,
+    proc = subprocess.run([str(codex), "-c", f"{shlex.join([sys.executable, str(client)])}; :"], cwd=project,
                           capture_output=True, text=True, timeout=50, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr
     instructions, tool, reemit, reemit2 = json.loads(proc.stdout)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import python_script
+
 ROOT = Path(__file__).resolve().parent.parent
 SHIM = ROOT / "bin" / "supervise-hook"
 CLAUDE_PLUGIN = ROOT / "plugins" / "claude"
@@ -150,8 +152,7 @@ def fake_claude(tmp_path: Path) -> tuple[str, Path]:
     folder.mkdir()
     log = tmp_path / "claude-calls"
     script = folder / "claude"
-    script.write_text(f"""#!{sys.executable}
-import json, os, sys
+    python_script(script, f"""import json, os, sys
 open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
 if sys.argv[1:3] == ["plugin", "install"]:
     path = os.path.join(os.environ["HOME"], ".claude", "plugins", "installed_plugins.json")
@@ -315,8 +316,7 @@ def test_a_link_to_the_old_extension_folder_is_named_and_relinked(tmp_path: Path
     folder.mkdir()
     log = tmp_path / "gemini-calls"
     script = folder / "gemini"
-    script.write_text(f"""#!{sys.executable}
-import json, os, shutil, sys
+    python_script(script, f"""import json, os, shutil, sys
 open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
 folder = os.path.join(os.environ["HOME"], ".gemini", "extensions", "watchkeeper")
 if sys.argv[2] == "uninstall":
@@ -341,7 +341,10 @@ else:
     assert moved.returncode == 0, moved.stderr
     uninstall, link = log.read_text().splitlines()
     assert uninstall == "extensions uninstall watchkeeper"
-    assert link.startswith("extensions link ") and Path(link.split(" ")[2], "gemini-extension.json").is_file()
+    assert link.startswith("extensions link ") and link.endswith(" --consent")
+    # the logged line joins the arguments with spaces: the folder is what lies between
+    folder = link.removeprefix("extensions link ").removesuffix(" --consent")
+    assert Path(folder, "gemini-extension.json").is_file(), link
     doctor = _supervise(["doctor", "gemini"], project, home, path)
     assert "holds no gemini-extension.json" not in doctor.stdout
     assert "extension watchkeeper installed in" in doctor.stdout, doctor.stdout
@@ -366,8 +369,7 @@ def test_install_gemini_plugin_links_the_extension_and_doctor_sees_it(tmp_path: 
     folder.mkdir()
     log = tmp_path / "gemini-calls"
     script = folder / "gemini"
-    script.write_text(f"""#!{sys.executable}
-import json, os, sys
+    python_script(script, f"""import json, os, sys
 open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
 folder = os.path.join(os.environ["HOME"], ".gemini", "extensions", "watchkeeper")
 os.makedirs(folder, exist_ok=True)
@@ -385,7 +387,8 @@ json.dump({{"source": sys.argv[3], "type": "link"}}, open(os.path.join(folder, "
     assert moved.returncode == 0, moved.stderr
     [call] = log.read_text().splitlines()
     assert call.startswith("extensions link ") and call.endswith(" --consent")
-    assert Path(call.split(" ")[2], "gemini-extension.json").is_file()
+    folder = call.removeprefix("extensions link ").removesuffix(" --consent")  # may hold a space
+    assert Path(folder, "gemini-extension.json").is_file(), call
     assert not (project / ".gemini" / "settings.json").exists()  # it held only our hooks
     # the extension serves only projects that opted in, and the settings hooks it replaced
     # were this project's opt-in: install opts it in with a supervise.toml of defaults
@@ -581,8 +584,7 @@ def fake_pi(tmp_path: Path) -> tuple[str, Path]:
     folder.mkdir()
     log = tmp_path / "pi-calls"
     script = folder / "pi"
-    script.write_text(f"""#!{sys.executable}
-import json, os, sys
+    python_script(script, f"""import json, os, sys
 open({str(log)!r}, "a").write(" ".join(sys.argv[1:]) + "\\n")
 verb, source, *rest = sys.argv[1:]
 where = os.path.join(".pi") if "-l" in rest else os.environ["PI_CODING_AGENT_DIR"]
