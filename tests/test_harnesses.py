@@ -92,7 +92,8 @@ assert match_harness("newone-cli", ["newone-cli"]) == "newone"
 assert match_harness("node", ["node", "/x/node_modules/@example/newone/cli.js"]) == "newone"
 assert "newone" in help_text()
 assert "newone" in parser("supervise install", "").format_help()
-assert hook_command(ADAPTERS["newone"], "prompt").split()[2] == "--early-exit"
+import shlex
+assert shlex.split(hook_command(ADAPTERS["newone"], "prompt"))[2] == "--early-exit"
 assert [e.timeout for e in entries(ADAPTERS["newone"], 60)] == [120_000, 30_000]
 assert b"OnPrompt" in render("newone", "x", state_dir="/nonexistent", kind="prompt")
 
