@@ -158,6 +158,26 @@ def test_budget_banner_names_the_rerun_command(tmp_path: Path) -> None:
     assert "'hang' (ran" in text
 
 
+def test_the_banners_rerun_command_works_from_any_folder(tmp_path: Path) -> None:
+    """A relative ``--config`` is read from the working directory, not from ``-C``: the
+    banner's command names it by its absolute path, so it runs the same digest from any
+    folder. Fails on the old code (the relative name, read from elsewhere: "cannot read")."""
+    project, elsewhere = tmp_path / "proj", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "hang.toml").write_text("budget = 1\ngrace = 0.1\n" + stage("hang", "sleep 30"))
+    proc = run_cli("digest", "--config", "hang.toml", cwd=project)
+    banner = proc.stdout.decode()
+    line = next(ln for ln in banner.splitlines() if "supervise digest -C" in ln)
+    command = shlex.split(line[line.index("supervise digest -C"):].rstrip(".`'\"):;"))
+    assert command[command.index("--config") + 1] == str((project / "hang.toml").resolve())
+    at = command.index("--budget")
+    del command[at:at + 2]  # the config's own 1 s budget: the same digest, cut again
+    again = run_cli(*command[1:], cwd=elsewhere)
+    assert again.returncode == 0 and b"cannot read" not in again.stderr, again.stderr
+    assert b"'hang' (ran" in again.stdout
+
+
 def test_deferred_stage_never_holds_the_digest_and_is_delivered_once(tmp_path: Path) -> None:
     """Rule 14: `out=$(supervise digest)` returns while the deferred stage sleeps; its result
     is delivered exactly once, by the next digest.

@@ -105,7 +105,7 @@ def parse_args(argv: list[str]) -> DigestArgs:
 def _rerun_hint(args: DigestArgs, project: Path) -> str:
     parts = ["supervise", "digest", "-C", str(project)]
     if args.config is not None:
-        parts += ["--config", str(args.config)]
+        parts += ["--config", os.path.abspath(args.config)]  # it is read from the cwd, not -C
     for name in args.only or ():
         parts += ["--only", name]
     for flag in ("source", "harness"):
