@@ -163,6 +163,22 @@ def test_without_the_extra_one_line_says_how_to_install_it(project: Path, tmp_pa
     [line] = proc.stderr.strip().splitlines()
     assert "watchkeeper[mcp]" in line
     assert not (project / ".supervise" / "last-digest.json").exists()
+    # The fix is a command for this very environment: its interpreter's pip and the extra's
+    # requirement from the package's metadata (no package name an index may not hold).
+    command = shlex.split(line.rpartition("extra): ")[2])
+    assert command[:4] == [sys.executable, "-m", "pip", "install"], line
+    assert command[4].startswith("mcp"), line
+
+
+def test_the_command_hint_names_this_installs_own_checkout() -> None:
+    """``doctor`` and ``install mcp`` tell a user whose clients cannot find ``supervise`` on
+    PATH to pipx-install it with the extra: from the folder this install came from (the
+    test environment is an editable install of this checkout), never an index's package of
+    that name. Fails on the old code (``pipx install 'watchkeeper[mcp]'``)."""
+    from supervisor.commands.mcp import command_install_hint
+
+    root = Path(__file__).resolve().parents[1]
+    assert shlex.split(command_install_hint()) == ["pipx", "install", f"{root}[mcp]"]
 
 
 def test_an_sdk_that_fails_to_import_says_how_to_install_it(project: Path, tmp_path: Path) -> None:

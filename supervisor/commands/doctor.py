@@ -652,7 +652,7 @@ def _mcp_checks(project: Path, named: bool) -> list[Check]:
     import importlib.util
 
     from . import _mcp_clients
-    from .mcp import standdown_reason
+    from .mcp import command_install_hint, sdk_install_hint, standdown_reason
 
     home = _home_path()
     checks: list[Check] = []
@@ -694,10 +694,10 @@ def _mcp_checks(project: Path, named: bool) -> list[Check]:
     program = shutil.which(_mcp_clients.COMMAND)
     if program is None:
         checks.append(Check("FAIL", "mcp", f"{_mcp_clients.COMMAND}, which the clients run, is not "
-                            "on PATH", "pipx install 'watchkeeper[mcp]' (or uv tool install)"))
+                            "on PATH", command_install_hint()))
     elif importlib.util.find_spec("mcp") is None:
         checks.append(Check("FAIL", "mcp", "the MCP SDK is not installed",
-                            "pipx install 'watchkeeper[mcp]' (or: pip install 'watchkeeper[mcp]')"))
+                            sdk_install_hint()))
     return checks
 
 

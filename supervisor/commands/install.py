@@ -321,11 +321,14 @@ def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path)
         import importlib.util
         import shutil
 
+        from .mcp import command_install_hint, sdk_install_hint
+
         if shutil.which(_mcp_clients.COMMAND) is None:
             print(f"note: {_mcp_clients.COMMAND} is not on PATH here; {client.label} runs it "
-                  "from PATH: pipx install 'watchkeeper[mcp]'")
+                  f"from PATH: {command_install_hint()}")
         elif importlib.util.find_spec("mcp") is None:
-            print(f"note: {INSTALL_MCP}")
+            print("note: the MCP server needs the SDK (the watchkeeper[mcp] extra): "
+                  f"{sdk_install_hint()}")
         if client.mcp_note:
             print(f"note: {client.mcp_note}")
         try:
@@ -339,10 +342,6 @@ def mcp_verb(verb: str, args: argparse.Namespace, project_dir: Path, home: Path)
         print(f"mcp: {client.label}: " + (f"removed the server from {where}" if changed
                                           else f"nothing to remove in {where}"))
     return False
-
-
-INSTALL_MCP = ("the MCP server needs the optional extra: pipx install 'watchkeeper[mcp]' "
-               "(or uv tool install 'watchkeeper[mcp]')")
 
 
 def _is_folder(home: Path) -> bool:

@@ -94,9 +94,43 @@ READ_CHUNK = 64 * 1024
 CHILD_WAIT = 30.0
 """Seconds a ``--once`` child waits for the server's verdict after printing its text."""
 
-INSTALL_HINT = ("supervise mcp: the MCP server needs the optional extra: "
-                "pipx install 'watchkeeper[mcp]' (or: uv tool install 'watchkeeper[mcp]', "
-                "pip install 'watchkeeper[mcp]')")
+def sdk_install_hint() -> str:
+    """The one command line that adds the MCP SDK (the ``watchkeeper[mcp]`` extra) to the
+    environment this ``supervise`` runs in: ``uv pip install --python EXE REQ`` in a ``uv
+    tool`` environment (it has no pip), else ``EXE -m pip install REQ`` (a venv, pipx's
+    shared pip, a user install). REQ is the extra's requirement as the installed package's
+    metadata declares it (``mcp>=2.3``), else ``mcp``. A shell-quoted str; never raises."""
+    import importlib.metadata
+    import shlex
+
+    requirement = "mcp"
+    try:
+        for line in importlib.metadata.requires("watchkeeper") or ():
+            spec, _, marker = line.partition(";")
+            if "extra" in marker and '"mcp"' in marker.replace("'", '"'):
+                requirement = spec.strip()
+                break
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+        pass
+    if os.path.exists(os.path.join(sys.prefix, "uv-receipt.toml")):
+        return shlex.join(["uv", "pip", "install", "--python", sys.executable, requirement])
+    return shlex.join([sys.executable, "-m", "pip", "install", requirement])
+
+
+def command_install_hint() -> str:
+    """The one command line that puts ``supervise`` with the MCP extra on ``PATH`` for the
+    clients (which start it by name): ``pipx install 'SOURCE[mcp]'``, SOURCE the checkout this
+    package runs from (the folder above ``supervisor/`` that holds ``pyproject.toml``: an
+    editable install, or the source tree), else the package name. A shell-quoted str; never
+    raises."""
+    import shlex
+
+    # supervisor/commands/mcp.py -> the folder that holds the package
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    source = (checkout if os.path.isfile(os.path.join(checkout, "pyproject.toml"))
+              else "watchkeeper")
+    return shlex.join(["pipx", "install", f"{source}[mcp]"])
+
 
 INSTRUCTION_FILES = ("AGENTS.override.md", "AGENTS.md", "CLAUDE.md", ".claude/CLAUDE.md",
                      "CLAUDE.local.md", "GEMINI.md", "QWEN.md")
@@ -729,7 +763,8 @@ def serve(project: Path, client: str) -> int:
     except (ImportError, ValueError):
         present = False
     if not present:
-        print(INSTALL_HINT, file=sys.stderr)
+        print("supervise mcp: the MCP server needs the SDK (the watchkeeper[mcp] extra): "
+              f"{sdk_install_hint()}", file=sys.stderr)
         return EXIT_FAILURE
     from .._version import VERSION
     from ..state._delivery import WriteFailed, open_delivery, write_whole
@@ -774,7 +809,8 @@ def serve(project: Path, client: str) -> int:
             from mcp.server.models import InitializationOptions
             from mcp.server.stdio import stdio_server
         except ImportError:
-            print(INSTALL_HINT, file=sys.stderr)
+            print("supervise mcp: the MCP server needs the SDK (the watchkeeper[mcp] extra): "
+              f"{sdk_install_hint()}", file=sys.stderr)
             return EXIT_FAILURE
 
         async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
