@@ -255,10 +255,14 @@ def tui_session(argv: list[str | os.PathLike[str]], cwd: Path, env: dict[str, st
     import termios
     import threading
 
+    # A person's terminal: no CI markers, which ink-based TUIs (Gemini's is-in-ci check:
+    # CI, CONTINUOUS_INTEGRATION, CI_*) take as "not interactive", drawing no input box.
+    tty_env = {k: v for k, v in env.items()
+               if k not in ("CI", "CONTINUOUS_INTEGRATION") and not k.startswith("CI_")}
     pid, fd = pty.fork()
     if pid == 0:  # pragma: no cover - the child
         os.chdir(cwd)
-        os.execve(str(argv[0]), [str(a) for a in argv], {**env, "TERM": "xterm-256color"})
+        os.execve(str(argv[0]), [str(a) for a in argv], {**tty_env, "TERM": "xterm-256color"})
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     done, shown = threading.Event(), threading.Event()
     screen: list[bytes] = []
