@@ -27,19 +27,22 @@ HOLD = 300
 
 
 def _escapee_command(pidfile: Path, detached_stdio: bool = False,
-                     ignore_term: bool = False) -> list[str]:
+                     ignore_term: bool = False, linger: float = 0.0) -> list[str]:
     """A leader that starts, with an empty environment, a daemon in a new session (``setsid
     -f`` forks it first), which writes its own pid and becomes ``sleep`` (ignoring SIGTERM
     when ``ignore_term``); the leader waits for the pid, prints and exits. ``detached_stdio``:
     the daemon first points its stdin, stdout and stderr at ``/dev/null`` (no pipe of its
-    stage left)."""
+    stage left). ``linger``: seconds the leader stays after the daemon wrote its pid, so a
+    stage that ``needs`` it begins well past the daemon's start stamp (stamps are clock
+    ticks, compared with two ticks of slack)."""
     daemon = pidfile.with_suffix(".sh")
     redirect = "exec </dev/null >/dev/null 2>&1\n" if detached_stdio else ""
     trap = "trap '' TERM\n" if ignore_term else ""
     daemon.write_text(f"{redirect}{trap}echo $$ > '{pidfile}.tmp'\nmv '{pidfile}.tmp' '{pidfile}'\n"
                       f"exec sleep {HOLD}\n")
     return ["sh", "-c", f"env -i setsid -f /bin/sh '{daemon}'; "
-            f"while [ ! -s '{pidfile}' ]; do sleep 0.01; done; echo done"]
+            f"while [ ! -s '{pidfile}' ]; do sleep 0.01; done; "
+            + (f"sleep {linger}; " if linger else "") + "echo done"]
 
 
 def _running_sleep(pid: int) -> bool:
@@ -150,7 +153,8 @@ def test_a_digest_kills_an_escapee_that_cleared_its_environment(tmp_path: Path) 
     import json
 
     (tmp_path / "supervise.toml").write_text(
-        f"[[stages]]\nname = \"esc\"\nrun = {json.dumps(_escapee_command(pidfile, True))}\n"
+        f"[[stages]]\nname = \"esc\"\n"
+        f"run = {json.dumps(_escapee_command(pidfile, True, linger=0.2))}\n"
         "[[stages]]\nname = \"other\"\nrun = [\"sleep\", \"0.3\"]\nneeds = [\"esc\"]\n")
     try:
         proc = subprocess.run(supervise_cmd("digest"), cwd=tmp_path, capture_output=True,
