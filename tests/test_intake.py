@@ -42,7 +42,7 @@ OPENERS = {
     "supervisor/state/_intake.py": (1, "THE door"),
     "supervisor/state/_project.py": (2, "git's pointer files and .git/info/exclude"),
     "supervisor/state/_signing.py": (2, "the per-user signing key"),
-    "supervisor/state/_statedir.py": (6, "the state dir's own door"),
+    "supervisor/state/_statedir.py": (5, "the state dir's own door"),
     "stages/_common.py": (2, "read_regular: git's own small files for the repo stage; "
                              "/dev/null for a stage's child's stdin"),
     "stages/memory/consolidate.py": (1, "the consolidation log (appended, never read)"),

@@ -381,14 +381,7 @@ class StateDir:
             StateError: the folder is not writable or the disk is full (ENOSPC); the temp file
                 is removed and ``name`` keeps its old content.
         """
-        _check_name(name)
-        self._clean_temps(name)
-        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         mode, dir_fd=self._fd)
-        except OSError as err:
-            raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
+        tmp, fd = self._new_temp(name, mode)
         try:
             try:
                 _write_all(fd, data)
@@ -482,14 +475,7 @@ class StateDir:
         Raises:
             StateError: the folder is not writable.
         """
-        _check_name(name)
-        self._clean_temps(name)
-        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         mode, dir_fd=self._fd)
-        except OSError as err:
-            raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
+        tmp, fd = self._new_temp(name, mode)
         try:
             os.fchmod(fd, mode)
         except OSError:
@@ -620,6 +606,21 @@ class StateDir:
     def _is_dir(self, name: str) -> bool:
         st = self.lstat(name)
         return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def _new_temp(self, name: str, mode: int) -> tuple[str, int]:
+        """A new temp file beside ``name`` (``.NAME.PID.RANDOM.tmp``, created exclusively, no
+        link followed), after removing the temps a killed writer left: ``(its name, an open
+        write descriptor)``. Raises StateError: ``name`` is no plain name, or the folder is
+        not writable."""
+        _check_name(name)
+        self._clean_temps(name)
+        tmp = f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=self._fd)
+        except OSError as err:
+            raise StateError(f"{os.path.join(self.path, name)} cannot be written: {_why(err)}") from err
+        return tmp, fd
 
     def _clean_temps(self, name: str) -> None:
         prefix = f".{name}."
