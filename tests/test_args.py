@@ -98,3 +98,7 @@ def test_help_is_written_from_the_table(tmp_path: Path, verb: str) -> None:
             assert (f"{flag} {shown}" if opt.takes_value else flag) in text, flag
     if table.positional is not None:
         assert table.positional.metavar in text
+    # The usage is said once: a description that opens with its own synopsis line
+    # ("supervise run [--budget S] ...") printed it a second time under the generated one.
+    after_usage = text[len(_args.format_usage(table)):]
+    assert f"{table.prog} [" not in after_usage, after_usage.splitlines()[:3]

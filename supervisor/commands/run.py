@@ -1,4 +1,4 @@
-"""supervise run [--budget S] [--grace S] [--format text|json] -- CMD ARGS...
+"""supervise run: bound a command and its whole tree, like GNU timeout.
 
 Bounds any command tree like GNU timeout, but the whole tree dies (process group, setsid
 escapees, double-forked daemons). Exit status: CMD's own; 124 when the budget killed it; 125
