@@ -33,7 +33,7 @@ def test_install_at_a_second_scope_defers_to_the_first(git_repo: Path, isolated_
     assert code == 0, out
     before = _files(isolated_home, git_repo)
     code, out = _install(git_repo, harness, "--scope", second)
-    assert code == 0, out
+    assert code == 1, out  # refused: not registered where asked
     assert "already" in out and f"supervise uninstall {harness} --scope {first}" in out, out
     assert _files(isolated_home, git_repo) == before  # nothing written at the second scope
 

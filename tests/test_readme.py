@@ -88,8 +88,11 @@ def test_commands_table_matches_each_verbs_help(tmp_path: Path) -> None:
 def test_inline_commands_run_as_printed(tmp_path: Path) -> None:
     commands = inline_commands()
     assert "supervise install claude --scope local" in commands and "supervise -V" in commands
-    project = toy_project(tmp_path)
-    for command in commands:
+    for n, command in enumerate(commands):
+        if n == 0 or command.startswith("supervise install "):
+            # each install is an alternative the README offers (project or local scope): a
+            # fresh project, since a second scope is refused (both would fire)
+            project = toy_project(tmp_path / str(n))
         proc = run_cli(*shlex.split(command)[1:], cwd=project)
         assert proc.returncode == 0, (command, proc.stdout, proc.stderr)
 

@@ -472,7 +472,8 @@ def packages_verb(verb: str, names: list[str], scope: str, project_dir: Path, ho
 
 def main(argv: list[str]) -> int:
     """Install each named harness; exit 1 if any settings file was refused (or is behind a
-    symbolic link: then nothing is written), 2 on bad usage."""
+    symbolic link: then nothing is written) or a harness was not registered because our hook
+    is registered for it at another scope (both would fire), 2 on bad usage."""
     from ..adapters import _settings
     from ..bridges._install import run_verb
 
@@ -523,6 +524,7 @@ def main(argv: list[str]) -> int:
                   f"scope); not registered in {_rel(path, project_dir)} too: both would fire. "
                   f"To move it, run `supervise uninstall {adapter.name} --scope {other}` first",
                   file=sys.stderr)
+            failed = True  # not registered where asked: a script must not read success
             continue
         try:
             data = _settings.read_registration(adapter, path)
