@@ -251,3 +251,29 @@ def test_shim_runs_the_hook(git_repo: Path) -> None:
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "SHIM-OK" in json.loads(proc.stdout)["hookSpecificOutput"]["additionalContext"]
+
+
+def test_uninstall_at_local_scope_takes_back_its_exclude_line(git_repo: Path) -> None:
+    """``install --scope local`` adds ``/.claude/settings.local.json`` to .git/info/exclude;
+    uninstalling removes that line with the file, keeps every other line, and keeps the line
+    while the file stays (it then holds the user's own settings, still to be ignored)."""
+    exclude = git_repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(parents=True, exist_ok=True)
+    exclude.write_text("# mine\n*.log\n")
+    local = git_repo / ".claude" / "settings.local.json"
+    assert run_cli("install", "claude", "--scope", "local", cwd=git_repo).returncode == 0
+    assert "/.claude/settings.local.json" in exclude.read_text().splitlines()
+    proc = run_cli("uninstall", "claude", "--scope", "local", cwd=git_repo)
+    assert proc.returncode == 0, proc.stderr
+    assert not local.exists()
+    lines = exclude.read_text().splitlines()
+    assert "/.claude/settings.local.json" not in lines, lines
+    assert lines[:2] == ["# mine", "*.log"] and "/.supervise/" in lines, lines
+
+    assert run_cli("install", "claude", "--scope", "local", cwd=git_repo).returncode == 0
+    data = json.loads(local.read_text())
+    data["permissions"] = {"allow": ["Bash(ls)"]}  # the user's own setting beside our hooks
+    local.write_text(json.dumps(data))
+    assert run_cli("uninstall", "claude", "--scope", "local", cwd=git_repo).returncode == 0
+    assert local.exists()
+    assert "/.claude/settings.local.json" in exclude.read_text().splitlines()

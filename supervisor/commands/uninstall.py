@@ -67,6 +67,11 @@ def main(argv: list[str]) -> int:
             if removed:
                 print(f"{adapter.name}: removed {removed} watchkeeper hook(s) from {where}"
                       + ("" if new else " (the file held nothing else and was removed)"))
+            if scope == "local" and not path.exists():  # the exclude line install added for it
+                from ..state._project import remove_git_exclude
+
+                if remove_git_exclude(project_dir, "/" + where):
+                    print(f"{adapter.name}: removed /{where} from .git/info/exclude")
         except ConfigError as err:
             print(f"supervise uninstall: {adapter.name}: {err}", file=sys.stderr)
             failed = True

@@ -148,6 +148,37 @@ def add_git_exclude(project_dir: StrPath, pattern: str = "/.supervise/") -> str 
     return exclude
 
 
+def remove_git_exclude(project_dir: StrPath, pattern: str) -> str | None:
+    """Drop the lines equal to ``pattern`` (leading and trailing slashes aside) from the repo's
+    ``info/exclude``, the undo of :func:`add_git_exclude` for a file that no longer exists.
+
+    Every other line is kept as written. A link or non-regular file at the exclude path is left
+    alone (the rewrite is atomic and never follows a link).
+
+    Returns:
+        The exclude file's path when a line was removed, None when nothing was (not a git repo,
+        no such line, or the file could not be rewritten: a stale exclude line is harmless).
+    """
+    from ._fsutil import atomic_write
+
+    dirs = git_dirs(project_dir)
+    if dirs is None:
+        return None
+    exclude = os.path.join(dirs[1], "info", "exclude")
+    name = pattern.strip("/")
+    try:
+        if not stat.S_ISREG(os.lstat(exclude).st_mode):
+            return None
+        lines = read_small(exclude).splitlines(keepends=True)
+        kept = [line for line in lines if line.strip().strip("/") != name]
+        if len(kept) == len(lines):
+            return None
+        atomic_write(exclude, "".join(kept).encode("utf-8"))
+    except OSError:
+        return None
+    return exclude
+
+
 STATE_DIR_NAME = ".supervise"
 
 
