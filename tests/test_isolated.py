@@ -132,3 +132,28 @@ def test_doctor_flags_an_old_registration_and_a_foreign_package(
                            stdin=subprocess.DEVNULL)
     assert fixed.returncode == 0, fixed.stdout
     assert not [ln for ln in fixed.stdout.decode().splitlines() if "isolated" in ln or "foreign" in ln]
+
+
+def test_the_supervise_launcher_runs_with_a_foreign_supervisor_on_pythonpath(
+        project: Path, foreign: Path, tmp_path: Path) -> None:
+    """``bin/supervise`` (the command a user types), installed where the path holds a space,
+    with ``PYTHONPATH`` naming another ``supervisor``: ``-V`` and ``doctor`` run ours (the
+    launcher ran ``python FILE``, which read ``PYTHONPATH``: "cannot import name
+    '_main' from 'supervisor'")."""
+    scripts = tmp_path / "env with space" / "bin"
+    scripts.mkdir(parents=True)
+    launcher = scripts / "supervise"
+    launcher.write_bytes((Path(__file__).resolve().parent.parent / "bin" / "supervise").read_bytes())
+    launcher.chmod(0o755)
+    (scripts / "python").symlink_to(sys.executable)
+    venv = Path(sys.prefix)  # this environment, seen from a folder whose path holds a space
+    (scripts.parent / "pyvenv.cfg").write_bytes((venv / "pyvenv.cfg").read_bytes())
+    (scripts.parent / "lib").symlink_to(venv / "lib")
+    env = {**os.environ, "PYTHONPATH": str(foreign)}
+    version = subprocess.run([str(launcher), "-V"], cwd=project, capture_output=True, env=env,
+                             timeout=60)
+    assert version.returncode == 0 and b"watchkeeper" in version.stdout, version.stderr
+    doctor = subprocess.run([str(launcher), "doctor"], cwd=project, capture_output=True, env=env,
+                            timeout=120)
+    assert b"Traceback" not in doctor.stderr
+    assert b"config" in doctor.stdout, (doctor.stdout, doctor.stderr)
