@@ -187,6 +187,25 @@ def index_name(session_id: str) -> str | None:
     return session_id if _plain(session_id, 128) and session_id[0].isalnum() else None
 
 
+def _session_folder(state_dir: StrPath, kind: str, name: str) -> StateDir:
+    """``fastpath/<kind>/<name>/`` of ``state_dir``, opened (created when missing); a new
+    session first prunes ``kind``'s folders of sessions long gone (:func:`_prune`).
+
+    Raises:
+        OSError, StateError: the state dir refuses the folder (callers treat it as best effort).
+    """
+    from ..state._statedir import open_subpath
+
+    top = open_subpath(state_dir, (FASTPATH_DIR, kind), create=True)
+    assert top is not None
+    with top:
+        if top.lstat(name) is None:
+            _prune(top)  # a new session: drop the folders of sessions long gone
+        folder = top.sub(name, create=True)
+    assert folder is not None
+    return folder
+
+
 def mark_injected(state_dir: StrPath, session_id: str, paths: Iterable[str]) -> None:
     """Add ``paths`` (absolute real paths of instruction files the ledger just recorded as
     injected in the current epoch) to ``session_id``'s injected index. Call it under the
@@ -200,15 +219,8 @@ def mark_injected(state_dir: StrPath, session_id: str, paths: Iterable[str]) -> 
     if name is None:
         return
     try:
-        top = open_subpath(state_dir, (FASTPATH_DIR, NESTED_INDEX), create=True)
-        assert top is not None
-        with top:
-            if top.lstat(name) is None:
-                _prune(top)  # a new session: drop the indexes of sessions long gone
-            session = top.sub(name, create=True)
-            assert session is not None
-            with session:
-                os.utime(session.fileno())  # touched: kept while the session lives
+        with _session_folder(state_dir, NESTED_INDEX, name) as session:
+            os.utime(session.fileno())  # touched: kept while the session lives
     except (OSError, StateError):
         return
     for path in paths:
@@ -233,25 +245,17 @@ def set_trace(state_dir: StrPath, session_id: str, count: int | None, mark: str)
     (:func:`index_name`) or a ``mark`` holding ``/``, a newline or NUL. Best effort (a state
     dir that refuses the write costs the next prompt a Python start at worst). Never raises."""
     from .._errors import StateError
-    from ..state._statedir import open_subpath
 
     name = index_name(session_id)
     if name is None or not mark or any(c in mark for c in "/\n\0"):
         return
     entry = f"{'-' if count is None else int(count)}:{mark}"
     try:
-        top = open_subpath(state_dir, (FASTPATH_DIR, TRACE_DIR), create=True)
-        assert top is not None
-        with top:
-            if top.lstat(name) is None:
-                _prune(top)  # a new session: drop the records of sessions long gone
-            folder = top.sub(name, create=True)
-            assert folder is not None
-            with folder:
-                folder.write(entry, b"")
-                for old in folder.names():
-                    if old != entry:
-                        folder.remove(old)
+        with _session_folder(state_dir, TRACE_DIR, name) as folder:
+            folder.write(entry, b"")
+            for old in folder.names():
+                if old != entry:
+                    folder.remove(old)
     except (OSError, StateError):
         return
 
