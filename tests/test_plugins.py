@@ -90,10 +90,30 @@ def test_claude_plugin_registers_each_event_through_the_shim() -> None:
     commands = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")
     assert set(commands) == {claude.session_event, claude.prompt_event, claude.post_tool_event,
                              claude.compact_event}
-    assert "exec supervise-hook claude;" in commands[claude.session_event]
-    assert "exec supervise-hook claude --event prompt;" in commands[claude.prompt_event]
-    assert "exec supervise-hook claude --event post-tool;" in commands[claude.post_tool_event]
-    assert "exec supervise-hook claude --event pre-compact;" in commands["PreCompact"]
+    assert "exec supervise-hook claude --opt-in;" in commands[claude.session_event]
+    assert "exec supervise-hook claude --opt-in --event prompt;" in commands[claude.prompt_event]
+    assert "exec supervise-hook claude --opt-in --event post-tool;" in commands[claude.post_tool_event]
+    assert "exec supervise-hook claude --opt-in --event pre-compact;" in commands["PreCompact"]
+
+
+def test_plugin_hook_is_silent_where_the_project_did_not_opt_in(
+        installed: tuple[Path, Path], tmp_path: Path) -> None:
+    """A user-scope plugin serves every repository: without supervise.toml, [tool.supervise]
+    or the plugin enabled in the project's settings, its hook prints and creates nothing;
+    enabled in ``.claude/settings.json`` (install --plugin at project scope) it serves."""
+    on_path, _ = installed
+    project = _git_project(tmp_path)
+    command = _plugin_commands(CLAUDE_PLUGIN / "hooks" / "hooks.json")["SessionStart"]
+    payload = {"session_id": "s", "cwd": str(project), "source": "startup",
+               "hook_event_name": "SessionStart"}
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin", payload)
+    assert (proc.returncode, proc.stdout) == (0, b""), proc.stderr
+    assert not (project / ".supervise").exists()
+    (project / ".claude").mkdir(exist_ok=True)
+    (project / ".claude" / "settings.json").write_text(
+        '{"enabledPlugins": {"watchkeeper@watchkeeper": true}}')
+    proc = _run(command, project, f"{on_path}:/usr/bin:/bin", payload)
+    assert proc.returncode == 0 and b"additionalContext" in proc.stdout, proc.stderr
 
 
 def test_plugin_hook_runs_the_installed_package(installed: tuple[Path, Path], tmp_path: Path) -> None:

@@ -94,7 +94,27 @@ def opted_in(harness: str, project_dir: StrPath) -> bool:
     ours at its root."""
     from ..config._plan import find_config
 
-    return find_config(project_dir) is not None or _registered_in(harness, project_dir)
+    return (find_config(project_dir) is not None or _registered_in(harness, project_dir)
+            or _plugin_enabled_in(harness, project_dir))
+
+
+def _plugin_enabled_in(harness: str, folder: StrPath) -> bool:
+    """True when ``folder``'s project or local settings file of ``harness`` enables our
+    plugin (Claude Code's ``"enabledPlugins": {"watchkeeper@...": true}``, which
+    ``install claude --plugin`` writes at project scope): that project opted in. A
+    substring check of the capped file (no ``json``/``re`` on the hot path)."""
+    from .._harnesses import BY_NAME
+    from ..state._project import read_small
+
+    row = BY_NAME.get(harness)
+    if row is None or row.kind == "bridge":
+        return False
+    for rel in (row.project, row.local):
+        text = read_small(os.path.join(folder, rel), 1 << 20) if rel else ""
+        at = text.find('"watchkeeper@')
+        if at >= 0 and "true" in text[at:at + 200].partition(",")[0].partition("}")[0]:
+            return True
+    return False
 
 
 PRIMARY_MARKER = ".supervise-primary"
