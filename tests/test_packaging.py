@@ -90,3 +90,38 @@ def test_the_installed_supervise_starts_from_a_path_with_spaces(wheel: Path, tmp
                               stdin=subprocess.DEVNULL, timeout=60)
         assert done.returncode == 0, (argv, done)
         assert done.stdout.startswith(b"supervise (watchkeeper) "), (argv, done.stdout)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("how", ["--user", "--prefix"])
+def test_a_user_or_prefix_install_runs_with_its_own_python(wheel: Path, tmp_path: Path, how: str) -> None:
+    """A ``pip install --user`` (or ``--prefix``) made by python3.X, with a ``python3`` on PATH
+    of another minor version: ``supervise`` runs with the python3.X on PATH it was installed
+    for, found from its own ``lib/python3.X/*-packages`` (the old fallback, ``python3``, raised
+    ModuleNotFoundError). The ``--prefix`` folder is on no interpreter's path."""
+    base = tmp_path / "base"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    if how == "--user":  # pip refuses --user inside a venv: install for the base interpreter
+        python = Path(getattr(sys, "_base_executable", sys.executable))
+        target = ["--user"]
+        env["PYTHONUSERBASE"] = str(base)
+    else:
+        python, target = Path(sys.executable), ["--prefix", str(base)]
+    proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q",
+                           "--no-deps", "--no-index", "--no-warn-script-location",
+                           "--ignore-installed", *target,  # never uninstall the venv's own
+                           str(wheel)], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    [launcher] = base.rglob("bin/supervise")
+    links = tmp_path / "links"
+    links.mkdir()
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    (links / version).symlink_to(python.resolve())
+    (links / "python3").write_text("#!/bin/sh\necho 'python3 of another minor version' >&2\nexit 9\n")
+    (links / "python3").chmod(0o755)
+    env.pop("PYTHONUSERBASE", None)  # the user's shell later: the default user base
+    env["PATH"] = f"{launcher.parent}{os.pathsep}{links}{os.pathsep}/usr/bin{os.pathsep}/bin"
+    done = subprocess.run(["supervise", "--version"], capture_output=True, env=env, cwd=tmp_path,
+                          stdin=subprocess.DEVNULL, timeout=60)
+    assert done.returncode == 0, done
+    assert done.stdout.startswith(b"supervise (watchkeeper) "), done.stdout
