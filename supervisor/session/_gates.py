@@ -100,18 +100,20 @@ def opted_in(harness: str, project_dir: StrPath) -> bool:
 
 def _plugin_enabled_in(harness: str, folder: StrPath) -> bool:
     """True when ``folder``'s project or local settings file of ``harness`` enables our
-    plugin (Claude Code's ``"enabledPlugins": {"watchkeeper@...": true}``, which
+    plugin (Claude Code's ``"enabledPlugins": {"<row.plugin>": true}``, which
     ``install claude --plugin`` writes at project scope): that project opted in. A
-    substring check of the capped file (no ``json``/``re`` on the hot path)."""
+    substring check of the capped file (no ``json``/``re`` on the hot path); the plugin's
+    key is the harness row's ``plugin``, its one home."""
     from .._harnesses import BY_NAME
     from ..state._project import read_small
 
     row = BY_NAME.get(harness)
-    if row is None or row.kind == "bridge":
+    if row is None or row.kind == "bridge" or not row.plugin:
         return False
+    key = f'"{row.plugin}"'
     for rel in (row.project, row.local):
         text = read_small(os.path.join(folder, rel), 1 << 20) if rel else ""
-        at = text.find('"watchkeeper@')
+        at = text.find(key)
         if at >= 0 and "true" in text[at:at + 200].partition(",")[0].partition("}")[0]:
             return True
     return False
